@@ -1,0 +1,1 @@
+"""commands layer of rise_batch."""

@@ -1,0 +1,1 @@
+"""dist layer of rise_batch."""

@@ -1,0 +1,1 @@
+"""eval layer of rise_batch."""

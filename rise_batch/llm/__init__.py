@@ -1,0 +1,1 @@
+"""llm layer of rise_batch."""

@@ -1,0 +1,1 @@
+"""space layer of rise_batch."""

@@ -1,0 +1,1 @@
+"""structure layer of rise_batch."""
