@@ -1,0 +1,55 @@
+"""`rise-batch`: argument parsing only; every command calls the same functions the jobs/ scripts call.
+
+Subcommands live in rise_batch/commands/<name>.py and are imported when the parser is built, and their heavy
+dependencies only when they run, so `rise-batch --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMAND_MODULES = [
+    "demo",
+    "structure",
+    "materialize",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rise-batch",
+        description=(
+            "Batch engine for RISE (Retrieving Interaction SpacE): structure a corpus with tables of contents, "
+            "build a BM25 index, and run agent trajectories over per-query workspaces. "
+            "Start with `rise-batch demo`."
+        ),
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"rise_batch.commands.{name}").add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    from rise_batch.config import ConfigError
+    from rise_batch.corpus import CorpusError
+
+    try:
+        return int(args.func(args) or 0)
+    except (ConfigError, CorpusError) as e:
+        print(f"rise-batch {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rise-batch: interrupted; re-run the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

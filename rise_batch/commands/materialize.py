@@ -1,0 +1,35 @@
+"""`rise-batch materialize`: rewrite OUT/corpus/ from the checkpoint (e.g. after deleting it to save space)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "materialize",
+        help="re-create OUT/corpus/<relpath> files from a finished run's checkpoint",
+        description="Re-render every checkpointed document into OUT/corpus/ (no LLM calls).",
+    )
+    p.add_argument("out", help="the output directory of a `structure` run")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from rise_batch.job import MANIFEST, progress_bar
+    from rise_batch.pipeline import materialize_shard
+    from rise_batch.scan import shards_from_json
+
+    out = Path(args.out)
+    manifest = json.loads((out / MANIFEST).read_text())
+    shards = shards_from_json(manifest["shards"])
+    n = 0
+    with progress_bar(len(shards), "materialize") as bar:
+        for spec in shards:
+            n += materialize_shard(out, spec, manifest["config"]["max_doc_chars"])
+            bar.update(1)
+    print(f"materialize docs={n} out={out / 'corpus'}")
+    return 0

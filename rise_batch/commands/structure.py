@@ -1,0 +1,86 @@
+"""`rise-batch structure`: corpus in, structured corpus + checkpoint + stats out (resumable)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_structure_flags(p: argparse.ArgumentParser) -> None:
+    """Flags shared by `structure` and jobs/structure_corpus.py; None means 'take the config file's value'."""
+    p.add_argument("--config", help="YAML config (keys of StructureConfig; flags override it)")
+    p.add_argument(
+        "--corpus", help="Parquet file, directory of Parquet files, or JSONL[.gz] (docid, text, url?, title?)"
+    )
+    p.add_argument("--out", help="output directory (created; re-running the same command resumes)")
+    p.add_argument(
+        "--backend",
+        choices=["heuristic", "llm"],
+        help="heuristic: free, offline (default); llm: any OpenAI-compatible endpoint",
+    )
+    p.add_argument("--limit", type=int, help="structure only the first N valid documents")
+    p.add_argument(
+        "--on-bad-row",
+        choices=["error", "skip"],
+        help="bad rows stop the job (default) or are recorded in bad_rows.parquet",
+    )
+    p.add_argument("--shard-docs", type=int, help="rows per shard (default 1000)")
+    p.add_argument(
+        "--workers", type=int, help="0: run in this process; N>=1: N Ray actors (default 0 heuristic, 2 llm)"
+    )
+    p.add_argument("--ray-address", help="connect to this Ray cluster (default: start a local Ray when workers >= 1)")
+    p.add_argument(
+        "--new-run",
+        action="store_true",
+        default=None,
+        help="start over when OUT holds a different run (old outputs kept under superseded-*/)",
+    )
+    p.add_argument("--index", action="store_true", default=None, help="also build the BM25 index into OUT/index")
+    p.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
+    g = p.add_argument_group("llm backend")
+    g.add_argument("--base-url", dest="llm_base_url", help="OpenAI-compatible base URL (e.g. http://127.0.0.1:8000/v1)")
+    g.add_argument("--model", dest="llm_model", help="model name (default gpt-5.4-nano)")
+    g.add_argument(
+        "--api-key-env",
+        dest="llm_api_key_env",
+        help="environment variable holding the key (default OPENAI_API_KEY)",
+    )
+    g.add_argument("--reasoning-effort", dest="llm_reasoning_effort")
+    g.add_argument("--max-output-tokens", dest="llm_max_output_tokens", type=int)
+    g.add_argument("--timeout", dest="llm_timeout_s", type=float, help="per-request timeout in seconds")
+    g.add_argument("--rpm", dest="llm_rpm", type=int, help="requests per minute, whole job")
+    g.add_argument("--tpm", dest="llm_tpm", type=int, help="tokens per minute, whole job")
+    g.add_argument("--concurrency", dest="llm_concurrency", type=int, help="requests in flight per worker")
+
+
+def config_from_args(args: argparse.Namespace):
+    from rise_batch.config import load_structure_config
+
+    over = {k: v for k, v in vars(args).items() if k not in ("config", "func", "command")}
+    return load_structure_config(args.config, **over)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "structure",
+        help="add a line-numbered table of contents to every document of a corpus",
+        description=(
+            "Structure a corpus: propose sections (heuristic or LLM), validate their anchors, insert headings and "
+            "a TOC. Writes OUT/corpus/<relpath>, OUT/docmap.parquet, OUT/checkpoint/*.parquet, "
+            "OUT/bad_rows.parquet and OUT/stats.json. Re-run the same command to resume after any interruption."
+        ),
+    )
+    add_structure_flags(p)
+    p.add_argument("--json", action="store_true", help="print the full stats as JSON at the end")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rise_batch.job import run_structure, summary_line
+
+    want_json = args.json
+    del args.json
+    cfg = config_from_args(args)
+    stats = run_structure(cfg)
+    print(json.dumps(stats, indent=2, sort_keys=True) if want_json else summary_line(stats, cfg.out))
+    return 0

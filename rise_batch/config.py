@@ -1,0 +1,204 @@
+"""Typed, validated configuration: YAML files and CLI flags both end here.
+
+Validation happens once, at the edge, with messages that name the offending key, so a typo in a 1M-document job
+fails in the first second rather than an hour in. `run_hash` covers only what changes a document's output; paths,
+worker counts and rate limits can change between a run and its resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, get_type_hints
+
+BACKENDS = ("heuristic", "llm")
+HEURISTIC_VERSION = "1"
+
+
+class ConfigError(ValueError):
+    """A configuration the job cannot run with; the message says which key and why."""
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    base_url: str | None = None  # None: the OpenAI default
+    model: str = "gpt-5.4-nano"
+    api_key_env: str = "OPENAI_API_KEY"
+    reasoning_effort: str | None = None
+    max_output_tokens: int = 4096
+    timeout_s: float = 120.0
+    max_attempts: int = 8
+    rpm: int = 500  # requests per minute across the whole job
+    tpm: int = 2_000_000  # tokens per minute across the whole job
+    concurrency: int = 32  # requests in flight per worker
+    reask: bool = True
+    max_input_chars: int = 200_000
+    prices_file: str | None = None
+
+    def validate(self) -> None:
+        if self.rpm <= 0:
+            raise ConfigError(f"llm.rpm must be a positive integer, got {self.rpm!r}")
+        if self.tpm <= 0:
+            raise ConfigError(f"llm.tpm must be a positive integer, got {self.tpm!r}")
+        if self.concurrency <= 0:
+            raise ConfigError(f"llm.concurrency must be >= 1, got {self.concurrency!r}")
+        if self.max_attempts <= 0:
+            raise ConfigError(f"llm.max_attempts must be >= 1, got {self.max_attempts!r}")
+        if self.timeout_s <= 0:
+            raise ConfigError(f"llm.timeout_s must be > 0, got {self.timeout_s!r}")
+        if self.reasoning_effort not in (None, "none", "minimal", "low", "medium", "high", "xhigh"):
+            raise ConfigError(f"llm.reasoning_effort {self.reasoning_effort!r} is not a known effort level")
+
+    def api_key(self) -> str:
+        """The key, or a clear error; a local server (the fake one) needs none."""
+        key = os.environ.get(self.api_key_env)
+        if key:
+            return key
+        if self.base_url and any(h in self.base_url for h in ("://127.0.0.1", "://localhost", "://[::1]")):
+            return "local-no-key"
+        raise ConfigError(
+            f"the llm backend needs an API key: set ${self.api_key_env} (or llm.api_key_env to another variable), "
+            "or point llm.base_url at a local OpenAI-compatible server such as `rise-batch fake-llm`"
+        )
+
+
+@dataclass(frozen=True)
+class StructureConfig:
+    corpus: str = ""
+    out: str = ""
+    backend: str = "heuristic"
+    prompt: str = "structure_toc.txt"
+    limit: int | None = None
+    on_bad_row: str = "error"
+    max_doc_chars: int = 5_000_000
+    shard_docs: int = 1000
+    workers: int | None = None  # None: 0 (in-process) for heuristic, 2 Ray actors for llm
+    ray_address: str | None = None
+    max_shards_in_flight: int | None = None  # None: 2 x workers
+    flush_docs: int = 200
+    flush_seconds: float = 30.0
+    new_run: bool = False
+    index: bool = False
+    progress: bool = True
+    llm: LLMConfig = field(default_factory=LLMConfig)
+
+    def validate(self) -> None:
+        if not self.corpus:
+            raise ConfigError("corpus is required (a Parquet file, a directory of Parquet files, or JSONL[.gz])")
+        if not self.out:
+            raise ConfigError("out is required (the output directory)")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+        if self.on_bad_row not in ("error", "skip"):
+            raise ConfigError(f"on_bad_row must be 'error' or 'skip', got {self.on_bad_row!r}")
+        if self.limit is not None and self.limit <= 0:
+            raise ConfigError(f"limit must be a positive integer, got {self.limit!r}")
+        if self.shard_docs <= 0:
+            raise ConfigError(f"shard_docs must be >= 1, got {self.shard_docs!r}")
+        if self.workers is not None and self.workers < 0:
+            raise ConfigError(f"workers must be >= 0, got {self.workers!r}")
+        if self.flush_docs <= 0:
+            raise ConfigError(f"flush_docs must be >= 1, got {self.flush_docs!r}")
+        self.llm.validate()
+        if self.backend == "llm":
+            self.llm.api_key()
+
+    @property
+    def n_workers(self) -> int:
+        if self.workers is not None:
+            return self.workers
+        return 2 if self.backend == "llm" else 0
+
+
+def run_hash(cfg: StructureConfig, prompt_text: str) -> str:
+    """Everything that changes what a document becomes, and nothing else (so limits can change on resume)."""
+    if cfg.backend == "heuristic":
+        basis: dict[str, Any] = {"backend": "heuristic", "version": HEURISTIC_VERSION}
+    else:
+        basis = {
+            "backend": "llm",
+            "prompt": hashlib.sha256(prompt_text.encode()).hexdigest(),
+            "model": cfg.llm.model,
+            "reasoning_effort": cfg.llm.reasoning_effort,
+            "max_output_tokens": cfg.llm.max_output_tokens,
+            "reask": cfg.llm.reask,
+            "max_input_chars": cfg.llm.max_input_chars,
+        }
+    basis["max_doc_chars"] = cfg.max_doc_chars
+    return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    """Dataclass from a mapping, refusing unknown keys (typos) and wrong types with the key's dotted name."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
+    hints = get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    unknown = set(data) - known
+    if unknown:
+        raise ConfigError(f"unknown key(s) {sorted(unknown)} in {where or 'config'}; known: {sorted(known)}")
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        hint = hints[name]
+        key = f"{where}.{name}" if where else name
+        if dataclasses.is_dataclass(hint):
+            kwargs[name] = _build(hint, value or {}, key)
+            continue
+        kwargs[name] = _coerce(value, hint, key)
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, hint: Any, key: str) -> Any:
+    args = getattr(hint, "__args__", ())
+    if value is None:
+        if type(None) in args:
+            return None
+        raise ConfigError(f"{key} may not be null")
+    base = next((a for a in args if a is not type(None)), hint) if args else hint
+    if base is bool:
+        if isinstance(value, bool):
+            return value
+    elif base is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif base is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif base is str:
+        if isinstance(value, (str, Path)):
+            return str(value)
+    else:
+        return value
+    raise ConfigError(f"{key} must be {getattr(base, '__name__', base)}, got {value!r}")
+
+
+def load_structure_config(path: str | Path | None = None, **overrides: Any) -> StructureConfig:
+    """YAML file (optional) then CLI overrides (None means 'not given'), then validation."""
+    data: dict[str, Any] = {}
+    if path:
+        import yaml
+
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise ConfigError(f"cannot read config {path}: {e}") from e
+        data.update(loaded.get("structure", loaded) if isinstance(loaded, dict) else {"": loaded})
+    llm_over = {k[4:]: v for k, v in overrides.items() if k.startswith("llm_") and v is not None}
+    data.update({k: v for k, v in overrides.items() if not k.startswith("llm_") and v is not None})
+    if llm_over:
+        data["llm"] = {**(data.get("llm") or {}), **llm_over}
+    cfg = _build(StructureConfig, data, "")
+    cfg.validate()
+    return cfg
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def config_from_dict(data: dict[str, Any]) -> StructureConfig:
+    return _build(StructureConfig, data, "")

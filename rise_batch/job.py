@@ -1,0 +1,207 @@
+"""The structure job: scan once, run every shard (in process or on Ray), merge stats, report.
+
+The manifest pins a run: the corpus fingerprint, the shard plan and the run hash. A re-run with the same manifest
+resumes (done shards are skipped, partial shards skip their checkpointed docs); a re-run that would produce
+different output is refused unless the user asks for a new run, so no document is ever paid for twice by accident.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from rise_batch.checkpoint import CheckpointStore
+from rise_batch.config import ConfigError, StructureConfig, config_to_dict, run_hash
+from rise_batch.corpus import ShardSpec
+from rise_batch.pipeline import merge_stats, structure_shard
+from rise_batch.scan import dump_json, scan_corpus, shards_from_json, shards_to_json, write_bad_rows
+
+MANIFEST = "manifest.json"
+OUTPUTS = (
+    "checkpoint",
+    "stats",
+    "corpus",
+    "docmap.parquet",
+    "bad_rows.parquet",
+    "stats.json",
+    MANIFEST,
+    "index",
+)
+
+
+class RunPlan(NamedTuple):
+    shards: list[ShardSpec]
+    run_hash: str
+    prompt_text: str
+    n_docs: int
+    n_bad_rows: int
+
+
+def progress_bar(total: int, desc: str, enabled: bool = True):
+    """tqdm on a terminal, silent otherwise (logs of a cluster job should not fill with carriage returns)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="doc", disable=not (enabled and sys.stderr.isatty()))
+
+
+def _plan_key(cfg: StructureConfig, fingerprint: str) -> dict:
+    return {
+        "fingerprint": fingerprint,
+        "limit": cfg.limit,
+        "shard_docs": cfg.shard_docs,
+        "on_bad_row": cfg.on_bad_row,
+        "max_doc_chars": cfg.max_doc_chars,
+    }
+
+
+def _supersede(out: Path) -> Path:
+    """--new-run keeps the old outputs (they were paid for) under superseded-<time>/ instead of deleting them."""
+    dest = out / f"superseded-{time.strftime('%Y%m%d-%H%M%S')}"
+    dest.mkdir()
+    for name in OUTPUTS:
+        if (out / name).exists():
+            shutil.move(str(out / name), str(dest / name))
+    return dest
+
+
+def prepare_run(cfg: StructureConfig) -> RunPlan:
+    """Scan the corpus (or reuse the manifest's scan) and pin the run; refuse a mismatched resume."""
+    from rise_batch.corpus import list_sources
+    from rise_batch.prompts import load_prompt
+    from rise_batch.scan import corpus_fingerprint
+
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    prompt_text = load_prompt(cfg.prompt) if cfg.backend == "llm" else ""
+    rh = run_hash(cfg, prompt_text)
+    key = _plan_key(cfg, corpus_fingerprint(list_sources(cfg.corpus)))
+    mpath = out / MANIFEST
+    if mpath.exists():
+        import json
+
+        manifest = json.loads(mpath.read_text())
+        same = manifest.get("run_hash") == rh and manifest.get("plan_key") == key
+        if same:
+            CheckpointStore(out).clean_temporaries()
+            return RunPlan(
+                shards_from_json(manifest["shards"]),
+                rh,
+                prompt_text,
+                manifest["n_docs"],
+                manifest["n_bad_rows"],
+            )
+        if not cfg.new_run:
+            what = "run hash (backend/model/prompt)" if manifest.get("run_hash") != rh else "corpus or shard plan"
+            raise ConfigError(
+                f"{out} holds a run with a different {what}: resuming would mix outputs. "
+                "Re-run with the original settings to resume, pass --new-run to start over (the old outputs are "
+                "kept under superseded-*/), or choose another --out."
+            )
+        moved = _supersede(out)
+        print(f"rise-batch: previous run moved to {moved}", file=sys.stderr)
+    docids: list[str] = []
+    relpaths: list[str] = []
+    shard_ids: list[int] = []
+
+    def on_doc(docid: str, rel: str, shard: int) -> None:
+        docids.append(docid)
+        relpaths.append(rel)
+        shard_ids.append(shard)
+
+    with progress_bar(cfg.limit or 0, "scan", cfg.progress) as bar:
+        plan = scan_corpus(cfg.corpus, cfg.shard_docs, cfg.on_bad_row, cfg.limit, cfg.max_doc_chars, on_doc, bar.update)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tmp = out / "docmap.parquet.tmp"
+    pq.write_table(pa.table({"docid": docids, "relpath": relpaths, "shard": pa.array(shard_ids, pa.int32())}), tmp)
+    tmp.replace(out / "docmap.parquet")
+    write_bad_rows(plan.bad_rows, out / "bad_rows.parquet")
+    CheckpointStore(out).ensure()
+    dump_json(
+        {
+            "run_hash": rh,
+            "plan_key": key,
+            "corpus": str(cfg.corpus),
+            "config": config_to_dict(cfg),
+            "n_docs": plan.n_docs,
+            "n_rows": plan.n_rows,
+            "n_bad_rows": len(plan.bad_rows),
+            "shards": shards_to_json(plan.shards),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+        mpath,
+    )
+    return RunPlan(plan.shards, rh, prompt_text, plan.n_docs, len(plan.bad_rows))
+
+
+def make_backend(cfg: StructureConfig, prompt_text: str, limiter=None):
+    """The backend a worker uses; built inside the worker so nothing heavy is pickled to it."""
+    from rise_batch.structure.backends import HeuristicBackend, LLMBackend
+
+    if cfg.backend == "heuristic":
+        return HeuristicBackend()
+    from rise_batch.llm.client import client_from_config
+
+    client = client_from_config(cfg.llm, limiter=limiter)
+    return LLMBackend(client.chat, prompt_text, reask=cfg.llm.reask, max_input_chars=cfg.llm.max_input_chars)
+
+
+async def _run_local(cfg: StructureConfig, plan: RunPlan, bar) -> list[dict]:
+    backend = make_backend(cfg, plan.prompt_text)
+    return [await structure_shard(cfg, spec, backend, plan.run_hash, bar.update) for spec in plan.shards]
+
+
+def run_structure(cfg: StructureConfig) -> dict:
+    """The whole job; returns the merged stats that are also written to OUT/stats.json."""
+    t0 = time.monotonic()
+    plan = prepare_run(cfg)
+    with progress_bar(plan.n_docs, f"structure[{cfg.backend}]", cfg.progress) as bar:
+        if cfg.n_workers == 0:
+            shard_stats = asyncio.run(_run_local(cfg, plan, bar))
+        else:
+            from rise_batch.dist.structure import run_on_ray
+
+            shard_stats = run_on_ray(cfg, plan, bar)
+    stats = merge_stats(shard_stats)
+    wall = time.monotonic() - t0
+    stats.update(
+        docs_total=stats.get("docs_total", 0),
+        bad_rows=plan.n_bad_rows,
+        shards=len(plan.shards),
+        run_hash=plan.run_hash,
+        backend=cfg.backend,
+        wall_seconds=round(wall, 3),
+        docs_per_second=round(stats.get("docs_total", 0) / wall, 2) if wall > 0 else 0.0,
+        cost_usd=round(stats.get("cost_usd", 0.0), 6),
+    )
+    stats["outcomes"] = stats.get("outcomes", {}) | ({"skipped": plan.n_bad_rows} if plan.n_bad_rows else {})
+    if cfg.index:
+        from rise_batch.index import build_index
+
+        build_index(cfg.corpus, Path(cfg.out) / "index", workers=max(cfg.n_workers, 1))
+        stats["index"] = str(Path(cfg.out) / "index")
+    dump_json(stats, Path(cfg.out) / "stats.json")
+    return stats
+
+
+def summary_line(stats: dict, out: str) -> str:
+    """One quiet, grep-able line for logs and scripts."""
+    keys = (
+        "docs_total",
+        "docs_with_toc",
+        "bad_rows",
+        "anchors_proposed",
+        "anchors_located",
+        "llm_calls",
+        "input_tokens",
+        "output_tokens",
+        "cost_usd",
+        "wall_seconds",
+        "docs_per_second",
+    )
+    return "structure " + " ".join(f"{k}={stats.get(k, 0)}" for k in keys) + f" out={out}"

@@ -1,0 +1,164 @@
+"""structure_shard(): one shard in, checkpoint parts + materialized files + shard stats out.
+
+This is the only function that structures documents. The in-process runner and the Ray actors both call it with
+a ShardSpec and a backend, so whatever the tests prove about it holds on a cluster. Order of writes is the
+resume contract: parts (atomic) -> structured files (atomic) -> shard stats (the done marker, written last).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from rise_batch.checkpoint import CheckpointStore
+from rise_batch.config import StructureConfig
+from rise_batch.corpus import ShardSpec, read_shard
+from rise_batch.types import OUTCOME_TOC, Doc, DocResult
+
+STAT_SUMS = (
+    "anchors_proposed",
+    "anchors_exact",
+    "anchors_normalized",
+    "anchors_prefix",
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "reasks",
+)
+
+
+def summarize(rows: Iterable[DocResult]) -> dict:
+    """Per-shard stats from checkpoint rows; `merge_stats` adds them up, so every field must be additive."""
+    s: dict = {k: 0 for k in STAT_SUMS}
+    outcomes: Counter[str] = Counter()
+    dropped: Counter[str] = Counter()
+    s["cost_usd"] = 0.0
+    s["llm_calls"] = 0
+    s["docs_total"] = 0
+    for r in rows:
+        s["docs_total"] += 1
+        outcomes[r.outcome] += 1
+        for k in STAT_SUMS:
+            s[k] += getattr(r, k)
+        s["cost_usd"] += r.cost_usd
+        s["llm_calls"] += r.attempts if r.tier == "llm" else 0
+        dropped.update(json.loads(r.anchors_dropped_json or "{}"))
+    s["outcomes"] = dict(outcomes)
+    s["anchors_dropped"] = dict(dropped)
+    s["docs_with_toc"] = outcomes.get(OUTCOME_TOC, 0)
+    s["anchors_located"] = s["anchors_exact"] + s["anchors_normalized"] + s["anchors_prefix"]
+    return s
+
+
+def merge_stats(parts: Iterable[dict]) -> dict:
+    total: dict = {}
+    for p in parts:
+        for k, v in p.items():
+            if isinstance(v, dict):
+                d = total.setdefault(k, {})
+                for kk, vv in v.items():
+                    d[kk] = d.get(kk, 0) + vv
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                total[k] = total.get(k, 0) + v
+    return total
+
+
+def shard_relpaths(out_dir: Path, shard_id: int) -> dict[str, str]:
+    """This shard's slice of docmap.parquet: a worker never loads the whole 1M-row map."""
+    import pyarrow.dataset as ds
+
+    table = ds.dataset(out_dir / "docmap.parquet").to_table(
+        columns=["docid", "relpath"], filter=ds.field("shard") == shard_id
+    )
+    return dict(zip(table.column("docid").to_pylist(), table.column("relpath").to_pylist(), strict=True))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8", newline="")
+    tmp.replace(path)
+
+
+def materialize_shard(out_dir: Path, spec: ShardSpec, max_chars: int, rows: list[DocResult] | None = None) -> int:
+    """Write corpus/<relpath> for every checkpointed doc of a shard: structured text, or the original text."""
+    from rise_batch.structure.backends import render_result
+
+    store = CheckpointStore(out_dir)
+    by_id = {r.docid: r for r in (rows if rows is not None else store.read_rows(spec.shard_id))}
+    rel = shard_relpaths(out_dir, spec.shard_id)
+    n = 0
+    for doc in read_shard(spec, max_chars):
+        row = by_id.get(doc.docid)
+        if row is None:
+            continue
+        _write_atomic(out_dir / "corpus" / rel[doc.docid], render_result(doc.text, row))
+        n += 1
+    return n
+
+
+async def structure_shard(
+    cfg: StructureConfig,
+    spec: ShardSpec,
+    backend,
+    run_hash: str,
+    on_doc: Callable[[int], None] | None = None,
+) -> dict:
+    """Structure every not-yet-checkpointed doc of one shard, then materialize it and mark it done."""
+    out = Path(cfg.out)
+    store = CheckpointStore(out)
+    if store.is_done(spec.shard_id):
+        return store.shard_stats(spec.shard_id) | {"resumed_done": 1}
+    t0 = time.monotonic()
+    done = store.done_docids(spec.shard_id)
+    concurrency = cfg.llm.concurrency if backend.name == "llm" else 1
+    buffer: list[DocResult] = []
+    last_flush = time.monotonic()
+    skipped = 0
+
+    def flush() -> None:
+        nonlocal last_flush
+        store.write_part(spec.shard_id, buffer)
+        buffer.clear()
+        last_flush = time.monotonic()
+
+    def finished(res: DocResult) -> None:
+        buffer.append(res)
+        if on_doc is not None:
+            on_doc(1)
+        if len(buffer) >= cfg.flush_docs or time.monotonic() - last_flush >= cfg.flush_seconds:
+            flush()
+
+    pending: set[asyncio.Task] = set()
+    for doc in read_shard(spec, cfg.max_doc_chars):
+        if doc.docid in done:
+            skipped += 1
+            if on_doc is not None:
+                on_doc(1)
+            continue
+        if concurrency == 1:
+            finished((await backend.structure(doc, run_hash))[0])
+            continue
+        pending.add(asyncio.create_task(_one(backend, doc, run_hash)))
+        if len(pending) >= concurrency:
+            complete, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for t in complete:
+                finished(t.result())
+    while pending:
+        complete, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for t in complete:
+            finished(t.result())
+    flush()
+    rows = store.read_rows(spec.shard_id)
+    materialize_shard(out, spec, cfg.max_doc_chars, rows)
+    stats = summarize(rows) | {"resumed_docs": skipped, "shard_seconds": time.monotonic() - t0}
+    store.mark_done(spec.shard_id, stats)
+    return stats
+
+
+async def _one(backend, doc: Doc, run_hash: str) -> DocResult:
+    return (await backend.structure(doc, run_hash))[0]

@@ -1,0 +1,36 @@
+"""Shared fixtures: small real corpora written to disk in the formats users bring."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+SAMPLE = Path(__file__).resolve().parent.parent / "rise_batch" / "data" / "enwiki_sample.jsonl.gz"
+
+
+def sample_rows(n: int | None = None) -> list[dict]:
+    with gzip.open(SAMPLE, "rt", encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh]
+    return rows[:n] if n else rows
+
+
+def write_jsonl(path: Path, rows: list[dict], gz: bool = False) -> Path:
+    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def write_parquet(path: Path, rows: list[dict], row_group_size: int | None = None) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=row_group_size)
+    return path
+
+
+@pytest.fixture(scope="session")
+def sample_path() -> Path:
+    return SAMPLE
