@@ -48,6 +48,7 @@ class Proposal(NamedTuple):
     sections: tuple[SectionProposal, ...]
     parse_note: str = ""
     error: str = ""  # non-empty => unparseable
+    malformed: int = 0  # entries dropped by the parser (e.g. no anchor); they count as proposed, not located
 
 
 class AnchorOutcome(NamedTuple):
