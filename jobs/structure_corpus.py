@@ -1,0 +1,45 @@
+"""Entry point for `ray job submit`: structure a corpus on the cluster the job runs on.
+
+    ray job submit --working-dir . -- python jobs/structure_corpus.py --config jobs/structure_1m.yaml
+
+It parses the same flags as `rise-batch structure` (the YAML config first, flags override) and calls the same
+job function; inside a Ray job, `ray.init()` attaches to the job's cluster, so no address is needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the job's working dir holds the package
+
+from rise_batch.commands.structure import add_structure_flags, config_from_args  # noqa: E402
+from rise_batch.config import ConfigError  # noqa: E402
+from rise_batch.corpus import CorpusError  # noqa: E402
+from rise_batch.job import run_structure, summary_line  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_structure_flags(parser)
+    args = parser.parse_args(argv)
+    try:
+        cfg = config_from_args(args)
+        if cfg.n_workers == 0:
+            print(
+                "structure_corpus: workers=0 runs in the driver process only; set workers >= 1 to use the cluster",
+                file=sys.stderr,
+            )
+        stats = run_structure(cfg)
+    except (ConfigError, CorpusError) as e:
+        print(f"structure_corpus: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(stats, sort_keys=True))
+    print(summary_line(stats, cfg.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
