@@ -18,6 +18,7 @@ import logging
 import os
 import selectors
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -123,9 +124,11 @@ def _bwrap_argv(bwrap: str, bind_fd: int, limits: SandboxLimits, command: str) -
         str(limits.tmp_bytes),
         "--tmpfs",
         "/tmp",
-        "--ro-bind-fd",  # by fd, so the host path need not be reachable by the unprivileged uid
+        "--ro-bind-fd",  # by fd: the sandbox sees bwrap's argv in /proc/1/cmdline, which then holds no host path
         str(bind_fd),
         MOUNT_POINT,
+        "--remount-ro",  # last: bwrap's own root tmpfs (where /x or /etc/x would land) becomes read-only too
+        "/",
         "--chdir",
         MOUNT_POINT,
         "--clearenv",
@@ -199,6 +202,15 @@ class Sandbox:
         support = probe(bwrap)
         self.sandboxed = support.ok
         self.run_as = support.run_as
+        if self.run_as is not None and not _reachable_by_others(self.root):
+            log.warning(
+                "sandbox root %s is not reachable by uid %d (a parent directory lacks o+x); running bwrap as root, "
+                "so fork bombs are bounded only by the time cap. Keep workspaces under a world-traversable "
+                "directory (e.g. /tmp/rise-ws) to get the process limit back.",
+                self.root,
+                self.run_as,
+            )
+            self.run_as = None
         if not support.ok:
             if not allow_unsandboxed:
                 raise SandboxUnavailable(
@@ -218,6 +230,16 @@ class Sandbox:
 
     def __call__(self, command: str) -> str:
         return self.run(command).render(self.limits.timeout_s)
+
+
+def _reachable_by_others(root: Path) -> bool:
+    """Can the unprivileged uid reach and list `root`? (bwrap resolves the bind source as that uid.)"""
+    for i, p in enumerate((root, *root.parents)):
+        st = os.stat(p)
+        need = stat.S_IXOTH | (stat.S_IROTH if i == 0 else 0)
+        if st.st_uid != UNPRIVILEGED_ID and st.st_mode & need != need:
+            return False
+    return True
 
 
 def _spawn_collect(

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -61,6 +64,15 @@ def bwrap_ok() -> None:
     support = probe()
     if not support.ok:
         pytest.skip(f"bubblewrap cannot run here, so the sandbox cannot be tested: {support.reason}")
+
+
+@pytest.fixture
+def ws_root():
+    """A world-traversable parent for workspaces, as the sandbox's unprivileged uid needs (pytest's tmp is 0700)."""
+    d = tempfile.mkdtemp(prefix="rise-test-ws-")
+    os.chmod(d, 0o755)
+    yield Path(d)
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture
