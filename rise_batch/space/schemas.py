@@ -1,0 +1,96 @@
+"""OpenAI function-tool schemas for each system's tool set (Chat Completions form; `as_responses` converts).
+
+The descriptions are the agent's only manual, so they state the limits the tools really enforce (K, preview
+size, output cap, time cap, read limit); they are built from the same numbers the tools are given.
+"""
+
+from __future__ import annotations
+
+
+def _tool(name: str, description: str, properties: dict, required: list[str]) -> dict:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+def rise_search_schema(k: int = 1000, preview: int = 10) -> dict:
+    return _tool(
+        "search",
+        f"BM25 keyword search over the corpus. Pass several short sub-queries at once (different phrasings, "
+        f"names, facets). For each sub-query the top {k} documents are added to your workspace, a directory you "
+        f"then explore with `bash` (rg, grep, ...) and `read`; the workspace only grows, across calls. Returns, "
+        f"per sub-query, how many documents matched and how many were new, a top-{preview} preview (rank, score, "
+        f"path, title and first table-of-contents lines), and the workspace size.",
+        {
+            "queries": {
+                "type": "array",
+                "items": {"type": "string"},
+                "minItems": 1,
+                "description": 'keyword sub-queries, e.g. ["Lyon silk weavers 1831", "canut revolt"]',
+            }
+        },
+        ["queries"],
+    )
+
+
+def bash_schema(timeout_s: float = 60, max_output_chars: int = 4000, what: str = "your workspace") -> dict:
+    return _tool(
+        "bash",
+        f"Run a bash command with {what} as the current directory (read-only; files are "
+        f"<site>/<title>.txt). Available: rg (ripgrep), grep, sed, awk, head, tail, cat, ls, find, wc, sort, "
+        f"uniq, cut, tr, xargs. No network. /tmp is writable but private and emptied after every call. Output "
+        f"(stdout and stderr) is cut to {max_output_chars} characters and commands are stopped after "
+        f"{timeout_s:g} s, so narrow searches down (rg -l, rg -c, head). Structured documents start with a table "
+        f"of contents: `## Table of Contents` lines like `- L12–40: Early life — ...`.",
+        {"command": {"type": "string", "description": "the bash command, e.g. rg -il 'lyon' | head -20"}},
+        ["command"],
+    )
+
+
+def read_schema(max_lines: int = 2000, what: str = "workspace") -> dict:
+    return _tool(
+        "read",
+        f"Read a file of the {what} with 1-indexed line numbers. `path` is relative to the {what} (as rg and "
+        f"ls print it). `offset` is the 0-indexed first line, `limit` the number of lines (at most {max_lines}). "
+        f"A table-of-contents entry `L12–40` is read with offset=11, limit=29. Long lines are cut.",
+        {
+            "path": {"type": "string", "description": "relative path, e.g. en.wikipedia.org/Lyon.txt"},
+            "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "0-indexed first line"},
+            "limit": {"type": "integer", "minimum": 1, "default": max_lines, "description": "number of lines"},
+        },
+        ["path"],
+    )
+
+
+def retrieval_search_schema(k: int = 5) -> dict:
+    return _tool(
+        "search",
+        f"BM25 search over the corpus. Returns the top {k} documents for the query: docid, score and the first "
+        f"~512 tokens of each. Use get_document(docid) to read a whole document.",
+        {"query": {"type": "string", "description": "a keyword query"}},
+        ["query"],
+    )
+
+
+def get_document_schema() -> dict:
+    return _tool(
+        "get_document",
+        "Return the full text of a document by its docid (as returned by search).",
+        {"docid": {"type": "string", "description": "the docid from a search result"}},
+        ["docid"],
+    )
+
+
+def as_responses(tools: list[dict]) -> list[dict]:
+    """The Responses API wants the function fields at the top level."""
+    return [{"type": "function", **t["function"]} for t in tools]

@@ -1,0 +1,262 @@
+"""The tools an agent calls, as a library: RISE (search/bash/read over a per-query workspace) and the baselines.
+
+Every tool returns a ToolResult: the text the model sees plus the docids it surfaced (shown in a preview, a read
+or bash output) and the docids it retrieved, which the trajectory needs for gold_R and cov_mean. Tools never
+raise on bad model input: a wrong argument becomes an error text the model can act on.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
+
+from rise_batch.space import schemas
+from rise_batch.space.fileview import (
+    MAX_READ_LINES,
+    PathRefused,
+    leading_text,
+    read_numbered,
+    resolve_inside,
+    snippet_line,
+)
+from rise_batch.space.sandbox import Sandbox, SandboxLimits
+from rise_batch.space.workspace import DocStore, Workspace
+
+SNIPPET_CHARS_PER_TOKEN = 4  # the retrieval baseline's "512-token" snippets, without a tokenizer dependency
+_PATH_TOKEN = re.compile(r"[^\s:]+")
+
+
+class ToolResult(NamedTuple):
+    text: str
+    surfaced: tuple[str, ...] = ()  # docids the model was shown
+    retrieved: tuple[str, ...] = ()  # docids this call added to the search union
+    error: bool = False
+
+
+class SearchIndex(Protocol):
+    def search(self, queries: list[str], k: int) -> list[Any]: ...  # list[Hits(docids, scores)]
+
+
+def coerce_queries(value: Any) -> tuple[list[str], str]:
+    """The forms models send for a list of queries -> (queries, note saying what was corrected, or "")."""
+    note = ""
+    if isinstance(value, str):
+        s = value.strip()
+        parsed = None
+        if s.startswith("["):
+            try:
+                parsed = json.loads(s)
+            except json.JSONDecodeError:
+                parsed = None
+        if isinstance(parsed, list):
+            value, note = parsed, "`queries` arrived as a JSON-encoded string; parsed it as a list"
+        else:
+            value, note = [s], "`queries` arrived as a single string; treated it as a list of one query"
+    if not isinstance(value, list | tuple):
+        return [], f"`queries` must be a list of strings, got {type(value).__name__}"
+    queries = [q.strip() if isinstance(q, str) else str(q) for q in value if q is not None]
+    queries = [q for q in queries if q]
+    if len(queries) < len(value):
+        note = (note + "; " if note else "") + f"dropped {len(value) - len(queries)} empty sub-queries"
+    return queries, note
+
+
+def surfaced_in(text: str, lookup: Callable[[str], str | None]) -> list[str]:
+    """Docids whose corpus-relative path appears in `text` (rg prints `path:line:...`, find prints `./path`)."""
+    seen: dict[str, None] = {}
+    for tok in _PATH_TOKEN.findall(text):
+        tok = tok.removeprefix("./").removeprefix("/workspace/")
+        docid = lookup(tok)
+        if docid is not None:
+            seen[docid] = None
+    return list(seen)
+
+
+class ToolSet:
+    """Dispatch from a model's tool call (name + JSON arguments) to a method, turning bad input into text."""
+
+    tools: dict[str, Callable[..., ToolResult]]
+    schemas: list[dict]
+
+    def call(self, name: str, arguments: str | dict | None) -> ToolResult:
+        fn = self.tools.get(name)
+        if fn is None:
+            return ToolResult(f"error: unknown tool {name!r}; available: {', '.join(self.tools)}", error=True)
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError as e:
+                return ToolResult(f"error: arguments are not valid JSON ({e.msg} at {e.pos})", error=True)
+        if not isinstance(arguments, dict):
+            return ToolResult("error: arguments must be a JSON object", error=True)
+        try:
+            inspect.signature(fn).bind(**arguments)
+        except TypeError as e:
+            return ToolResult(f"error: bad arguments for {name}: {e}", error=True)
+        return fn(**arguments)
+
+
+def _read(root: Path, path: Any, offset: Any, limit: Any, lookup: Callable[[str], str | None]) -> ToolResult:
+    try:
+        offset, limit = int(offset), int(limit)
+    except (TypeError, ValueError):
+        return ToolResult("error: offset and limit must be integers", error=True)
+    if offset < 0 or limit < 1:
+        return ToolResult("error: offset must be >= 0 and limit >= 1", error=True)
+    note = ""
+    if limit > MAX_READ_LINES:
+        limit, note = MAX_READ_LINES, f"[limit capped at {MAX_READ_LINES} lines]\n"
+    try:
+        file, rel = resolve_inside(root, path)
+        text = read_numbered(file, offset, limit)
+    except PathRefused as e:
+        return ToolResult(f"error: {e}", error=True)
+    except OSError as e:
+        return ToolResult(f"error: cannot read {path!r}: {e.strerror}", error=True)
+    docid = lookup(rel)
+    return ToolResult(note + text, surfaced=(docid,) if docid else ())
+
+
+def _bash(sandbox: Sandbox, command: Any, lookup: Callable[[str], str | None]) -> ToolResult:
+    if not isinstance(command, str) or not command.strip():
+        return ToolResult("error: `command` must be a non-empty string", error=True)
+    res = sandbox.run(command)
+    return ToolResult(res.render(sandbox.limits.timeout_s), surfaced=tuple(surfaced_in(res.output, lookup)))
+
+
+class RiseTools(ToolSet):
+    """search + bash + read over one query's workspace (RISE on structured files, RISE-BM25 on originals)."""
+
+    def __init__(
+        self,
+        index: SearchIndex,
+        workspace: Workspace,
+        *,
+        k: int = 1000,
+        preview: int = 10,
+        limits: SandboxLimits | None = None,
+        allow_unsandboxed: bool = False,
+    ) -> None:
+        self.index, self.ws, self.k, self.preview = index, workspace, k, preview
+        self.sandbox = Sandbox(workspace.files_dir, limits, allow_unsandboxed=allow_unsandboxed)
+        lim = self.sandbox.limits
+        self.tools = {"search": self.search, "bash": self.bash, "read": self.read}
+        self.schemas = [
+            schemas.rise_search_schema(k, preview),
+            schemas.bash_schema(lim.timeout_s, lim.max_output_chars),
+            schemas.read_schema(MAX_READ_LINES),
+        ]
+
+    def search(self, queries: Any) -> ToolResult:
+        subs, note = coerce_queries(queries)
+        if not subs:
+            return ToolResult(f"error: give at least one non-empty query. {note}".strip(), error=True)
+        before = len(self.ws)
+        hits_list = self.index.search(subs, self.k)
+        out = [f"Searched {len(subs)} quer{'y' if len(subs) == 1 else 'ies'} (top {self.k} each)."]
+        if note:
+            out.append(f"Note: {note}.")
+        surfaced: dict[str, None] = {}
+        new_all: list[str] = []
+        missing = 0
+        for i, (q, hits) in enumerate(zip(subs, hits_list, strict=True), 1):
+            added = self.ws.add(hits.docids)
+            new_all += added.new
+            missing += len(added.missing)
+            out.append(f'\nQuery {i}: "{q}" -- {len(hits.docids):,} matched, {len(added.new):,} new')
+            for rank, (docid, score) in enumerate(zip(hits.docids[: self.preview], hits.scores, strict=False), 1):
+                arrival = self.ws.arrivals.get(docid)
+                if arrival is None:
+                    out.append(f"  {rank:>2}. [{score:.2f}] (docid {docid}: file missing from the docs directory)")
+                    continue
+                surfaced[docid] = None
+                out.append(f"  {rank:>2}. [{score:.2f}] {arrival.relpath}")
+                out.append(f"      {snippet_line(self.ws.files_dir / arrival.relpath)}")
+        if missing:
+            out.append(f"\n[{missing} retrieved documents have no file in the docs directory and were skipped]")
+        out.append(
+            f"\nWorkspace: {len(self.ws):,} documents (+{len(self.ws) - before:,} this call). "
+            "Explore it with bash (rg, grep, ls, ...) and read."
+        )
+        return ToolResult("\n".join(out), surfaced=tuple(surfaced), retrieved=tuple(new_all))
+
+    def bash(self, command: Any) -> ToolResult:
+        return _bash(self.sandbox, command, self.ws.by_relpath.get)
+
+    def read(self, path: Any, offset: Any = 0, limit: Any = MAX_READ_LINES) -> ToolResult:
+        return _read(self.ws.files_dir, path, offset, limit, self.ws.by_relpath.get)
+
+
+class DciTools(ToolSet):
+    """DCI baseline: bash + read over the whole corpus tree, read-only, no retriever."""
+
+    def __init__(self, store: DocStore, *, limits: SandboxLimits | None = None, allow_unsandboxed: bool = False):
+        self.store = store
+        self.sandbox = Sandbox(store.corpus_dir, limits, allow_unsandboxed=allow_unsandboxed)
+        lim = self.sandbox.limits
+        self.tools = {"bash": self.bash, "read": self.read}
+        self.schemas = [
+            schemas.bash_schema(lim.timeout_s, lim.max_output_chars, what="the corpus directory"),
+            schemas.read_schema(MAX_READ_LINES, what="corpus directory"),
+        ]
+
+    def bash(self, command: Any) -> ToolResult:
+        return _bash(self.sandbox, command, self.store.docid)
+
+    def read(self, path: Any, offset: Any = 0, limit: Any = MAX_READ_LINES) -> ToolResult:
+        return _read(self.store.corpus_dir, path, offset, limit, self.store.docid)
+
+
+class RetrievalTools(ToolSet):
+    """Retrieval-agent baseline (BrowseComp-Plus style): BM25 top-k with ~512-token snippets + get_document."""
+
+    def __init__(
+        self, index: SearchIndex, store: DocStore, *, k: int = 5, snippet_tokens: int = 512, max_doc_chars: int = 0
+    ) -> None:
+        self.index, self.store, self.k = index, store, k
+        self.snippet_chars = snippet_tokens * SNIPPET_CHARS_PER_TOKEN
+        self.max_doc_chars = max_doc_chars  # 0: whole documents, as the reference harness returns them
+        self.seen: set[str] = set()
+        self.tools = {"search": self.search, "get_document": self.get_document}
+        self.schemas = [schemas.retrieval_search_schema(k), schemas.get_document_schema()]
+
+    def search(self, query: Any) -> ToolResult:
+        note = ""
+        if isinstance(query, list):
+            query, note = " ".join(str(q) for q in query), "Note: `query` arrived as a list; joined it.\n"
+        if not isinstance(query, str) or not query.strip():
+            return ToolResult("error: `query` must be a non-empty string", error=True)
+        hits = self.index.search([query.strip()], self.k)[0]
+        out = [note + f'Top {len(hits.docids)} for "{query.strip()}":'] if hits.docids else [note + "No results."]
+        for rank, (docid, score) in enumerate(zip(hits.docids, hits.scores, strict=True), 1):
+            path = self.store.path(docid)
+            text = path.read_text(encoding="utf-8", errors="replace") if path and path.exists() else ""
+            out.append(f"\n[{rank}] docid: {docid}  score: {score:.2f}\n{leading_text(text, self.snippet_chars)}")
+        new = tuple(d for d in hits.docids if d not in self.seen)
+        self.seen.update(new)
+        return ToolResult("\n".join(out), surfaced=tuple(hits.docids), retrieved=new)
+
+    def get_document(self, docid: Any) -> ToolResult:
+        docid = str(docid).strip() if docid is not None else ""
+        path = self.store.path(docid)
+        if path is None or not path.exists():
+            return ToolResult(f"error: no document with docid {docid!r}", error=True)
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if self.max_doc_chars and len(text) > self.max_doc_chars:
+            cut = len(text) - self.max_doc_chars
+            text = text[: self.max_doc_chars] + f"\n[document truncated: {cut:,} more characters]"
+        return ToolResult(f"docid: {docid}\n{text}", surfaced=(docid,))
+
+
+def docids_of(results: Iterable[ToolResult]) -> tuple[set[str], set[str]]:
+    """(retrieved, surfaced) over a trajectory's tool results."""
+    retrieved: set[str] = set()
+    surfaced: set[str] = set()
+    for r in results:
+        retrieved.update(r.retrieved)
+        surfaced.update(r.surfaced)
+    return retrieved, surfaced
