@@ -30,7 +30,7 @@ class StructureWorker:
         if limiter_name:
             from rise_batch.dist.limiter import RemoteLimiter
 
-            limiter = RemoteLimiter(limiter_name)
+            limiter = RemoteLimiter(limiter_name, self.cfg.llm.concurrency)
         self.backend = make_backend(self.cfg, prompt_text, limiter)
 
     async def run_shard(self, spec: ShardSpec, run_hash: str) -> dict:

@@ -1,0 +1,122 @@
+"""The structure job end to end on real files: outputs, resume, refusal of mismatched runs, bad rows."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from rise_batch.checkpoint import CheckpointStore
+from rise_batch.config import ConfigError, load_structure_config
+from rise_batch.job import run_structure
+from rise_batch.structure.render import strip_structure
+from tests.conftest import sample_rows, write_jsonl
+
+STATS_KEYS = {
+    "docs_total",
+    "docs_with_toc",
+    "outcomes",
+    "anchors_proposed",
+    "anchors_located",
+    "anchors_exact",
+    "anchors_normalized",
+    "anchors_prefix",
+    "llm_calls",
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "cost_usd",
+    "wall_seconds",
+    "docs_per_second",
+}
+
+
+def checkpoint_table(out) -> list[dict]:
+    rows = [r._asdict() for r in CheckpointStore(out).read_rows()]
+    return sorted(rows, key=lambda r: r["docid"])
+
+
+def test_heuristic_job_writes_every_output(tmp_path, sample_path):
+    out = tmp_path / "out"
+    cfg = load_structure_config(None, corpus=str(sample_path), out=str(out), shard_docs=30, progress=False)
+    stats = run_structure(cfg)
+    assert STATS_KEYS <= set(stats)
+    assert stats["docs_total"] == 100 and stats["shards"] == 4
+    assert sum(stats["outcomes"].values()) == 100
+    assert stats["docs_with_toc"] >= 90
+    assert json.loads((out / "stats.json").read_text())["docs_total"] == 100
+    docmap = pq.read_table(out / "docmap.parquet").to_pylist()
+    assert len(docmap) == 100
+    originals = {r["docid"]: r["text"] for r in sample_rows()}
+    for entry in docmap:
+        text = (out / "corpus" / entry["relpath"]).read_text(encoding="utf-8")
+        assert strip_structure(text) == originals[entry["docid"]]
+    rows = checkpoint_table(out)
+    assert [r["docid"] for r in rows] == sorted(originals)
+    assert all(r["tier"] == "heuristic" and r["content_hash"] for r in rows)
+
+
+def test_rerun_resumes_without_redoing_and_mismatch_is_refused(tmp_path, sample_path):
+    out = tmp_path / "out"
+    cfg = load_structure_config(None, corpus=str(sample_path), out=str(out), shard_docs=40, limit=60, progress=False)
+    run_structure(cfg)
+    parts = sorted(p.name for p in (out / "checkpoint").iterdir())
+    first = checkpoint_table(out)
+    stats = run_structure(cfg)
+    assert sorted(p.name for p in (out / "checkpoint").iterdir()) == parts  # nothing re-written
+    assert stats["docs_total"] == 60 and stats.get("resumed_done") == 2
+    assert checkpoint_table(out) == first
+    other = load_structure_config(None, corpus=str(sample_path), out=str(out), shard_docs=40, limit=70, progress=False)
+    with pytest.raises(ConfigError, match="different corpus or shard plan"):
+        run_structure(other)
+    fresh = load_structure_config(
+        None, corpus=str(sample_path), out=str(out), shard_docs=40, limit=70, progress=False, new_run=True
+    )
+    assert run_structure(fresh)["docs_total"] == 70
+    assert len(list(out.glob("superseded-*/checkpoint/*.parquet"))) == len(parts)
+
+
+def test_partial_shard_resumes_from_its_parts(tmp_path, sample_path):
+    """A shard killed after some parts were written redoes only the rest (simulated by deleting the done marker
+    and the later parts of a finished run, which is exactly the state a kill leaves)."""
+    out = tmp_path / "out"
+    cfg = load_structure_config(
+        None, corpus=str(sample_path), out=str(out), shard_docs=50, flush_docs=10, limit=50, progress=False
+    )
+    run_structure(cfg)
+    whole = checkpoint_table(out)
+    store = CheckpointStore(out)
+    parts = store.parts(0)
+    assert len(parts) == 5
+    for p in parts[2:]:
+        p.unlink()
+    store.stats_path(0).unlink()
+    stats = run_structure(cfg)
+    assert stats["resumed_docs"] == 20
+    assert checkpoint_table(out) == whole
+
+
+def test_bad_rows_are_recorded_not_lost(tmp_path):
+    rows = sample_rows(5) + [{"docid": "enwiki-12", "text": "dup"}, {"docid": "x", "text": None}]
+    corpus = write_jsonl(tmp_path / "c.jsonl", rows)
+    with pytest.raises(Exception, match=r"c\.jsonl: row 5: duplicate docid"):
+        run_structure(load_structure_config(None, corpus=str(corpus), out=str(tmp_path / "a"), progress=False))
+    out = tmp_path / "b"
+    stats = run_structure(
+        load_structure_config(None, corpus=str(corpus), out=str(out), on_bad_row="skip", progress=False)
+    )
+    assert stats["docs_total"] == 5 and stats["bad_rows"] == 2 and stats["outcomes"]["skipped"] == 2
+    bad = pq.read_table(out / "bad_rows.parquet").to_pylist()
+    assert [(b["row"], b["reason"].split(" (")[0]) for b in bad] == [(5, "duplicate docid"), (6, "null text")]
+
+
+def test_cli_summary_line(tmp_path, sample_path, capsys):
+    from rise_batch.cli import main
+
+    out = tmp_path / "o"
+    assert main(["structure", "--corpus", str(sample_path), "--out", str(out), "--limit", "5"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("structure docs_total=5 ") and f"out={out}" in line
+    assert main(["structure", "--corpus", str(tmp_path / "missing"), "--out", str(out)]) == 2
+    assert "does not exist" in capsys.readouterr().err
