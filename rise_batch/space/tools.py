@@ -100,7 +100,7 @@ class ToolSet:
         return fn(**arguments)
 
 
-def _read(root: Path, path: Any, offset: Any, limit: Any, lookup: Callable[[str], str | None]) -> ToolResult:
+def read_in(root: Path, path: Any, offset: Any, limit: Any, lookup: Callable[[str], str | None]) -> ToolResult:
     try:
         offset, limit = int(offset), int(limit)
     except (TypeError, ValueError):
@@ -121,11 +121,47 @@ def _read(root: Path, path: Any, offset: Any, limit: Any, lookup: Callable[[str]
     return ToolResult(note + text, surfaced=(docid,) if docid else ())
 
 
-def _bash(sandbox: Sandbox, command: Any, lookup: Callable[[str], str | None]) -> ToolResult:
+def bash_in(sandbox: Sandbox, command: Any, lookup: Callable[[str], str | None]) -> ToolResult:
     if not isinstance(command, str) or not command.strip():
         return ToolResult("error: `command` must be a non-empty string", error=True)
     res = sandbox.run(command)
     return ToolResult(res.render(sandbox.limits.timeout_s), surfaced=tuple(surfaced_in(res.output, lookup)))
+
+
+def search_into(index: SearchIndex, ws: Workspace, queries: Any, k: int = 1000, preview: int = 10) -> ToolResult:
+    """RISE `search`: BM25 top-k per sub-query, their union linked into `ws`, a top-`preview` listing each."""
+    subs, note = coerce_queries(queries)
+    if not subs:
+        return ToolResult(f"error: give at least one non-empty query. {note}".strip(), error=True)
+    before = len(ws)
+    hits_list = index.search(subs, k)
+    out = [f"Searched {len(subs)} quer{'y' if len(subs) == 1 else 'ies'} (top {k} each)."]
+    if note:
+        out.append(f"Note: {note}.")
+    surfaced: dict[str, None] = {}
+    new_all: list[str] = []
+    missing = 0
+    call = ws.new_call()
+    for i, (q, hits) in enumerate(zip(subs, hits_list, strict=True), 1):
+        added = ws.add(hits.docids, call)
+        new_all += added.new
+        missing += len(added.missing)
+        out.append(f'\nQuery {i}: "{q}" -- {len(hits.docids):,} matched, {len(added.new):,} new')
+        for rank, (docid, score) in enumerate(zip(hits.docids[:preview], hits.scores, strict=False), 1):
+            arrival = ws.arrivals.get(docid)
+            if arrival is None:
+                out.append(f"  {rank:>2}. [{score:.2f}] (docid {docid}: file missing from the docs directory)")
+                continue
+            surfaced[docid] = None
+            out.append(f"  {rank:>2}. [{score:.2f}] {arrival.relpath}")
+            out.append(f"      {snippet_line(ws.files_dir / arrival.relpath)}")
+    if missing:
+        out.append(f"\n[{missing} retrieved documents have no file in the docs directory and were skipped]")
+    out.append(
+        f"\nWorkspace: {len(ws):,} documents (+{len(ws) - before:,} this call). "
+        "Explore it with bash (rg, grep, ls, ...) and read."
+    )
+    return ToolResult("\n".join(out), surfaced=tuple(surfaced), retrieved=tuple(new_all))
 
 
 class RiseTools(ToolSet):
@@ -152,43 +188,13 @@ class RiseTools(ToolSet):
         ]
 
     def search(self, queries: Any) -> ToolResult:
-        subs, note = coerce_queries(queries)
-        if not subs:
-            return ToolResult(f"error: give at least one non-empty query. {note}".strip(), error=True)
-        before = len(self.ws)
-        hits_list = self.index.search(subs, self.k)
-        out = [f"Searched {len(subs)} quer{'y' if len(subs) == 1 else 'ies'} (top {self.k} each)."]
-        if note:
-            out.append(f"Note: {note}.")
-        surfaced: dict[str, None] = {}
-        new_all: list[str] = []
-        missing = 0
-        for i, (q, hits) in enumerate(zip(subs, hits_list, strict=True), 1):
-            added = self.ws.add(hits.docids)
-            new_all += added.new
-            missing += len(added.missing)
-            out.append(f'\nQuery {i}: "{q}" -- {len(hits.docids):,} matched, {len(added.new):,} new')
-            for rank, (docid, score) in enumerate(zip(hits.docids[: self.preview], hits.scores, strict=False), 1):
-                arrival = self.ws.arrivals.get(docid)
-                if arrival is None:
-                    out.append(f"  {rank:>2}. [{score:.2f}] (docid {docid}: file missing from the docs directory)")
-                    continue
-                surfaced[docid] = None
-                out.append(f"  {rank:>2}. [{score:.2f}] {arrival.relpath}")
-                out.append(f"      {snippet_line(self.ws.files_dir / arrival.relpath)}")
-        if missing:
-            out.append(f"\n[{missing} retrieved documents have no file in the docs directory and were skipped]")
-        out.append(
-            f"\nWorkspace: {len(self.ws):,} documents (+{len(self.ws) - before:,} this call). "
-            "Explore it with bash (rg, grep, ls, ...) and read."
-        )
-        return ToolResult("\n".join(out), surfaced=tuple(surfaced), retrieved=tuple(new_all))
+        return search_into(self.index, self.ws, queries, self.k, self.preview)
 
     def bash(self, command: Any) -> ToolResult:
-        return _bash(self.sandbox, command, self.ws.by_relpath.get)
+        return bash_in(self.sandbox, command, self.ws.by_relpath.get)
 
     def read(self, path: Any, offset: Any = 0, limit: Any = MAX_READ_LINES) -> ToolResult:
-        return _read(self.ws.files_dir, path, offset, limit, self.ws.by_relpath.get)
+        return read_in(self.ws.files_dir, path, offset, limit, self.ws.by_relpath.get)
 
 
 class DciTools(ToolSet):
@@ -205,10 +211,10 @@ class DciTools(ToolSet):
         ]
 
     def bash(self, command: Any) -> ToolResult:
-        return _bash(self.sandbox, command, self.store.docid)
+        return bash_in(self.sandbox, command, self.store.docid)
 
     def read(self, path: Any, offset: Any = 0, limit: Any = MAX_READ_LINES) -> ToolResult:
-        return _read(self.store.corpus_dir, path, offset, limit, self.store.docid)
+        return read_in(self.store.corpus_dir, path, offset, limit, self.store.docid)
 
 
 class RetrievalTools(ToolSet):

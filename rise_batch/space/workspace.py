@@ -75,6 +75,11 @@ class AddResult(NamedTuple):
     missing: list[str]  # docids with no relpath in the docmap or no file on disk
 
 
+def read_manifest(ws_dir: str | Path) -> list[Arrival]:
+    with open(Path(ws_dir) / MANIFEST, encoding="utf-8") as f:
+        return [Arrival(**json.loads(line)) for line in f if line.strip()]
+
+
 class Workspace:
     """One query's directory: WS/files/<relpath> (what the agent sees) and WS/manifest.jsonl (arrivals)."""
 
@@ -99,18 +104,20 @@ class Workspace:
             (self.path / MANIFEST).touch()
 
     def _reopen(self) -> None:
-        with open(self.path / MANIFEST, encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    a = Arrival(**json.loads(line))
-                    self.arrivals[a.docid] = a
-                    self.by_relpath[a.relpath] = a.docid
-                    self.calls = max(self.calls, a.call + 1)
+        for a in read_manifest(self.path):
+            self.arrivals[a.docid] = a
+            self.by_relpath[a.relpath] = a.docid
+            self.calls = max(self.calls, a.call + 1)
 
-    def add(self, docids: Iterable[str]) -> AddResult:
-        """One search call's union: link every docid not yet present, then append their arrivals to the manifest."""
-        call, now = self.calls, time.time()
+    def new_call(self) -> int:
+        """Number a search call; its sub-queries' adds share it, so arrivals say which call brought a doc."""
         self.calls += 1
+        return self.calls - 1
+
+    def add(self, docids: Iterable[str], call: int | None = None) -> AddResult:
+        """Link every docid not yet present, then append their arrivals to the manifest (one call if not given)."""
+        call = self.new_call() if call is None else call
+        now = time.time()
         new: list[str] = []
         missing: list[str] = []
         present = 0

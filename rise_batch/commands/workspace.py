@@ -1,0 +1,114 @@
+"""`rise-batch workspace search|bash|read|info`: walk an interaction space by hand, as an agent would.
+
+Each call is one tool call against a workspace directory that persists between commands (its manifest records
+what arrived when), so a person can reproduce or debug a trajectory step by step.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "workspace",
+        help="walk a per-query interaction space by hand: search into it, run sandboxed bash, read files",
+        description=(
+            "The RISE tools from the command line. `search` links the union of its queries' top-K documents into "
+            "WS (creating it), `bash` runs a command in the sandbox with WS as its read-only working directory, "
+            "`read` prints numbered lines of a WS file. WS persists until you delete it."
+        ),
+    )
+    wsub = p.add_subparsers(dest="ws_command", metavar="ACTION", required=True)
+
+    s = wsub.add_parser("search", help="BM25 search; link each query's top-K documents into the workspace")
+    s.add_argument("--index", required=True, help="BM25 index directory (from `rise-batch index`)")
+    s.add_argument("--docs", required=True, help="materialized docs dir: DIR/corpus/<relpath> + DIR/docmap.parquet")
+    s.add_argument("--workspace", required=True, metavar="WS", help="workspace directory (created if missing)")
+    s.add_argument("-k", type=int, default=1000, help="documents linked per query (default 1000)")
+    s.add_argument("--preview", type=int, default=10, help="previewed hits per query (default 10)")
+    s.add_argument("queries", nargs="+", help="one or more keyword queries")
+    s.set_defaults(func=run)
+
+    b = wsub.add_parser("bash", help="run a shell command in the sandbox, WS read-only as the working directory")
+    b.add_argument("workspace", metavar="WS")
+    b.add_argument("command", help='e.g. "rg -l Lyon | head"')
+    b.add_argument("--timeout", type=float, default=60.0, help="wall-clock cap in seconds (default 60)")
+    b.add_argument("--max-output", type=int, default=4000, help="characters of output kept (default 4000)")
+    b.add_argument(
+        "--unsandboxed",
+        action="store_true",
+        help="DANGEROUS: run without bubblewrap if it is unavailable (commands can then modify the corpus)",
+    )
+    b.set_defaults(func=run)
+
+    r = wsub.add_parser("read", help="print numbered lines of a workspace file")
+    r.add_argument("workspace", metavar="WS")
+    r.add_argument("path", help="path relative to the workspace, as rg/ls print it")
+    r.add_argument("--offset", type=int, default=0, help="0-indexed first line (default 0)")
+    r.add_argument("--limit", type=int, default=2000, help="number of lines (default 2000)")
+    r.set_defaults(func=run)
+
+    i = wsub.add_parser("info", help="size of the workspace and what each search call added")
+    i.add_argument("workspace", metavar="WS")
+    i.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+    from pathlib import Path
+
+    from rise_batch.space.workspace import FILES, MANIFEST
+
+    ws_dir = Path(args.workspace)
+    if args.ws_command == "search":
+        return _search(args, ws_dir)
+    if not (ws_dir / MANIFEST).exists() or not (ws_dir / FILES).is_dir():
+        print(
+            f"rise-batch workspace: {ws_dir} is not a workspace (no {MANIFEST}); create one with search",
+            file=sys.stderr,
+        )
+        return 2
+    if args.ws_command == "bash":
+        from rise_batch.space.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
+
+        try:
+            limits = SandboxLimits(timeout_s=args.timeout, max_output_chars=args.max_output)
+            box = Sandbox(ws_dir / FILES, limits, allow_unsandboxed=args.unsandboxed)
+        except SandboxUnavailable as e:
+            print(f"rise-batch workspace bash: {e}", file=sys.stderr)
+            return 2
+        res = box.run(args.command)
+        print(res.render(limits.timeout_s))
+        return 0 if res.exit_code == 0 else 1
+    if args.ws_command == "read":
+        from rise_batch.space.tools import read_in
+
+        res = read_in(ws_dir / FILES, args.path, args.offset, args.limit, lambda _rel: None)
+        print(res.text, file=sys.stderr if res.error else sys.stdout)
+        return 1 if res.error else 0
+    return _info(ws_dir)
+
+
+def _search(args: argparse.Namespace, ws_dir) -> int:
+    from rise_batch.index import load_index
+    from rise_batch.space.tools import search_into
+    from rise_batch.space.workspace import DocStore, Workspace
+
+    ws = Workspace(ws_dir, DocStore(args.docs), keep=True)
+    res = search_into(load_index(args.index), ws, args.queries, args.k, args.preview)
+    print(res.text)
+    print(f'(workspace: {ws.path}; explore with `rise-batch workspace bash {ws.path} "rg -l WORD | head"`)')
+    return 1 if res.error else 0
+
+
+def _info(ws_dir) -> int:
+    from collections import Counter
+
+    from rise_batch.space.workspace import read_manifest
+
+    calls = Counter(a.call for a in read_manifest(ws_dir))
+    print(f"workspace {ws_dir}: {sum(calls.values()):,} documents from {len(calls)} search calls")
+    for call in sorted(calls):
+        print(f"  call {call}: +{calls[call]:,}")
+    return 0
