@@ -1,0 +1,187 @@
+"""`POST /v1/chat/completions`: who answers a request (responders), what it costs (usage), and how it fails.
+
+Responders are the extension point for new kinds of traffic: a responder says whether a request is its kind
+(by its messages, model name or tools) and produces the assistant message. Structuring requests (a document between
+`<document>` tags) get section proposals; agent policies and a judge plug in the same way, ahead of the fallback.
+Faults are applied around whichever responder answers, so every kind of traffic can be made to fail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rise_batch.fake_llm.faults import choose_fault, latency_s
+from rise_batch.fake_llm.state import ServerState
+from rise_batch.fake_llm.structuring import extract_document, structuring_reply
+from rise_batch.llm.tokens import MESSAGE_OVERHEAD_TOKENS, approx_message_tokens, approx_tokens, message_text
+
+REASONING_TOKENS = {"none": 0, "minimal": 0, "low": 64, "medium": 256, "high": 1024, "xhigh": 2048}
+
+
+class BadRequest(ValueError):
+    """The request itself is wrong: answered with a 400, as the real API would."""
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    body: dict[str, Any]
+    model: str
+    messages: list[dict[str, Any]]
+    document: str | None  # the document of a structuring request
+    key: str  # identifies "the same request" across retries: faults and attempt counts hang on it
+
+    @classmethod
+    def parse(cls, body: Any) -> ChatRequest:
+        if not isinstance(body, dict):
+            raise BadRequest("the request body must be a JSON object")
+        model, messages = body.get("model"), body.get("messages")
+        if not isinstance(model, str) or not model:
+            raise BadRequest("`model` is required")
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            raise BadRequest("`messages` must be a non-empty list of message objects")
+        users = [m for m in messages if m.get("role") == "user"]
+        document = extract_document(message_text(users[-1])) if users else None
+        basis = document if document is not None else model + "\x00" + "\x00".join(map(message_text, messages))
+        key = hashlib.blake2b(basis.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+        return cls(body, model, messages, document, key)
+
+
+class Responder(Protocol):
+    name: str
+
+    def matches(self, request: ChatRequest) -> bool: ...
+
+    def respond(self, request: ChatRequest) -> dict[str, Any]:
+        """The assistant message (role, content and, for agents, tool_calls)."""
+        ...
+
+
+class StructuringResponder:
+    name = "structure"
+
+    def matches(self, request: ChatRequest) -> bool:
+        return request.document is not None
+
+    def respond(self, request: ChatRequest) -> dict[str, Any]:
+        return {"role": "assistant", "content": structuring_reply(request.document or "")}
+
+
+class FallbackResponder:
+    name = "fallback"
+
+    def matches(self, request: ChatRequest) -> bool:
+        return True
+
+    def respond(self, request: ChatRequest) -> dict[str, Any]:
+        return {
+            "role": "assistant",
+            "content": f"fake-llm: no scripted policy for this request (model {request.model})",
+        }
+
+
+def default_responders() -> list[Responder]:
+    return [StructuringResponder(), FallbackResponder()]
+
+
+def usage(state: ServerState, request: ChatRequest, content: str) -> dict[str, Any]:
+    """Token counts like the API's: prompt tokens include the cached system prompt, output includes reasoning."""
+    prompt = approx_message_tokens(request.messages)
+    first = request.messages[0]
+    cached = 0
+    if first.get("role") in ("system", "developer") and state.cache_hit(request.model + message_text(first)):
+        cached = approx_tokens(message_text(first)) + MESSAGE_OVERHEAD_TOKENS
+    reasoning = REASONING_TOKENS.get(str(request.body.get("reasoning_effort")), 0)
+    completion = approx_tokens(content) + reasoning
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": reasoning, "audio_tokens": 0},
+    }
+
+
+def error_body(message: str, kind: str, code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+def retry_after_headers(style: str, seconds: float) -> dict[str, str]:
+    headers = {}
+    if style in ("both", "ms"):
+        headers["retry-after-ms"] = str(max(int(seconds * 1000), 1))
+    if style in ("both", "seconds"):
+        headers["retry-after"] = f"{seconds:.3f}"
+    return headers
+
+
+def complete(
+    state: ServerState, request: ChatRequest, responders: list[Responder]
+) -> tuple[int, dict[str, Any], dict[str, str], dict[str, Any]]:
+    """Answer one chat completion: (status, JSON body, extra headers, log fields)."""
+    cfg = state.config
+    attempt = state.begin(request.key)
+    try:
+        head = request.document if request.document is not None else message_text(request.messages[-1])
+        log: dict[str, Any] = {"key": request.key, "attempt": attempt, "model": request.model, "head": head[:60]}
+        wait = state.admit(approx_message_tokens(request.messages))
+        if wait > 0:
+            retry_after = max(wait, cfg.retry_after_ms / 1000.0)
+            log["fault"] = "rate-limit"
+            headers = {**retry_after_headers(cfg.retry_after_style, retry_after), **state.ratelimit_headers()}
+            return (
+                429,
+                error_body("Rate limit reached (fake-llm limit)", "requests", "rate_limit_exceeded"),
+                headers,
+                log,
+            )
+        fault = choose_fault(cfg, request.key, attempt)
+        log["fault"] = fault
+        if state.stop.wait(latency_s(cfg, request.key, attempt)):
+            return 503, error_body("fake-llm is shutting down", "server_error"), {}, log
+        if fault == "429":
+            headers = retry_after_headers(cfg.retry_after_style, cfg.retry_after_ms / 1000.0)
+            return 429, error_body("Rate limit reached (fake)", "requests", "rate_limit_exceeded"), headers, log
+        if fault == "500":
+            return 500, error_body("The server had an error (fake)", "server_error"), {}, log
+        if fault == "400":
+            return 400, error_body("Invalid request (fake)", "invalid_request_error"), {}, log
+        if fault == "hang" and state.stop.wait(cfg.hang_s):
+            return 503, error_body("fake-llm is shutting down", "server_error"), {}, log
+        responder = next(r for r in responders if r.matches(request))
+        message = responder.respond(request)
+        content = message.get("content") or ""
+        if fault == "malformed":
+            message = {**message, "content": content[: max(len(content) // 2, 1)] + "\n{,"}
+        counts = usage(state, request, content)
+        log.update(responder=responder.name, **_log_usage(counts))
+        choices = (
+            [] if fault == "empty" else [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}]
+        )
+        body = {
+            "id": f"chatcmpl-fake-{request.key}-{attempt}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": request.model,
+            "choices": choices,
+            "usage": counts,
+            "system_fingerprint": "fake-llm",
+        }
+        return 200, body, state.ratelimit_headers(), log
+    finally:
+        state.end()
+
+
+def _log_usage(counts: dict[str, Any]) -> dict[str, int]:
+    return {
+        "prompt_tokens": counts["prompt_tokens"],
+        "cached_tokens": counts["prompt_tokens_details"]["cached_tokens"],
+        "completion_tokens": counts["completion_tokens"],
+    }
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False).encode("utf-8")

@@ -1,0 +1,224 @@
+"""The HTTP side of the fake OpenAI-compatible server: stdlib threads, a route table, admin endpoints.
+
+Routes are data (`FakeLLMServer.add_route`), so later surfaces of the API (files, batches, responses) are new
+handler modules registering routes, not edits to the request loop. Admin endpoints under `/v1/_...` let a test or a
+benchmark read the server's own counts and request log, and change fault settings while it runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, NamedTuple
+from urllib.parse import parse_qsl, urlsplit
+
+from rise_batch.fake_llm.chat import BadRequest, ChatRequest, Responder, complete, default_responders, dumps, error_body
+from rise_batch.fake_llm.faults import FaultConfig
+from rise_batch.fake_llm.state import ServerState
+
+
+class HttpRequest(NamedTuple):
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: Mapping[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body or b"null")
+        except ValueError as e:
+            raise BadRequest(f"the request body is not valid JSON: {e}") from None
+
+
+class HttpResponse(NamedTuple):
+    status: int
+    body: bytes
+    headers: Mapping[str, str] = {}
+    content_type: str = "application/json"
+
+
+def json_response(status: int, obj: Any, headers: Mapping[str, str] | None = None) -> HttpResponse:
+    return HttpResponse(status, dumps(obj), headers or {})
+
+
+RouteHandler = Callable[["FakeLLMServer", HttpRequest, "re.Match[str]"], HttpResponse]
+
+
+class FakeLLMServer:
+    """`with FakeLLMServer(p429=0.2, seed=1) as server:` ... `server.base_url` ... `server.stats()`."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        responders: list[Responder] | None = None,
+        log_limit: int = 1_000_000,
+        **faults: Any,
+    ) -> None:
+        self.state = ServerState(FaultConfig().updated(faults), log_limit)
+        self.responders = responders if responders is not None else default_responders()
+        self.routes: list[tuple[str, re.Pattern[str], RouteHandler]] = []
+        for method, pattern, handler in DEFAULT_ROUTES:
+            self.add_route(method, pattern, handler)
+        self._httpd = _HTTPServer((host, port), _Handler)
+        self._httpd.fake = self
+        self.host, self.port = host, self._httpd.server_address[1]
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
+
+    def add_route(self, method: str, pattern: str, handler: RouteHandler, *, first: bool = False) -> None:
+        """Serve `method` requests whose path fully matches `pattern`; `first` puts it ahead of existing routes."""
+        route = (method.upper(), re.compile(pattern), handler)
+        self.routes.insert(0, route) if first else self.routes.append(route)
+
+    def start(self) -> FakeLLMServer:
+        serve = functools.partial(self._httpd.serve_forever, poll_interval=0.05)  # a short poll: stop() is quick
+        self._thread = threading.Thread(target=serve, name="fake-llm", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.state.stop.set()
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._httpd.server_close()
+
+    def __enter__(self) -> FakeLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stats(self) -> dict[str, Any]:
+        return self.state.stats()
+
+    def log(self, since: int = 0) -> list[dict[str, Any]]:
+        return self.state.log(since)
+
+    def configure(self, **changes: Any) -> FaultConfig:
+        return self.state.configure(changes)
+
+    def reset(self) -> None:
+        self.state.reset()
+
+    def dispatch(self, request: HttpRequest) -> HttpResponse:
+        path_matched = False
+        for method, pattern, handler in self.routes:
+            match = pattern.fullmatch(request.path)
+            if match is None:
+                continue
+            path_matched = True
+            if method == request.method:
+                try:
+                    return handler(self, request, match)
+                except BadRequest as e:
+                    return json_response(400, error_body(str(e), "invalid_request_error"))
+        if path_matched:
+            return json_response(405, error_body(f"{request.method} not allowed on {request.path}", "invalid_request"))
+        return json_response(404, error_body(f"no route for {request.path}", "invalid_request_error"))
+
+
+def _chat_completions(server: FakeLLMServer, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
+    arrived = time.time()
+    entry: dict[str, Any] = {"t": arrived, "path": request.path}
+    required = server.state.config.require_key
+    if required is not None and request.headers.get("Authorization") != f"Bearer {required}":
+        server.state.record({**entry, "status": 401, "fault": None})
+        return json_response(401, error_body("Incorrect API key provided (fake)", "invalid_request_error"))
+    try:
+        chat = ChatRequest.parse(request.json())
+    except BadRequest as e:
+        server.state.record({**entry, "status": 400, "fault": "bad-request"})
+        return json_response(400, error_body(str(e), "invalid_request_error"))
+    status, body, headers, fields = complete(server.state, chat, server.responders)
+    server.state.record({**entry, **fields, "status": status, "elapsed_s": round(time.time() - arrived, 4)})
+    return json_response(status, body, headers)
+
+
+def _models(server: FakeLLMServer, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
+    from rise_batch.llm.pricing import PriceTable
+
+    names = ["fake-llm", *sorted(PriceTable.load().prices)]
+    data = [{"id": n, "object": "model", "created": 0, "owned_by": "fake-llm"} for n in names]
+    return json_response(200, {"object": "list", "data": data})
+
+
+def _stats(server: FakeLLMServer, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
+    return json_response(200, server.stats())
+
+
+def _log(server: FakeLLMServer, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
+    return json_response(200, {"entries": server.log(int(request.query.get("since", 0)))})
+
+
+def _config(server: FakeLLMServer, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
+    changes = request.json()
+    if not isinstance(changes, dict):
+        raise BadRequest("POST /v1/_config takes a JSON object of settings")
+    try:
+        return json_response(200, server.configure(**changes).as_dict())
+    except (TypeError, ValueError) as e:
+        raise BadRequest(str(e)) from None
+
+
+def _reset(server: FakeLLMServer, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
+    server.reset()
+    return json_response(200, {"reset": True})
+
+
+DEFAULT_ROUTES: list[tuple[str, str, RouteHandler]] = [
+    ("POST", "/v1/chat/completions", _chat_completions),
+    ("GET", "/v1/models", _models),
+    ("GET", "/v1/_stats", _stats),
+    ("GET", "/v1/_log", _log),
+    ("POST", "/v1/_config", _config),
+    ("POST", "/v1/_reset", _reset),
+]
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False  # hung handlers end with the stop event, never block shutdown
+    request_queue_size = 1024
+    fake: FakeLLMServer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: clients reuse connections as they do with the real API
+    disable_nagle_algorithm = True  # headers and body go out without waiting for delayed ACKs
+    server: _HTTPServer
+
+    def _serve(self) -> None:
+        split = urlsplit(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        request = HttpRequest(self.command, split.path, dict(parse_qsl(split.query)), self.headers, body)
+        response = self.server.fake.dispatch(request)
+        try:
+            self.send_response(response.status)
+            self.send_header("Content-Type", response.content_type)
+            self.send_header("Content-Length", str(len(response.body)))
+            for name, value in response.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(response.body)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout on a hang)
+            self.close_connection = True
+
+    do_GET = do_POST = do_DELETE = _serve
+
+    def log_message(self, format: str, *args: Any) -> None:  # the request log replaces stderr chatter
+        pass

@@ -1,0 +1,243 @@
+"""The async OpenAI-compatible client every LLM call of the project goes through.
+
+openai's own retries are off (`max_retries=0`) and tenacity owns them, so that one policy (rise_batch.llm.retry)
+decides what is retried, every HTTP attempt takes a lease from the shared limiter (a retry costs rate like any
+request), a 429 cools the whole limiter down, and attempts, retries and 429s are counted where a run can report them.
+
+Failure contract: `chat()` either returns a Reply or raises `LLMError` — for a non-retryable error (400, 401, 404,
+context too long...) at once, for a retryable one after `max_attempts`. The structuring backend records the document
+as outcome `error` with `str(exc)`; nothing else escapes except cancellation. A reply whose content is not the JSON
+the caller wanted is still a Reply: judging content is the caller's job (the backend re-asks once, counted apart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any, NamedTuple
+
+import openai
+from openai.types.chat import ChatCompletion
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+
+from rise_batch.config import LLMConfig
+from rise_batch.llm.limiter import AsyncLimiter, Limiter
+from rise_batch.llm.pricing import PriceTable
+from rise_batch.llm.ratelimit import RateLimits
+from rise_batch.llm.retry import UnusableReplyError, Verdict, classify
+from rise_batch.llm.tokens import approx_message_tokens
+from rise_batch.types import Reply
+
+try:  # openai >= 2 ships on httpx2; older releases on httpx
+    import httpx2 as httpx
+except ImportError:  # pragma: no cover
+    import httpx  # type: ignore[no-redef]
+
+_TIMEOUTS = (TimeoutError, openai.APITimeoutError)
+_CONNECTION = (ConnectionError, openai.APIConnectionError)
+
+
+class LLMError(Exception):
+    """A call that failed for good. `kind` is a retry.Verdict kind; `status` the HTTP status when there was one."""
+
+    def __init__(self, message: str, *, kind: str, status: int | None = None, attempts: int = 0) -> None:
+        super().__init__(message)
+        self.kind, self.status, self.attempts = kind, status, attempts
+
+
+@dataclass
+class LLMStats:
+    """Counters of one client (one worker); summed across workers into run stats."""
+
+    calls: int = 0  # chat()/complete() calls
+    attempts: int = 0  # HTTP requests sent
+    retries: int = 0
+    rate_limited: int = 0  # 429 replies
+    server_errors: int = 0  # 5xx replies
+    timeouts: int = 0
+    connection_errors: int = 0
+    bad_replies: int = 0  # 2xx replies that were unusable (no choices, invalid body)
+    client_errors: int = 0  # other 4xx
+    failures: int = 0  # calls that ended in LLMError
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def count_failure(self, verdict: Verdict) -> None:
+        field = {
+            "rate-limit": "rate_limited",
+            "server": "server_errors",
+            "timeout": "timeouts",
+            "request-timeout": "timeouts",
+            "connection": "connection_errors",
+            "bad-response": "bad_replies",
+            "client": "client_errors",
+            "conflict": "client_errors",
+        }.get(verdict.kind)
+        if field:
+            setattr(self, field, getattr(self, field) + 1)
+
+
+class Completion(NamedTuple):
+    """One successful call: the API object (for tool calls and the like), its priced Reply, and how it went."""
+
+    completion: ChatCompletion
+    reply: Reply
+    attempts: int
+    headers: dict[str, str]
+
+
+class LLMClient:
+    """`await client.chat(messages) -> Reply`, rate limited, retried and priced. Use as an async context manager."""
+
+    def __init__(
+        self,
+        config: LLMConfig,
+        *,
+        limiter: Limiter | None = None,
+        prices: PriceTable | None = None,
+        batch_pricing: bool = False,
+        backoff_initial_s: float = 0.5,
+        backoff_max_s: float = 30.0,
+        max_retry_after_s: float = 120.0,
+        cooldown_s: float = 1.0,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> None:
+        self.config = config
+        self.limiter: Limiter = limiter or AsyncLimiter(RateLimits(rpm=config.rpm, tpm=config.tpm), config.concurrency)
+        self.prices = prices or PriceTable.load([config.prices_file] if config.prices_file else [])
+        self.batch_pricing = batch_pricing
+        self.backoff_initial_s, self.backoff_max_s = backoff_initial_s, backoff_max_s
+        self.max_retry_after_s, self.cooldown_s = max_retry_after_s, cooldown_s
+        self._sleep = sleep
+        self.stats = LLMStats()
+        pool = httpx.Limits(max_connections=config.concurrency, max_keepalive_connections=config.concurrency)
+        self._openai = openai.AsyncOpenAI(
+            base_url=config.base_url,
+            api_key=config.api_key(),
+            max_retries=0,
+            timeout=config.timeout_s,
+            http_client=openai.DefaultAsyncHttpxClient(limits=pool, timeout=config.timeout_s),
+        )
+
+    async def __aenter__(self) -> LLMClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._openai.close()
+
+    async def chat(self, messages: list[dict[str, Any]]) -> Reply:
+        """The structuring transport: messages in, text and priced usage out (raises LLMError)."""
+        return (await self.complete(messages)).reply
+
+    async def complete(
+        self, messages: list[dict[str, Any]], *, timeout: float | None = None, **params: Any
+    ) -> Completion:
+        """Like chat() but with the full API object and extra request parameters (tools, ...) for agents."""
+        self.stats.calls += 1
+        request: dict[str, Any] = {"model": self.config.model, "messages": messages, **params}
+        if self.config.reasoning_effort is not None:
+            request.setdefault("reasoning_effort", self.config.reasoning_effort)
+        if self.config.max_output_tokens:
+            request.setdefault("max_completion_tokens", self.config.max_output_tokens)
+        est = approx_message_tokens(messages) + int(request.get("max_completion_tokens") or 0)
+        paid = [0, 0, 0]  # tokens of every 2xx attempt, including unusable ones: they were billed
+        attempts = 0
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.config.max_attempts),
+            wait=self._wait,
+            retry=retry_if_exception(lambda e: self._classify(e).retryable),
+            before_sleep=self._count_retry,
+            sleep=self._sleep,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    attempts += 1
+                    completion, headers = await self._attempt(request, est, timeout, paid)
+        except Exception as exc:
+            self.stats.failures += 1
+            verdict = self._classify(exc)
+            where = f"HTTP {verdict.status} " if verdict.status else ""
+            raise LLMError(
+                f"{where}{verdict.kind} after {attempts} attempt(s): {exc}",
+                kind=verdict.kind,
+                status=verdict.status,
+                attempts=attempts,
+            ) from exc
+        message = completion.choices[0].message
+        model = completion.model or self.config.model
+        cost = self.prices.cost(model, paid[0], paid[1], paid[2], batch=self.batch_pricing)
+        self.stats.cost_usd += cost
+        reply = Reply(message.content or "", paid[0], paid[1], paid[2], cost, model)
+        return Completion(completion, reply, attempts, headers)
+
+    async def _attempt(
+        self, request: dict[str, Any], est: int, timeout: float | None, paid: list[int]
+    ) -> tuple[ChatCompletion, dict[str, str]]:
+        lease = await self.limiter.acquire(est)
+        self.stats.attempts += 1
+        actual: int | None = None
+        headers: dict[str, str] | None = None
+        try:
+            options = {} if timeout is None else {"timeout": timeout}
+            raw = await self._openai.chat.completions.with_raw_response.create(**request, **options)
+            headers = dict(raw.headers)
+            try:
+                completion = raw.parse()
+            except Exception as e:  # a 2xx whose body is not a chat completion
+                raise UnusableReplyError(f"unparseable response body: {e}") from e
+            if completion.usage is not None:
+                usage = completion.usage
+                cached = getattr(usage.prompt_tokens_details, "cached_tokens", None) or 0
+                actual = usage.prompt_tokens + usage.completion_tokens
+                paid[0] += usage.prompt_tokens
+                paid[1] += cached
+                paid[2] += usage.completion_tokens
+                self.stats.input_tokens += usage.prompt_tokens
+                self.stats.cached_input_tokens += cached
+                self.stats.output_tokens += usage.completion_tokens
+            if not completion.choices:
+                raise UnusableReplyError("the reply has no choices")
+            return completion, headers
+        except Exception as exc:
+            verdict = self._classify(exc)
+            self.stats.count_failure(verdict)
+            response = getattr(exc, "response", None)
+            if headers is None and response is not None:
+                headers = dict(response.headers)
+            if verdict.kind == "rate-limit":
+                await self.limiter.penalize(verdict.retry_after if verdict.retry_after is not None else self.cooldown_s)
+            raise
+        finally:
+            await self.limiter.release(lease, actual, headers)
+
+    def _classify(self, exc: BaseException) -> Verdict:
+        return classify(exc, timeout_types=_TIMEOUTS, connection_types=_CONNECTION)
+
+    def _wait(self, state: RetryCallState) -> float:
+        """The server's retry-after when given (plus up to 10% jitter), else exponential backoff, half jittered."""
+        exc = state.outcome.exception() if state.outcome else None
+        retry_after = self._classify(exc).retry_after if exc else None
+        if retry_after is not None and retry_after <= self.max_retry_after_s:
+            return retry_after * (1.0 + 0.1 * random.random())
+        base = min(self.backoff_max_s, self.backoff_initial_s * 2 ** (state.attempt_number - 1))
+        return base / 2 + random.random() * base / 2
+
+    def _count_retry(self, state: RetryCallState) -> None:
+        self.stats.retries += 1
+
+
+def client_from_config(config: LLMConfig, *, limiter: Limiter | None = None, **options: Any) -> LLMClient:
+    """The client a worker builds from the job's `llm:` config (limiter: the job's shared one, when distributed)."""
+    return LLMClient(config, limiter=limiter, **options)
