@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "structure",
     "materialize",
     "workspace",
+    "fake_llm",
 ]
 
 

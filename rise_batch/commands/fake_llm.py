@@ -1,0 +1,73 @@
+"""`rise-batch fake-llm`: run the project's OpenAI-compatible test server in the foreground.
+
+Point a job's `llm.base_url` at it to dry-run structuring for free (no key needed for localhost), or to rehearse
+rate limits and failures before paying for them. `GET /v1/_stats` and `GET /v1/_log` show what it received.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+_FAULT_FLAGS = [
+    ("--latency-ms", float, "latency added to every completion (ms)"),
+    ("--latency-jitter-ms", float, "plus a deterministic 0..N ms per request"),
+    ("--p429", float, "share of requests answered 429 with retry-after"),
+    ("--p500", float, "share answered 500"),
+    ("--p-hang", float, "share that hang for --hang-s before answering"),
+    ("--p-malformed", float, "share whose reply content is truncated, invalid JSON"),
+    ("--p-empty", float, "share answered with an empty `choices` list"),
+    ("--p400", float, "share answered 400 (not retryable)"),
+    ("--seed", int, "seed of the deterministic fault draw"),
+    ("--max-faults-per-key", int, "only a document's first N attempts may fault"),
+    ("--retry-after-ms", float, "what 429s ask clients to wait"),
+    ("--hang-s", float, "how long a hang lasts"),
+    ("--rpm-limit", int, "server-side requests per window: above it, 429 (also sends x-ratelimit-* headers)"),
+    ("--tpm-limit", int, "server-side prompt tokens per window"),
+    ("--limit-window-s", float, "window of the server-side limits (default 60)"),
+    ("--require-key", str, "answer 401 unless this bearer token is sent"),
+]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "fake-llm",
+        help="run a local OpenAI-compatible test server (deterministic replies, injectable faults)",
+        description=__doc__,
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765, help="0 picks a free port (printed at start)")
+    for flag, kind, text in _FAULT_FLAGS:
+        p.add_argument(flag, type=kind, default=None, help=text)
+    p.set_defaults(func=run)
+
+
+def fault_options(args: argparse.Namespace) -> dict[str, object]:
+    names = [flag[2:].replace("-", "_") for flag, _, _ in _FAULT_FLAGS]
+    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import signal
+    import sys
+    import threading
+
+    from rise_batch.fake_llm import FakeLLMServer
+
+    try:
+        server = FakeLLMServer(args.host, args.port, **fault_options(args))
+    except ValueError as e:
+        print(f"rise-batch fake-llm: error: {e}", file=sys.stderr)
+        return 2
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    with server:
+        print(f"fake-llm serving on {server.base_url} (stats: {server.base_url}/_stats); Ctrl-C stops", flush=True)
+        try:
+            done.wait()
+        except KeyboardInterrupt:
+            pass
+        stats = server.stats()
+    summary = {k: stats[k] for k in ("requests", "by_status", "by_fault", "prompt_tokens", "completion_tokens")}
+    print("fake-llm stopped: " + json.dumps(summary), flush=True)
+    return 0
