@@ -1,0 +1,211 @@
+"""build_index(): corpus -> shards tokenized in parallel -> merged -> a bm25s index directory.
+
+The directory is bm25s's own format (written by `BM25.save`, loadable by `bm25s.BM25.load`), plus
+`docids.json` (row -> docid) and `meta.json` (parameters, tokenizer settings, corpus fingerprint, counts), so
+queries are always tokenized the way the documents were. It is built in a temporary sibling directory and
+renamed into place, so a reader never sees half an index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rise_batch.index.tokenize import TokenizerSettings
+
+if TYPE_CHECKING:
+    from rise_batch.corpus import ShardSpec
+    from rise_batch.index.shards import ShardRunner
+
+META_FILE = "meta.json"
+DOCIDS_FILE = "docids.json"
+FORMAT = "rise_batch.bm25/1"
+K1, B, METHOD = 1.5, 0.75, "lucene"
+
+
+@dataclass(frozen=True)
+class IndexMeta:
+    """meta.json, typed. `counts`: n_docs, n_terms, n_postings, n_tokens, n_empty_docs, avg_doc_len."""
+
+    path: str
+    k1: float
+    b: float
+    method: str
+    tokenizer: TokenizerSettings
+    counts: dict
+    corpus: dict
+    bm25s_version: str
+    build: dict = field(default_factory=dict)
+    format: str = FORMAT
+
+    @property
+    def n_docs(self) -> int:
+        return int(self.counts["n_docs"])
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d.pop("path")
+        d["tokenizer"] = self.tokenizer.to_json()
+        return d
+
+    @classmethod
+    def read(cls, index_dir: str | Path) -> IndexMeta:
+        p = Path(index_dir) / META_FILE
+        if not p.is_file():
+            raise FileNotFoundError(f"{index_dir}: not a rise_batch index (no {META_FILE})")
+        d = json.loads(p.read_text())
+        if d.get("format") != FORMAT:
+            raise ValueError(f"{p}: unsupported index format {d.get('format')!r} (expected {FORMAT})")
+        d["tokenizer"] = TokenizerSettings.from_json(d["tokenizer"])
+        return cls(path=str(index_dir), **d)
+
+
+def build_index(
+    corpus_path: str | Path,
+    out_dir: str | Path,
+    workers: int = 2,
+    *,
+    shard_docs: int = 2000,
+    on_bad_row: str = "error",
+    runner: ShardRunner | None = None,
+    shards: Sequence[ShardSpec] | None = None,
+    settings: TokenizerSettings | None = None,
+    overwrite: bool = False,
+    use_numba: bool | None = None,
+    log: Callable[[str], None] | None = None,
+) -> IndexMeta:
+    """Build the BM25 index of a corpus (Parquet / JSONL[.gz], see rise_batch.corpus) into `out_dir`.
+
+    `shards` lets a caller that already planned the corpus (the structure job's scan) reuse that plan; otherwise
+    shards of about `shard_docs` rows are cut from file metadata. Bad rows and duplicate docids raise
+    (`on_bad_row="error"`) or are left out and counted in meta.json ("skip"; the first of duplicates is kept).
+    `runner` defaults to `workers` local processes; rise_batch.dist.index_tasks.RayShardRunner runs on Ray.
+    """
+    import bm25s
+
+    from rise_batch.index.merge import GlobalStats, assemble
+    from rise_batch.index.plan import plan_index_shards
+    from rise_batch.index.shards import ProcessShardRunner
+
+    say = log or (lambda _msg: None)
+    t0 = time.perf_counter()
+    settings = settings or TokenizerSettings()
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out}: exists and is not empty (pass overwrite=True / --overwrite to replace it)")
+    shards = list(shards) if shards is not None else plan_index_shards(corpus_path, shard_docs)
+    runner = runner or ProcessShardRunner(workers)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        run = _tokenize_all(shards, runner, settings, on_bad_row, tmp / "_spill")
+        n_dups = len(run.duplicates)
+        if n_dups:  # "skip": leave the later copies out and tokenize again (a rare, exceptional input)
+            say(f"{len(run.duplicates)} duplicate docids: tokenizing again without them")
+            shards = _with_skipped(shards, run.duplicates)
+            run = _tokenize_all(shards, runner, settings, on_bad_row, tmp / "_spill2")
+        t2 = time.perf_counter()
+        say(f"tokenized {len(run.merger.docids)} docs in {len(shards)} shards in {t2 - t0:.1f}s")
+        stats = GlobalStats(run.merger, K1, B)
+        n_chars = run.merger.n_chars
+        del run.merger
+        data, indices = assemble(stats, lambda i: run.fetchers[i](), use_numba=use_numba)
+        model = bm25s.BM25(k1=K1, b=B, method=METHOD)
+        model.scores = {"data": data, "indices": indices, "indptr": stats.indptr, "num_docs": stats.n_docs}
+        model.vocab_dict = stats.vocab_dict
+        model.nonoccurrence_array = None
+        for spill in tmp.glob("_spill*"):
+            shutil.rmtree(spill)
+        model.save(tmp, show_progress=False)
+        (tmp / DOCIDS_FILE).write_text(json.dumps(stats.docids, ensure_ascii=False))
+        t3 = time.perf_counter()
+        say(f"merged and saved in {t3 - t2:.1f}s")
+        meta = IndexMeta(
+            path=str(out),
+            k1=K1,
+            b=B,
+            method=METHOD,
+            tokenizer=settings,
+            counts={
+                "n_docs": stats.n_docs,
+                "n_terms": stats.n_vocab,
+                "n_postings": stats.n_postings,
+                "n_tokens": int(stats.doc_lengths.sum()),
+                "n_empty_docs": int((stats.doc_lengths == 0).sum()),
+                "avg_doc_len": float(stats.avg_doc_len),
+            },
+            corpus={
+                "path": str(corpus_path),
+                "content_sha256": run.content.hexdigest(),
+                "n_chars": n_chars,
+                "n_bad_rows": len(run.bad_rows),
+                "n_duplicates_skipped": n_dups,
+                "bad_rows": [list(b) for b in run.bad_rows[:100]],
+            },
+            bm25s_version=bm25s.__version__,
+            build={
+                "runner": runner.name,
+                "workers": workers,
+                "n_shards": len(shards),
+                "seconds": round(t3 - t0, 3),
+                "note": "vocabulary ids follow stock bm25s (set order of this process's string hashes)",
+            },
+        )
+        (tmp / META_FILE).write_text(json.dumps(meta.to_json(), indent=2, ensure_ascii=False))
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+        return meta
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+class _Run:
+    """Pass 1 over all shards: global statistics, postings fetchers, content digest, refused rows."""
+
+    def __init__(self) -> None:
+        from rise_batch.index.merge import VocabMerger
+
+        self.merger = VocabMerger()
+        self.fetchers: list = []
+        self.content = hashlib.sha256()
+        self.bad_rows: list = []
+        self.duplicates: list[tuple[int, int]] = []  # (shard index, source row) of later copies
+
+
+def _tokenize_all(shards, runner, settings, on_bad_row: str, spill: Path) -> _Run:
+    from rise_batch.corpus import CorpusError
+
+    run = _Run()
+    first: dict[str, tuple[int, int]] = {}  # docid -> (shard index, source row) of its first occurrence
+    for i, (summary, fetch) in enumerate(runner.map(shards, settings, on_bad_row, spill)):
+        run.bad_rows.extend(summary.bad_rows)
+        for docid, row in zip(summary.docids, summary.source_rows.tolist(), strict=True):
+            seen = first.setdefault(docid, (i, row))
+            if seen != (i, row):
+                if on_bad_row == "error":
+                    raise CorpusError(
+                        f"{shards[i].source}: row {row}: duplicate docid {docid!r} "
+                        f"(first at {shards[seen[0]].source} row {seen[1]}; use --on-bad-row skip to skip it)"
+                    )
+                run.duplicates.append((i, row))
+        if not run.duplicates:
+            run.merger.add(summary)
+            run.content.update(summary.digests)
+            run.fetchers.append(fetch)
+    return run
+
+
+def _with_skipped(shards, duplicates: list[tuple[int, int]]) -> list:
+    extra: dict[int, list[int]] = {}
+    for i, row in duplicates:
+        extra.setdefault(i, []).append(row)
+    return [s._replace(skip_rows=tuple(sorted({*s.skip_rows, *extra.get(i, ())}))) for i, s in enumerate(shards)]

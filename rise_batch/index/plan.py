@@ -1,0 +1,83 @@
+"""Cut a corpus into index shards without reading its text, and read a shard under a bad-row policy.
+
+`rise_batch.scan.scan_corpus` checks every row and assigns relpaths in one sequential pass: right for the
+structure job, but for indexing alone it is a serial read of the whole corpus before any parallel work starts
+(20 s for the 0.4 GB wiki2015, minutes at 1M documents). Here shards come from Parquet metadata (whole row groups,
+so no worker decodes rows it then throws away) or from line offsets of plain JSONL; rows are checked by the
+workers as they read, and duplicate docids are caught by the merge, which sees every docid in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from rise_batch.corpus import BAD_ROW_POLICIES, CorpusError, ShardSpec, _format, iter_rows, list_sources
+from rise_batch.types import BadRow, Doc
+
+
+def plan_index_shards(path: str | Path, shard_docs: int) -> list[ShardSpec]:
+    """Row ranges of about `shard_docs` rows: Parquet row groups (split only when larger than 2x), JSONL lines."""
+    if shard_docs < 1:
+        raise ValueError("shard_docs must be >= 1")
+    shards: list[ShardSpec] = []
+    for src in list_sources(path):
+        fmt = _format(src)
+        if fmt == "parquet":
+            ranges = _parquet_ranges(src, shard_docs)
+        elif fmt == "jsonl":
+            ranges = _jsonl_ranges(src, shard_docs)
+        else:  # gzip cannot seek: one shard per file
+            ranges = [(0, None, 0)]
+        for start, stop, offset in ranges:
+            shards.append(ShardSpec(len(shards), str(src), start, stop, offset))
+    return shards
+
+
+def _parquet_ranges(src: Path, shard_docs: int) -> list[tuple[int, int, int]]:
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(src).metadata
+    out: list[tuple[int, int, int]] = []
+    start = row = 0
+    for g in range(meta.num_row_groups):
+        n = meta.row_group(g).num_rows
+        if n > 2 * shard_docs:  # a huge row group: split it, accepting that each piece decodes the group
+            if row > start:
+                out.append((start, row, 0))
+            out += [(r, min(r + shard_docs, row + n), 0) for r in range(row, row + n, shard_docs)]
+            start = row + n
+        elif row + n - start >= shard_docs:
+            out.append((start, row + n, 0))
+            start = row + n
+        row += n
+    if row > start:
+        out.append((start, row, 0))
+    return out
+
+
+def _jsonl_ranges(src: Path, shard_docs: int) -> list[tuple[int, int, int]]:
+    out: list[tuple[int, int, int]] = []
+    pos = 0
+    with open(src, "rb") as fh:
+        for row, raw in enumerate(fh):
+            if row % shard_docs == 0:
+                out.append((row, row + shard_docs, pos))
+            pos += len(raw)
+    return out
+
+
+def read_shard_docs(spec: ShardSpec, on_bad_row: str, bad: list[BadRow]) -> Iterator[Doc]:
+    """Valid documents of a shard; a bad row raises (policy "error") or is appended to `bad` ("skip")."""
+    if on_bad_row not in BAD_ROW_POLICIES:
+        raise ValueError(f"on_bad_row must be one of {BAD_ROW_POLICIES}, got {on_bad_row!r}")
+    skip = set(spec.skip_rows)
+    for item in iter_rows(Path(spec.source), spec.start, spec.stop, spec.byte_offset):
+        if item.row in skip:
+            continue
+        if isinstance(item, BadRow):
+            if on_bad_row == "error":
+                raise CorpusError(f"{item.source}: row {item.row}: {item.reason} (use --on-bad-row skip to skip it)")
+            bad.append(item)
+            continue
+        yield item
