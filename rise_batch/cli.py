@@ -16,6 +16,8 @@ COMMAND_MODULES = [
     "materialize",
     "workspace",
     "fake_llm",
+    "index",
+    "eval_retrieval",
 ]
 
 
