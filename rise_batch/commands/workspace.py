@@ -27,6 +27,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--workspace", required=True, metavar="WS", help="workspace directory (created if missing)")
     s.add_argument("-k", type=int, default=1000, help="documents linked per query (default 1000)")
     s.add_argument("--preview", type=int, default=10, help="previewed hits per query (default 10)")
+    s.add_argument(
+        "--backend",
+        choices=("numpy", "numba", "auto"),
+        default="numpy",
+        help="BM25 scorer; numpy by default, since numba's compile (seconds) outweighs one search (default numpy)",
+    )
     s.add_argument("queries", nargs="+", help="one or more keyword queries")
     s.set_defaults(func=run)
 
@@ -96,7 +102,7 @@ def _search(args: argparse.Namespace, ws_dir) -> int:
     from rise_batch.space.workspace import DocStore, Workspace
 
     ws = Workspace(ws_dir, DocStore(args.docs), keep=True)
-    res = search_into(load_index(args.index), ws, args.queries, args.k, args.preview)
+    res = search_into(load_index(args.index, backend=args.backend), ws, args.queries, args.k, args.preview)
     print(res.text)
     print(f'(workspace: {ws.path}; explore with `rise-batch workspace bash {ws.path} "rg -l WORD | head"`)')
     return 1 if res.error else 0
