@@ -118,3 +118,24 @@ def _info(ws_dir) -> int:
     for call in sorted(calls):
         print(f"  call {call}: +{calls[call]:,}")
     return 0
+
+
+def sample_walk(index_dir, docs_dir, ws_dir, queries: list[str], command: str, k: int = 1000) -> int:
+    """A search into a fresh workspace and one sandboxed command, printed; `rise-batch demo` ends with it."""
+    import shutil
+    import sys
+
+    from rise_batch.index import load_index
+    from rise_batch.space.sandbox import Sandbox, SandboxUnavailable
+    from rise_batch.space.tools import search_into
+    from rise_batch.space.workspace import DocStore, Workspace
+
+    shutil.rmtree(ws_dir, ignore_errors=True)
+    ws = Workspace(ws_dir, DocStore(docs_dir), keep=True)
+    print(search_into(load_index(index_dir, backend="numpy"), ws, queries, k, preview=3).text)
+    print(f"\n$ rise-batch workspace bash {ws.path} {command!r}")
+    try:
+        print(Sandbox(ws.files_dir)(command))
+    except SandboxUnavailable as e:
+        print(f"(skipped: {e})", file=sys.stderr)
+    return 0

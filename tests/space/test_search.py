@@ -138,3 +138,14 @@ def test_workspace_cli_walk(indexed, ws_root, capsys, bwrap_ok):
     assert main(["workspace", "info", str(ws)]) == 0
     assert "from 1 search calls" in capsys.readouterr().out
     assert main(["workspace", "bash", str(ws_root / "nope"), "ls"]) == 2
+
+
+def test_sample_walk_for_the_demo(indexed, ws_root, capsys, bwrap_ok):
+    from rise_batch.commands.workspace import sample_walk
+
+    docs, relpaths, _ = indexed
+    assert (
+        sample_walk(Path(docs).parent / "index", docs, ws_root / "demo", ["anarchism"], "rg -l anarch | head -3") == 0
+    )
+    out = capsys.readouterr().out
+    assert 'Query 1: "anarchism"' in out and relpaths["enwiki-12"] in out and out.rstrip().endswith("[exit code: 0]")
