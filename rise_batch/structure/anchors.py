@@ -21,7 +21,6 @@ run (not per character), so building it costs one C-level regex pass.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
 from collections.abc import Sequence
 
 from rise_batch.types import AnchorOutcome
@@ -33,7 +32,6 @@ MAX_MATCHES = 256  # per tier; a phrase repeated more often than this is not a u
 FRONTMATTER_MAX_LINES = 200
 
 _WS_RUN = re.compile(r"\s+")
-_WS_MULTI = re.compile(r"\s{2,}")
 
 
 def body_start(text: str) -> tuple[int, int]:
@@ -69,28 +67,59 @@ def normalize_ws(s: str) -> str:
     return _WS_RUN.sub(" ", s).strip()
 
 
-class _Normalized:
-    """The body with whitespace runs collapsed, plus a sparse map back to original offsets."""
+def _ws_forward(text: str, pos: int) -> int:
+    """Position after the whitespace run starting at `pos`, or -1 when `pos` is not whitespace."""
+    end = pos
+    while True:
+        seg = text[end : end + 64]
+        n = len(seg) - len(seg.lstrip())
+        end += n
+        if n < 64:
+            return end if end > pos else -1
 
-    __slots__ = ("text", "_starts", "_shifts")
 
-    def __init__(self, text: str, start: int) -> None:
-        body = text[start:]
-        self.text = _WS_RUN.sub(" ", body)
-        starts: list[int] = [0]
-        shifts: list[int] = [start]
-        cum = 0
-        for m in _WS_MULTI.finditer(body):
-            s, e = m.span()
-            # The run becomes one char at s - cum; everything after it is shifted by the chars removed so far.
-            starts.append(s - cum + 1)
-            cum += e - s - 1
-            shifts.append(start + cum)
-        self._starts = starts
-        self._shifts = shifts
+def _ws_backward(text: str, pos: int) -> int:
+    """Start of the whitespace run ending just before `pos`, or -1 when text[pos - 1] is not whitespace."""
+    start = pos
+    while True:
+        seg = text[max(0, start - 64) : start]
+        n = len(seg) - len(seg.rstrip())
+        start -= n
+        if n < len(seg) or start == 0:
+            return start if start < pos else -1
 
-    def to_original(self, pos: int) -> int:
-        return pos + self._shifts[bisect_right(self._starts, pos) - 1]
+
+def _match_around(text: str, words: Sequence[str], k: int, at: int) -> int:
+    """Start of `words` matched with word k at `at` (whitespace runs between words), or -1."""
+    pos = at + len(words[k])
+    for w in words[k + 1 :]:
+        pos = _ws_forward(text, pos)
+        if pos < 0 or not text.startswith(w, pos):
+            return -1
+        pos += len(w)
+    pos = at
+    for w in reversed(words[:k]):
+        pos = _ws_backward(text, pos)
+        if pos < 0 or not text.endswith(w, 0, pos):
+            return -1
+        pos -= len(w)
+    return pos
+
+
+def _find_words(text: str, words: Sequence[str], start: int) -> list[int]:
+    """Starts (>= start) of `w1 <whitespace run> w2 ...` in the original text: the whitespace-normalised match,
+    found without building a normalised copy of the document. The longest word is located with str.find and the
+    others are checked around it, so the cost is a C-speed scan plus a few comparisons per candidate."""
+    k = max(range(len(words)), key=lambda i: len(words[i]))
+    offset = sum(len(w) + 1 for w in words[:k])  # the key word lies at least this far after the match start
+    out: list[int] = []
+    at = text.find(words[k], start + offset)
+    while at >= 0 and len(out) < MAX_MATCHES:
+        m = _match_around(text, words, k, at)
+        if m >= start:
+            out.append(m)
+        at = text.find(words[k], at + 1)
+    return sorted(set(out))
 
 
 def _find_all(hay: str, needle: str, start: int) -> list[int]:
@@ -113,41 +142,51 @@ def _paragraph_rank(text: str, pos: int, line: int, first_body_line: int) -> int
     return 2 if not text[prev_ls : ls - 1].strip() else 1
 
 
-def _tiers(text: str, anchor: str, body_char: int, norm_cache: list[_Normalized]):
-    """Yield (status, prefix_words, original match starts) tier by tier, building the normalised text lazily."""
+def _tiers(text: str, anchor: str):
+    """Yield (status, prefix_words, search) tier by tier; search(from_char) -> ascending original match starts."""
     stripped = anchor.strip()
     if not stripped:
         return
-    yield "exact", 0, _find_all(text, stripped, body_char)
-    if not norm_cache:
-        norm_cache.append(_Normalized(text, body_char))
-    norm = norm_cache[0]
-    na = normalize_ws(stripped)
-    yield "normalized", 0, [norm.to_original(p) for p in _find_all(norm.text, na, 0)]
-    words = na.split(" ")
+    yield "exact", 0, lambda start: _find_all(text, stripped, start)
+    words = stripped.split()
+    yield "normalized", 0, lambda start: _find_words(text, words, start)
     for n in PREFIX_WORDS:
         if len(words) > n:
-            prefix = " ".join(words[:n])
-            yield "prefix", n, [norm.to_original(p) for p in _find_all(norm.text, prefix, 0)]
+            yield "prefix", n, lambda start, n=n: _find_words(text, words[:n], start)
+
+
+def _lines(text: str, positions: list[int], char: int, line: int) -> list[int]:
+    """Line of each ascending position >= char, counting newlines incrementally from (char, line)."""
+    out: list[int] = []
+    for p in positions:
+        line += text.count("\n", char, p)
+        char = p
+        out.append(line)
+    return out
 
 
 def validate_anchors(text: str, anchors: Sequence[str]) -> list[AnchorOutcome]:
-    """Locate each anchor in `text` (see module docstring); one AnchorOutcome per anchor, in proposal order."""
+    """Locate each anchor in `text` (see module docstring); one AnchorOutcome per anchor, in proposal order.
+
+    Each tier is searched from the start of the previous accepted anchor's line (valid matches can only lie
+    there or later); the whole body is searched only to tell `duplicate` from `out-of-order` from nothing.
+    """
     body_line, body_char = body_start(text)
-    norm_cache: list[_Normalized] = []
     accepted_lines: set[int] = set()
-    prev_line = body_line - 1
+    prev_line, base_char, base_line = body_line - 1, body_char, body_line
     out: list[AnchorOutcome] = []
     for i, anchor in enumerate(anchors):
         outcome = AnchorOutcome(i, "not-found")
-        for status, n_words, matches in _tiers(text, anchor, body_char, norm_cache):
-            if not matches:
-                continue
-            lines = [text.count("\n", 0, p) for p in matches]
-            valid = [(p, ln) for p, ln in zip(matches, lines, strict=True) if ln > prev_line]
+        for status, n_words, search in _tiers(text, anchor):
+            after = search(base_char)
+            lines = _lines(text, after, base_char, base_line)
+            valid = [(p, ln) for p, ln in zip(after, lines, strict=True) if ln > prev_line]
             if not valid:
-                kind = "duplicate" if any(ln in accepted_lines for ln in lines) else "out-of-order"
-                outcome = AnchorOutcome(i, kind)
+                everywhere = search(body_char)
+                if not everywhere:
+                    continue
+                taken = any(ln in accepted_lines for ln in _lines(text, everywhere, body_char, body_line))
+                outcome = AnchorOutcome(i, "duplicate" if taken else "out-of-order")
                 break
             if len(valid) > 1:
                 best = max(valid, key=lambda c: (_paragraph_rank(text, c[0], c[1], body_line), -c[0]))
@@ -155,6 +194,7 @@ def validate_anchors(text: str, anchors: Sequence[str]) -> list[AnchorOutcome]:
                 best = valid[0]
             outcome = AnchorOutcome(i, status, best[1], best[0], n_words)
             prev_line = best[1]
+            base_char, base_line = text.rfind("\n", 0, best[0]) + 1, best[1]
             accepted_lines.add(best[1])
             break
         out.append(outcome)

@@ -33,7 +33,9 @@ ANCHOR_WORDS, ANCHOR_MAX_WORDS = 10, 12
 
 _HEADING_START = re.compile(r"[^\W_]|[\"'(“‘]")
 _NOT_HEADING = re.compile(r"[|<>{}\[\]=]|https?:|\.\s|[,;:\-–—]$|!$")
-_TERM = re.compile(r"[^\W\d_][\w'’-]{3,}")
+# Title terms are capitalised words (names, places, works) of 4+ letters: a cheap scan, and what makes a title
+# distinctive.
+_TERM = re.compile(r"[A-ZÀ-ÖØ-ÞĀ-Ž][a-zß-öø-ÿā-ž'’-]{3,}")
 _WORD_SPAN = re.compile(r"\S+")
 _STOP = frozenset(
     """also although among another because been before being between both could does during each either
@@ -85,19 +87,18 @@ def _heading_text(s: str) -> str:
 def _blocks(lines: list[str], body: int) -> list[_Block]:
     """Cut the body at heading runs; a run of consecutive headings starts one block."""
     nonblank = [i for i in range(body, len(lines)) if lines[i].strip()]
+    lengths = [len(lines[i].strip()) for i in nonblank]
+    like = [n <= HEADING_MAX_CHARS and _is_heading_like(lines[i]) for i, n in zip(nonblank, lengths, strict=True)]
     blocks: list[_Block] = []
     cur: _Block | None = None
     prev_heading = False
+    last = len(nonblank) - 1
     for k, i in enumerate(nonblank):
-        s = lines[i]
-        nxt = lines[nonblank[k + 1]] if k + 1 < len(nonblank) else ""
-        heading = bool(nxt) and _is_heading_like(s) and len(nxt.strip()) > len(s.strip())
-        heading = heading or (bool(nxt) and _is_heading_like(s) and _is_heading_like(nxt))
-        if heading:
+        if like[k] and k < last and (lengths[k + 1] > lengths[k] or like[k + 1]):
             if prev_heading and cur is not None:
-                cur.headings.append(_heading_text(s))
+                cur.headings.append(_heading_text(lines[i]))
             else:
-                cur = _Block(i, [_heading_text(s)])
+                cur = _Block(i, [_heading_text(lines[i])])
                 blocks.append(cur)
             prev_heading = True
             continue
@@ -106,7 +107,7 @@ def _blocks(lines: list[str], body: int) -> list[_Block]:
             cur = _Block(i)
             blocks.append(cur)
         cur.lines.append(i)
-        cur.words += s.count(" ") + 1
+        cur.words += lines[i].count(" ") + 1
     return blocks
 
 
@@ -153,26 +154,12 @@ def _sum(blocks: list[_Block]) -> int:
     return sum(x.words for x in blocks)
 
 
-def _terms(text: str) -> Counter[str]:
-    return Counter(t for t in _TERM.findall(text) if t.lower() not in _STOP)
-
-
-def _distinctive(piece: str, doc_terms: Counter[str], k: int) -> list[str]:
-    """Terms frequent in this piece but rare elsewhere in the document; capitalised names win ties and more."""
-    tf = _terms(piece)
-    ranked = sorted(
-        ((c * c / doc_terms.get(t, c) * (3.0 if t[0].isupper() else 1.0), t) for t, c in tf.items() if c > 1),
-        reverse=True,
-    )
-    seen: set[str] = set()
-    out: list[str] = []
-    for _, term in ranked:
-        if term.lower() not in seen:
-            seen.add(term.lower())
-            out.append(term)
-            if len(out) == k:
-                break
-    return out
+def _distinctive(piece: str, body: str, k: int) -> list[str]:
+    """Names repeated in this piece but rare in the rest of the document (its title words are everywhere)."""
+    tf = Counter(_TERM.findall(piece))
+    cands = [(c, t) for t, c in tf.most_common(16) if c > 1 and t.lower() not in _STOP]
+    ranked = sorted(((c * c / max(body.count(t), c), t) for c, t in cands), reverse=True)
+    return [t for _, t in ranked[:k]]
 
 
 def _description(b: _Block, lines: list[str]) -> str:
@@ -194,16 +181,16 @@ def _description(b: _Block, lines: list[str]) -> str:
     return " ".join(words)
 
 
-def _title(b: _Block, lines: list[str], doc_terms: Counter[str], first: bool) -> str:
-    """The heading line's own words when there is one; else (or to fill a one-word heading) distinctive terms."""
-    head = b.headings[0] if b.headings else b.parent
-    if b.headings and len(b.headings) > 1 and len(f"{head} {b.headings[1]}".split()) <= TITLE_MAX_WORDS:
-        head = f"{head}: {b.headings[1]}"
-    if b.headings and len(head.split()) >= 2:
+def _title(b: _Block, lines: list[str], body: str, first: bool) -> str:
+    """The document's own heading when the section starts at one; else its parent heading and/or names."""
+    if b.headings:
+        head = b.headings[0]
+        if len(b.headings) > 1 and len(f"{head} {b.headings[1]}".split()) <= TITLE_MAX_WORDS:
+            head = f"{head}: {b.headings[1]}"
         return " ".join(head.split()[:TITLE_MAX_WORDS])
-    head = " ".join(head.split()[: TITLE_MAX_WORDS - 2])
+    head = " ".join(b.parent.split()[: TITLE_MAX_WORDS - 2])
     skip = {w.lower().strip(",.:;()") for w in head.split()}
-    terms = [t for t in _distinctive(_block_text(b, lines), doc_terms, 4) if t.lower() not in skip]
+    terms = [t for t in _distinctive(_block_text(b, lines), body, 4) if t.lower() not in skip]
     if head:
         return f"{head}: {', '.join(terms[:2])}" if terms else head
     if not terms:
@@ -244,11 +231,11 @@ def propose_heuristic(text: str) -> Proposal:
     offsets = [0]
     for ln in lines:
         offsets.append(offsets[-1] + len(ln) + 1)
-    doc_terms = _terms(text[offsets[body] :])
+    body_text = text[offsets[body] :]
     out: list[SectionProposal] = []
     prev = offsets[body] - 1
     for k, b in enumerate(sections):
         anchor = _anchor(text, offsets[b.start], prev)
         prev = offsets[b.start]
-        out.append(SectionProposal(_title(b, lines, doc_terms, k == 0), _description(b, lines), anchor))
+        out.append(SectionProposal(_title(b, lines, body_text, k == 0), _description(b, lines), anchor))
     return Proposal(tuple(out))

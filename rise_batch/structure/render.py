@@ -33,7 +33,9 @@ _LINE_BREAKING = re.compile(r"[\s\u2028\u2029\x1c-\x1f\x85]+")
 
 def one_line(s: str, max_chars: int) -> str:
     """Collapse a title/description to one trimmed line, cut at a word boundary to `max_chars`."""
-    s = _LINE_BREAKING.sub(" ", s).strip()
+    if not s.isprintable() or "  " in s:  # fast path: printable text has no line or paragraph separators
+        s = _LINE_BREAKING.sub(" ", s)
+    s = s.strip()
     if len(s) <= max_chars:
         return s
     cut = s[:max_chars].rsplit(" ", 1)[0]

@@ -88,7 +88,7 @@ def ref_validate(text: str, anchors: list[str]) -> list[AnchorOutcome]:
 # ---- generated cases ----------------------------------------------------------------------------------------
 
 VOCAB = "alpha beta gamma delta river stone Lyon 1901 paris born career the of and war peace".split()
-SEPARATORS = [" ", " ", " ", "  ", "\t", "\n", "\n\n", " \n", "\u00a0"]
+SEPARATORS = [" ", " ", " ", "  ", "\t", "\n", "\n\n", " \n", "\u00a0", "\n\n\n  "]
 
 
 def random_doc(rng: random.Random) -> tuple[str, list[str]]:
@@ -216,3 +216,24 @@ def test_empty_inputs() -> None:
 
 def test_normalize_ws() -> None:
     assert normalize_ws("  a \n\t b\u00a0c ") == "a b c"
+
+
+def test_search_after_a_line_that_follows_many_blank_lines() -> None:
+    # The previous anchor's line starts deep inside a collapsed whitespace run; the normalised search that
+    # resumes there must not jump past the next line.
+    text = "Intro\n" + "\n" * 8 + "   Ab\nAb  cd\n"
+    outs = validate_anchors(text, ["Ab", "Ab cd"])
+    assert [(o.status, o.line) for o in outs] == [("exact", 9), ("normalized", 10)]
+    assert outs == ref_validate(text, ["Ab", "Ab cd"])
+
+
+@pytest.mark.parametrize("run", [2, 63, 64, 65, 130, 200])
+def test_long_whitespace_runs_on_both_sides_of_the_key_word(run: int) -> None:
+    # The normalised matcher finds the longest word and checks the others around it, skipping whitespace in
+    # 64-char slices: runs shorter than, equal to and longer than a slice, before and after that word.
+    gap = " " * (run - 1) + "\n"
+    text = f"Intro line.\nalpha{gap}beta keywordlongest gamma{gap}delta end\n"
+    anchor = "alpha beta keywordlongest gamma delta"
+    [o] = validate_anchors(text, [anchor])
+    assert (o.status, o.line, o.char) == ("normalized", 1, 12)
+    assert [o] == ref_validate(text, [anchor])

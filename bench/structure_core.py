@@ -1,0 +1,180 @@
+"""Benchmark of the pure structuring core on real articles, single process.
+
+Measures, side by side on one corpus (default ../shared/data/wiki2015, 26,887 Wikipedia articles, 15 kB mean):
+  - validate+render with the heuristic's own (verbatim) anchors,
+  - validate+render with LLM-like anchors sampled from the documents: 8-12 words from a body line, a third of
+    them re-spaced (normalised tier), a tenth with a paraphrased tail (prefix tiers), a few absent or repeated,
+  - the heuristic backend end to end (propose + validate + render + checkpoint row),
+and the heuristic's coverage (share of documents over 1,500 characters with >= 2 sections) and anchor located
+rate. Texts are loaded into memory first, so only the core is timed. Targets: validate+render >= 2,000 docs/s,
+heuristic >= 500 docs/s.
+
+    python bench/structure_core.py [--corpus PATH] [--limit N] [--out bench/results/structure_core.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import re
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+
+from rise_batch.corpus import iter_docs
+from rise_batch.structure.anchors import LOCATED, body_start_line, validate_anchors
+from rise_batch.structure.backends import HeuristicBackend
+from rise_batch.structure.heuristic import propose_heuristic
+from rise_batch.structure.render import render
+from rise_batch.types import Doc, Section
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CORPUS = REPO.parent / "shared" / "data" / "wiki2015"
+TARGET_VALIDATE_RENDER = 2000.0
+TARGET_HEURISTIC = 500.0
+
+
+def sampled_anchors(text: str, rng: random.Random) -> list[str]:
+    """LLM-like anchors: in document order, mostly verbatim, some re-spaced, paraphrased, absent or repeated."""
+    lines = text.split("\n")
+    starts = [i for i in range(body_start_line(text), len(lines)) if len(lines[i].split()) >= 8]
+    if not starts:
+        return []
+    picked = sorted(rng.sample(starts, min(len(starts), max(2, len(text) // 2500))))
+    out: list[str] = []
+    for i in picked:
+        spans = list(re.finditer(r"\S+", lines[i]))[: rng.randint(8, 12)]
+        anchor = lines[i][spans[0].start() : spans[-1].end()]
+        r = rng.random()
+        if r < 0.33:
+            anchor = "  ".join(m.group() for m in spans)  # re-spaced
+        elif r < 0.43:
+            anchor = " ".join([m.group() for m in spans[:7]] + ["paraphrased", "ending", "here"])
+        elif r < 0.46:
+            anchor = "a sentence the model made up entirely"
+        out.append(anchor)
+    if len(out) > 2 and rng.random() < 0.1:
+        out.append(out[0])  # a repeated proposal (duplicate / out of order)
+    return out
+
+
+def validate_and_render(text: str, anchors: list[str]) -> tuple[str, Counter]:
+    outs = validate_anchors(text, anchors)
+    sections = [Section(f"S{k}", "description", o.line) for k, o in enumerate(outs) if o.status in LOCATED]
+    return render(text, sections), Counter(o.status for o in outs)
+
+
+def timed_validate_render(docs: list[Doc], anchor_sets: list[list[str]]) -> tuple[float, float, Counter]:
+    statuses: Counter = Counter()
+    t0, c0 = time.perf_counter(), time.process_time()
+    for doc, anchors in zip(docs, anchor_sets, strict=True):
+        statuses.update(validate_and_render(doc.text, anchors)[1])
+    return time.perf_counter() - t0, time.process_time() - c0, statuses
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
+    ap.add_argument("--limit", type=int, default=0, help="first N documents (0 = all)")
+    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "structure_core.json"))
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    t0 = time.perf_counter()
+    docs: list[Doc] = []
+    for doc in iter_docs(args.corpus):
+        docs.append(doc)
+        if args.limit and len(docs) >= args.limit:
+            break
+    load_s = time.perf_counter() - t0
+    n = len(docs)
+    chars = [len(d.text) for d in docs]
+
+    # Heuristic end to end (also yields the anchors for the first validate+render run).
+    backend = HeuristicBackend()
+    t0, c0 = time.perf_counter(), time.process_time()
+    rows = [backend.structure_sync(d, "bench")[0] for d in docs]
+    heur_s, heur_cpu = time.perf_counter() - t0, time.process_time() - c0
+    proposals = [propose_heuristic(d.text) for d in docs]
+    heur_anchors = [[s.anchor for s in p.sections] for p in proposals]
+
+    vr_heur_s, vr_heur_cpu, heur_status = timed_validate_render(docs, heur_anchors)
+    rng = random.Random(args.seed)
+    llm_like = [sampled_anchors(d.text, rng) for d in docs]
+    vr_llm_s, vr_llm_cpu, llm_status = timed_validate_render(docs, llm_like)
+
+    long_idx = [i for i, c in enumerate(chars) if c >= 1500]
+    n_sections = [len(json.loads(r.sections_json)) for r in rows]
+    covered = sum(1 for i in long_idx if n_sections[i] >= 2)
+    proposed = sum(r.anchors_proposed for r in rows)
+    located = sum(r.anchors_exact + r.anchors_normalized + r.anchors_prefix for r in rows)
+    llm_total = sum(llm_status.values())
+    result = {
+        "corpus": args.corpus,
+        "docs": n,
+        "mean_chars": round(statistics.mean(chars), 1) if chars else 0,
+        "load_seconds": round(load_s, 2),
+        "python": platform.python_version(),
+        "load_average_at_end": None,
+        "validate_render_heuristic_anchors": {
+            "seconds": round(vr_heur_s, 3),
+            "docs_per_s": round(n / vr_heur_s, 1),
+            "docs_per_cpu_s": round(n / vr_heur_cpu, 1),
+            "anchors": sum(heur_status.values()),
+        },
+        "validate_render_llm_like_anchors": {
+            "seconds": round(vr_llm_s, 3),
+            "docs_per_s": round(n / vr_llm_s, 1),
+            "docs_per_cpu_s": round(n / vr_llm_cpu, 1),
+            "anchors": llm_total,
+            "statuses": dict(llm_status),
+            "located_rate": round(sum(llm_status[s] for s in LOCATED) / llm_total, 4) if llm_total else 0,
+        },
+        "heuristic_backend": {
+            "seconds": round(heur_s, 3),
+            "docs_per_s": round(n / heur_s, 1),
+            "docs_per_cpu_s": round(n / heur_cpu, 1),
+            "outcomes": dict(Counter(r.outcome for r in rows)),
+            "docs_over_1500_chars": len(long_idx),
+            "coverage_ge2_sections_over_1500": round(covered / len(long_idx), 4) if long_idx else 0,
+            "anchors_proposed": proposed,
+            "anchors_located": located,
+            "anchor_located_rate": round(located / proposed, 4) if proposed else 0,
+            "mean_sections_per_toc_doc": round(statistics.mean([k for k in n_sections if k]), 2),
+            "mean_words_per_section": round(
+                sum(len(docs[i].text.split()) for i in range(n) if n_sections[i]) / max(1, sum(n_sections)), 1
+            ),
+        },
+        "targets": {"validate_render_docs_per_s": TARGET_VALIDATE_RENDER, "heuristic_docs_per_s": TARGET_HEURISTIC},
+    }
+    vr = result["validate_render_heuristic_anchors"]
+    vl = result["validate_render_llm_like_anchors"]
+    hb = result["heuristic_backend"]
+    print(f"structure core on {n:,} docs (mean {result['mean_chars']:,.0f} chars), single process")
+    print(f"{'measure':<40}{'docs/s wall':>12}{'docs/s cpu':>12}{'target':>9}  ok")
+    for name, d, target in (
+        ("validate+render (heuristic anchors)", vr, TARGET_VALIDATE_RENDER),
+        ("validate+render (LLM-like anchors)", vl, TARGET_VALIDATE_RENDER),
+        ("heuristic backend end to end", hb, TARGET_HEURISTIC),
+    ):
+        ok = "yes" if d["docs_per_s"] >= target else "NO"
+        print(f"{name:<40}{d['docs_per_s']:>12,.0f}{d['docs_per_cpu_s']:>12,.0f}{target:>9,.0f}  {ok}")
+    print(f"heuristic coverage (>=2 sections, docs >=1500 chars): {hb['coverage_ge2_sections_over_1500']:.2%}")
+    print(f"heuristic anchors located: {hb['anchor_located_rate']:.2%} of {proposed:,}; outcomes {hb['outcomes']}")
+    print(f"LLM-like anchors located: {vl['located_rate']:.2%} {dict(llm_status)}")
+    print(f"sections per TOC doc: {hb['mean_sections_per_toc_doc']}, words per section: {hb['mean_words_per_section']}")
+    result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    print(f"load average at end: {result['load_average_at_end']} (other processes share the cores: see cpu column)")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
