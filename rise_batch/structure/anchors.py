@@ -13,9 +13,11 @@ closest to the expected position, which is "just after the previous accepted anc
 tier has matches but none after the previous anchor, the anchor is dropped as `duplicate` (it resolves to a line
 some accepted anchor already holds) or `out-of-order`; with no match in any tier it is `not-found`.
 
-Speed matters (1M documents): exact search is `str.find`; the whitespace-normalised text and its position map are
-built once per document, only when some anchor needs them, and the map stores one entry per *collapsed* whitespace
-run (not per character), so building it costs one C-level regex pass.
+Speed matters (1M documents): every search is `str.find` (C speed), starting at the previous accepted anchor's
+line; the whole body is searched again only to classify a dropped anchor. A whitespace-normalised match is found
+on the original text, without building a normalised copy: the anchor's longest word is located with `str.find`
+and its neighbours are checked across whitespace runs around it (a regex sub of a 15 kB document, or compiling a
+regex per anchor, each cost more than validating all of its anchors this way).
 """
 
 from __future__ import annotations
