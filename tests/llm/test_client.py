@@ -197,3 +197,30 @@ def test_concurrent_calls_under_a_limiter_never_exceed_the_rate_and_survive_faul
     assert client.stats.rate_limited == sum(e["status"] == 429 for e in log) > 0
     assert max_in_window([e["t"] for e in log], 0.75) <= 30
     assert limiter.max_in_flight <= 12
+
+
+def test_response_bodies_are_parsed_leniently_and_junk_is_retryable() -> None:
+    from rise_batch.llm.client import parse_completion
+    from rise_batch.llm.retry import UnusableReplyError
+
+    odd = parse_completion(b'{"choices": [{"message": {"content": "x", "role": "assistant"}, "finish_reason": "eos"}]}')
+    assert odd.choices[0].message.content == "x" and odd.usage is None  # a provider's off-schema reply still works
+    for junk in (b"<html>502</html>", b"[1, 2]"):
+        with pytest.raises(UnusableReplyError):
+            parse_completion(junk)
+
+
+def test_aiohttp_transport_behaves_the_same(server: FakeLLMServer) -> None:
+    server.configure(p_hang=0.5, p429=0.5, max_faults_per_key=1, hang_s=30)
+    config = LLMConfig(base_url=server.base_url, timeout_s=0.3, max_attempts=3)
+    client = LLMClient(config, http_backend="aiohttp", backoff_initial_s=0.01, backoff_max_s=0.05)
+
+    async def go() -> list[Reply]:
+        async with client:
+            return await asyncio.gather(*(client.chat(messages(DOC + f"\nPart {i}.\n")) for i in range(6)))
+
+    assert all('"sections"' in r.text for r in asyncio.run(go()))
+    assert client.stats.timeouts > 0 and client.stats.rate_limited > 0
+    assert client.stats.retries == client.stats.timeouts + client.stats.rate_limited
+    with pytest.raises(ValueError, match="http_backend"):
+        LLMClient(config, http_backend="curl")
