@@ -34,6 +34,7 @@ class LLMConfig:
     max_attempts: int = 8
     rpm: int = 500  # requests per minute across the whole job
     tpm: int = 2_000_000  # tokens per minute across the whole job
+    limit_window_s: float = 60.0  # the window rpm/tpm count over; only tests shrink it
     concurrency: int = 32  # requests in flight per worker
     reask: bool = True
     max_input_chars: int = 200_000
@@ -44,6 +45,8 @@ class LLMConfig:
             raise ConfigError(f"llm.rpm must be a positive integer, got {self.rpm!r}")
         if self.tpm <= 0:
             raise ConfigError(f"llm.tpm must be a positive integer, got {self.tpm!r}")
+        if self.limit_window_s <= 0:
+            raise ConfigError(f"llm.limit_window_s must be > 0, got {self.limit_window_s!r}")
         if self.concurrency <= 0:
             raise ConfigError(f"llm.concurrency must be >= 1, got {self.concurrency!r}")
         if self.max_attempts <= 0:

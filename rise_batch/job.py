@@ -148,12 +148,28 @@ def make_backend(cfg: StructureConfig, prompt_text: str, limiter=None):
     from rise_batch.llm.client import client_from_config
 
     client = client_from_config(cfg.llm, limiter=limiter)
-    return LLMBackend(client.chat, prompt_text, reask=cfg.llm.reask, max_input_chars=cfg.llm.max_input_chars)
+    backend = LLMBackend(client.chat, prompt_text, reask=cfg.llm.reask, max_input_chars=cfg.llm.max_input_chars)
+    backend.client = client  # type: ignore[attr-defined]  # for transport stats and closing
+    return backend
 
 
-async def _run_local(cfg: StructureConfig, plan: RunPlan, bar) -> list[dict]:
+def transport_stats(backend) -> dict:
+    """HTTP-level counters (attempts, retries, 429s, timeouts) of one worker's client; {} for the heuristic."""
+    client = getattr(backend, "client", None)
+    if client is None:
+        return {}
+    d = client.stats.as_dict()
+    return {k: v for k, v in d.items() if k not in ("input_tokens", "cached_input_tokens", "output_tokens", "cost_usd")}
+
+
+async def _run_local(cfg: StructureConfig, plan: RunPlan, bar) -> tuple[list[dict], list[dict]]:
     backend = make_backend(cfg, plan.prompt_text)
-    return [await structure_shard(cfg, spec, backend, plan.run_hash, bar.update) for spec in plan.shards]
+    try:
+        stats = [await structure_shard(cfg, spec, backend, plan.run_hash, bar.update) for spec in plan.shards]
+    finally:
+        if getattr(backend, "client", None) is not None:
+            await backend.client.aclose()
+    return stats, [transport_stats(backend)]
 
 
 def run_structure(cfg: StructureConfig) -> dict:
@@ -162,12 +178,14 @@ def run_structure(cfg: StructureConfig) -> dict:
     plan = prepare_run(cfg)
     with progress_bar(plan.n_docs, f"structure[{cfg.backend}]", cfg.progress) as bar:
         if cfg.n_workers == 0:
-            shard_stats = asyncio.run(_run_local(cfg, plan, bar))
+            shard_stats, transport = asyncio.run(_run_local(cfg, plan, bar))
         else:
             from rise_batch.dist.structure import run_on_ray
 
-            shard_stats = run_on_ray(cfg, plan, bar)
+            shard_stats, transport = run_on_ray(cfg, plan, bar)
     stats = merge_stats(shard_stats)
+    if cfg.backend == "llm":
+        stats["transport"] = merge_stats(transport)  # this run's HTTP traffic (not that of killed earlier runs)
     wall = time.monotonic() - t0
     stats.update(
         docs_total=stats.get("docs_total", 0),

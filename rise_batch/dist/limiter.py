@@ -64,13 +64,17 @@ def limiter_name(run_hash: str) -> str:
     return f"rise-limiter-{run_hash}"
 
 
-def start_limiter(llm: LLMConfig, run_hash: str, window_s: float = 60.0) -> str:
-    """Create (or find) the job's limiter actor; returns the name workers look it up by."""
+def start_limiter(llm: LLMConfig, run_hash: str) -> tuple[str, Any]:
+    """Create (or find) the job's limiter actor: its name (what workers look it up by) and the handle.
+
+    The driver must hold the handle for the whole job: a named actor nobody references is reclaimed.
+    """
     name = limiter_name(run_hash)
-    LimiterActor.options(name=name, namespace=NAMESPACE, get_if_exists=True).remote(
-        RateLimits(rpm=llm.rpm, tpm=llm.tpm, window_s=window_s, adapt=True)
+    handle = LimiterActor.options(name=name, namespace=NAMESPACE, get_if_exists=True).remote(
+        RateLimits(rpm=llm.rpm, tpm=llm.tpm, window_s=llm.limit_window_s, adapt=True)
     )
-    return name
+    ray.get(handle.snapshot.remote())  # started before any worker looks it up
+    return name, handle
 
 
 def RemoteLimiter(name: str, concurrency: int = 32) -> AsyncLimiter:  # noqa: N802 - reads as a type at call sites

@@ -38,10 +38,10 @@ class StructureWorker:
 
         return await structure_shard(self.cfg, spec, self.backend, run_hash)
 
-    def pid(self) -> int:
-        import os
+    def transport_stats(self) -> dict:
+        from rise_batch.job import transport_stats
 
-        return os.getpid()
+        return transport_stats(self.backend)
 
 
 def init_ray(address: str | None) -> None:
@@ -50,14 +50,14 @@ def init_ray(address: str | None) -> None:
         ray.init(address=address or None, log_to_driver=True, include_dashboard=False)
 
 
-def run_on_ray(cfg: StructureConfig, plan, bar) -> list[dict]:
-    """Run every shard of `plan` on `cfg.n_workers` actors; returns the per-shard stats in completion order."""
+def run_on_ray(cfg: StructureConfig, plan, bar) -> tuple[list[dict], list[dict]]:
+    """Run every shard of `plan` on `cfg.n_workers` actors: (per-shard stats, per-actor transport stats)."""
     init_ray(cfg.ray_address)
-    limiter_name = None
+    limiter_name, limiter = None, None
     if cfg.backend == "llm":
         from rise_batch.dist.limiter import start_limiter
 
-        limiter_name = start_limiter(cfg.llm, plan.run_hash)
+        limiter_name, limiter = start_limiter(cfg.llm, plan.run_hash)
     cfg_dict = config_to_dict(cfg)
     n_workers = max(cfg.n_workers, 1)
     per_actor = max(1, (cfg.max_shards_in_flight or 2 * n_workers) // n_workers)
@@ -95,7 +95,11 @@ def run_on_ray(cfg: StructureConfig, plan, bar) -> list[dict]:
                 continue
             results.append(stats)
             bar.update(stats.get("docs_total", 0))
-    return results
+    transport = ray.get([a.transport_stats.remote() for a in actors])
+    for a in actors:
+        ray.kill(a)
+    del limiter  # held until every shard is done
+    return results, transport
 
 
 def _replace_actor(actors, slot, spawn, inflight, queue, load) -> None:
