@@ -232,6 +232,13 @@ class Sandbox:
         return self.run(command).render(self.limits.timeout_s)
 
 
+@functools.cache
+def _setpriv() -> str | None:
+    from shutil import which
+
+    return which("setpriv")
+
+
 def _reachable_by_others(root: Path) -> bool:
     """Can the unprivileged uid reach and list `root`? (bwrap resolves the bind source as that uid.)"""
     for i, p in enumerate((root, *root.parents)):
@@ -252,7 +259,13 @@ def _spawn_collect(
             argv, cwd, pass_fds = _bwrap_argv(bwrap, fd, limits, command), "/", (fd,)
         else:
             argv, cwd, pass_fds = ["/bin/bash", "-c", _with_limits(limits, nproc=False), "bash", command], str(root), ()
-        ids = {} if run_as is None else {"user": run_as, "group": run_as, "extra_groups": []}
+        ids: dict = {}
+        if run_as is not None:
+            setpriv = _setpriv()
+            if setpriv:  # exec-time switch keeps Popen on vfork; user= forces a fork() of this (large) process
+                argv = [setpriv, f"--reuid={run_as}", f"--regid={run_as}", "--clear-groups", "--", *argv]
+            else:
+                ids = {"user": run_as, "group": run_as, "extra_groups": []}
         # A minimal env for bwrap itself too: /proc/1/environ inside the sandbox is bwrap's, and must not leak
         # the host's API keys.
         proc = subprocess.Popen(
