@@ -14,7 +14,7 @@ tier has matches but none after the previous anchor, the anchor is dropped as `d
 some accepted anchor already holds) or `out-of-order`; with no match in any tier it is `not-found`.
 
 Speed matters (1M documents): every search is `str.find` (C speed), starting at the previous accepted anchor's
-line; the whole body is searched again only to classify a dropped anchor. A whitespace-normalised match is found
+line; the text before it is searched only when nothing valid lies after it. A whitespace-normalised match is found
 on the original text, without building a normalised copy: the anchor's longest word is located with `str.find`
 and its neighbours are checked across whitespace runs around it (a regex sub of a 15 kB document, or compiling a
 regex per anchor, each cost more than validating all of its anchors this way).
@@ -108,28 +108,30 @@ def _match_around(text: str, words: Sequence[str], k: int, at: int) -> int:
     return pos
 
 
-def _find_words(text: str, words: Sequence[str], start: int) -> list[int]:
-    """Starts (>= start) of `w1 <whitespace run> w2 ...` in the original text: the whitespace-normalised match,
-    found without building a normalised copy of the document. The longest word is located with str.find and the
-    others are checked around it, so the cost is a C-speed scan plus a few comparisons per candidate."""
+def _find_words(text: str, words: Sequence[str], start: int, end: int | None = None) -> list[int]:
+    """Starts in [start, end) of `w1 <whitespace run> w2 ...` in the original text: the whitespace-normalised
+    match, found without building a normalised copy of the document. The longest word is located with str.find
+    and the others are checked around it: a C-speed scan plus a few comparisons per candidate."""
     k = max(range(len(words)), key=lambda i: len(words[i]))
     offset = sum(len(w) + 1 for w in words[:k])  # the key word lies at least this far after the match start
     out: list[int] = []
     at = text.find(words[k], start + offset)
     while at >= 0 and len(out) < MAX_MATCHES:
         m = _match_around(text, words, k, at)
-        if m >= start:
+        if m >= start and (end is None or m < end):
             out.append(m)
         at = text.find(words[k], at + 1)
     return sorted(set(out))
 
 
-def _find_all(hay: str, needle: str, start: int) -> list[int]:
+def _find_all(hay: str, needle: str, start: int, end: int | None = None) -> list[int]:
+    """Starts in [start, end) of `needle` (overlapping occurrences included)."""
+    stop = len(hay) if end is None else min(len(hay), end + len(needle) - 1)
     out: list[int] = []
-    pos = hay.find(needle, start)
+    pos = hay.find(needle, start, stop)
     while pos >= 0 and len(out) < MAX_MATCHES:
         out.append(pos)
-        pos = hay.find(needle, pos + 1)
+        pos = hay.find(needle, pos + 1, stop)
     return out
 
 
@@ -145,16 +147,16 @@ def _paragraph_rank(text: str, pos: int, line: int, first_body_line: int) -> int
 
 
 def _tiers(text: str, anchor: str):
-    """Yield (status, prefix_words, search) tier by tier; search(from_char) -> ascending original match starts."""
+    """Yield (status, prefix_words, search) tier by tier; search(start, end) -> ascending match starts."""
     stripped = anchor.strip()
     if not stripped:
         return
-    yield "exact", 0, lambda start: _find_all(text, stripped, start)
+    yield "exact", 0, lambda start, end=None: _find_all(text, stripped, start, end)
     words = stripped.split()
-    yield "normalized", 0, lambda start: _find_words(text, words, start)
+    yield "normalized", 0, lambda start, end=None: _find_words(text, words, start, end)
     for n in PREFIX_WORDS:
         if len(words) > n:
-            yield "prefix", n, lambda start, n=n: _find_words(text, words[:n], start)
+            yield "prefix", n, lambda start, end=None, n=n: _find_words(text, words[:n], start, end)
 
 
 def _lines(text: str, positions: list[int], char: int, line: int) -> list[int]:
@@ -171,7 +173,8 @@ def validate_anchors(text: str, anchors: Sequence[str]) -> list[AnchorOutcome]:
     """Locate each anchor in `text` (see module docstring); one AnchorOutcome per anchor, in proposal order.
 
     Each tier is searched from the start of the previous accepted anchor's line (valid matches can only lie
-    there or later); the whole body is searched only to tell `duplicate` from `out-of-order` from nothing.
+    there or later); the text before it is searched only when that finds nothing valid, to tell `duplicate` from
+    `out-of-order` from trying the next tier.
     """
     body_line, body_char = body_start(text)
     accepted_lines: set[int] = set()
@@ -184,10 +187,11 @@ def validate_anchors(text: str, anchors: Sequence[str]) -> list[AnchorOutcome]:
             lines = _lines(text, after, base_char, base_line)
             valid = [(p, ln) for p, ln in zip(after, lines, strict=True) if ln > prev_line]
             if not valid:
-                everywhere = search(body_char)
-                if not everywhere:
+                before = search(body_char, base_char)
+                if not before and not after:
                     continue
-                taken = any(ln in accepted_lines for ln in _lines(text, everywhere, body_char, body_line))
+                lines += _lines(text, before, body_char, body_line)
+                taken = any(ln in accepted_lines for ln in lines)
                 outcome = AnchorOutcome(i, "duplicate" if taken else "out-of-order")
                 break
             if len(valid) > 1:

@@ -26,13 +26,22 @@ MIN_BODY_CHARS = 400  # below this (or below two non-blank lines) a document is 
 TWO_SECTION_CHARS = 1500  # documents this long get >= 2 sections whenever they have two paragraphs
 MAX_WORDS = 2000  # a section longer than this is split at paragraph starts ...
 TARGET_WORDS = 1000  # ... into pieces of about this size
-MIN_WORDS_FLOOR, MIN_WORDS_CEIL = 60, 300  # a section below the floor absorbs the next block
+MIN_WORDS_FLOOR, MIN_WORDS_CEIL = 60, 400  # a section below max(floor, min(ceil, words/8)) absorbs the next block
 HEADING_MAX_WORDS, HEADING_MAX_CHARS = 10, 90
+MAX_HEADING_RUN = 3
 TITLE_MAX_WORDS, DESC_MIN_WORDS, DESC_MAX_WORDS = 7, 10, 25
 ANCHOR_WORDS, ANCHOR_MAX_WORDS = 10, 12
 
 _HEADING_START = re.compile(r"[^\W_]|[\"'(“‘]")
-_NOT_HEADING = re.compile(r"[|<>{}\[\]=]|https?:|\.\s|[,;:\-–—]$|!$")
+# Markup, URLs, a sentence break inside, trailing punctuation of a lead-in, "Category:x" and two commas (citations
+# and reference-list entries are short lines too, but are never headings).
+_NOT_HEADING = re.compile(r"[|<>{}\[\]=]|https?:|\.\s|[,;:\-–—]$|!$|:\S|,.*,|\bISBN\b")
+# Back-matter headings are not worth naming in a description's "Covers ..." list.
+_BACK_MATTER = frozenset(
+    ("references", "notes", "see also", "external links", "further reading", "bibliography", "sources")
+    + ("citations", "footnotes", "notes and references", "works cited")
+)
+MAX_COVERED = 4
 # Title terms are capitalised words (names, places, works) of 4+ letters: a cheap scan, and what makes a title
 # distinctive.
 _TERM = re.compile(r"[A-ZÀ-ÖØ-ÞĀ-Ž][a-zß-öø-ÿā-ž'’-]{3,}")
@@ -89,6 +98,15 @@ def _blocks(lines: list[str], body: int) -> list[_Block]:
     nonblank = [i for i in range(body, len(lines)) if lines[i].strip()]
     lengths = [len(lines[i].strip()) for i in nonblank]
     like = [n <= HEADING_MAX_CHARS and _is_heading_like(lines[i]) for i, n in zip(nonblank, lengths, strict=True)]
+    # More than MAX_HEADING_RUN short lines in a row are a list (names, taxa, credits), not nested headings.
+    k = 0
+    while k < len(like):
+        j = k
+        while j < len(like) and like[j]:
+            j += 1
+        if j - k > MAX_HEADING_RUN:
+            like[k:j] = [False] * (j - k)
+        k = j + 1
     blocks: list[_Block] = []
     cur: _Block | None = None
     prev_heading = False
@@ -164,7 +182,8 @@ def _distinctive(piece: str, body: str, k: int) -> list[str]:
 
 def _description(b: _Block, lines: list[str]) -> str:
     """Sub-section names first (they are what a reader scans for), then the first sentence; 10-25 words."""
-    words = ("Covers " + "; ".join(b.subheadings) + ".").split() if b.subheadings else []
+    covered = [h for h in b.subheadings if h.lower() not in _BACK_MATTER][:MAX_COVERED]
+    words = ("Covers " + "; ".join(covered) + ".").split() if covered else []
     for i in b.lines:
         s = lines[i].strip()
         if "|" in s[:40] or s.startswith("<"):
@@ -187,7 +206,7 @@ def _title(b: _Block, lines: list[str], body: str, first: bool) -> str:
         head = b.headings[0]
         if len(b.headings) > 1 and len(f"{head} {b.headings[1]}".split()) <= TITLE_MAX_WORDS:
             head = f"{head}: {b.headings[1]}"
-        return " ".join(head.split()[:TITLE_MAX_WORDS])
+        return head  # the document's own words, whole (a heading line has at most HEADING_MAX_WORDS)
     head = " ".join(b.parent.split()[: TITLE_MAX_WORDS - 2])
     skip = {w.lower().strip(",.:;()") for w in head.split()}
     terms = [t for t in _distinctive(_block_text(b, lines), body, 4) if t.lower() not in skip]
@@ -222,7 +241,7 @@ def propose_heuristic(text: str) -> Proposal:
     if not blocks:
         return Proposal(())
     total = sum(b.words for b in blocks)
-    min_words = max(MIN_WORDS_FLOOR, min(MIN_WORDS_CEIL, total // 12))
+    min_words = max(MIN_WORDS_FLOOR, min(MIN_WORDS_CEIL, total // 8))
     sections: list[_Block] = []
     for b in _merge(blocks, min_words):
         sections.extend(_split(b, lines, math.ceil(b.words / TARGET_WORDS)) if b.words > MAX_WORDS else [b])
