@@ -96,13 +96,13 @@ def preview_of(head: str, toc_lines: int = 2, lead_chars: int = 200) -> Preview:
     toc: list[str] = []
     stripped = body.lstrip("\r\n")
     if stripped.startswith(TOC_HEADER):
-        for line in stripped.split("\n")[1:]:
+        for line in stripped.split("\n", toc_lines + 1)[1 : toc_lines + 1]:
             if not line.startswith("- L") or len(toc) >= toc_lines:
                 break
             toc.append(one_line(line[2:], 160))
         if toc:
             return Preview(title, toc, "")
-    return Preview(title, [], one_line(body, lead_chars))
+    return Preview(title, [], one_line(body[: 4 * lead_chars], lead_chars))
 
 
 def read_head(path: Path, n_bytes: int = SNIPPET_HEAD_BYTES) -> str:
