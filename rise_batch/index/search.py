@@ -8,7 +8,6 @@ padding and answers such queries with empty Hits, so callers can take every hit 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import warnings
 from pathlib import Path
@@ -31,7 +30,7 @@ class Hits(NamedTuple):
 class BM25Index:
     """A built index: `search(queries, k)`, `docids` (row order), `len(index)`, `meta`."""
 
-    def __init__(self, index_dir: str | Path, backend: str = "auto", n_threads: int = 0, warmup: bool = True):
+    def __init__(self, index_dir: str | Path, backend: str = "auto", n_threads: int = 1, warmup: bool = True):
         import bm25s
 
         self.path = Path(index_dir)
@@ -44,7 +43,7 @@ class BM25Index:
         if backend == "auto":
             backend = "numba" if bm25s.NUMBA_AVAILABLE else "numpy"
         self.backend = backend
-        self.n_threads = n_threads or (os.cpu_count() or 1)
+        self.n_threads = _numba_threads(n_threads) if backend == "numba" else 0
         self._model = bm25s.BM25.load(self.path, mmap=True, backend=backend, show_progress=False)
         self.docids: list[str] = json.loads((self.path / DOCIDS_FILE).read_text())
         if len(self.docids) != self._model.scores["num_docs"]:
@@ -58,12 +57,10 @@ class BM25Index:
         return len(self.docids)
 
     def warmup(self) -> None:
-        """Compile numba's scorer now (seconds), not inside the first timed search."""
+        """Compile numba's scorer now (or load it from numba's disk cache), not inside the first timed search."""
         some = next((i for t, i in self._vocab.items() if t), None)
-        if some is None or not self.docids:
-            return
-        for n in {1, min(2, self.n_threads)}:
-            self._retrieve([[some]], 1, n)
+        if some is not None and self.docids:
+            self._retrieve([[some]], 1)
 
     def query_term_ids(self, query: str) -> list[int]:
         """Vocabulary ids of a query's terms, repeats kept (a repeated term counts twice, as in stock)."""
@@ -80,21 +77,42 @@ class BM25Index:
         k = min(int(k), len(self.docids))
         if k <= 0 or not todo:
             return out
-        docs, scores = self._retrieve([ids[i] for i in todo], k, min(self.n_threads, len(todo)))
+        docs, scores = self._retrieve([ids[i] for i in todo], k)
         for j, i in enumerate(todo):
             keep = scores[j] > 0
             rows = docs[j][keep].tolist()
             out[i] = Hits([self.docids[r] for r in rows], scores[j][keep].tolist())
         return out
 
-    def _retrieve(self, ids: list[list[int]], k: int, n_threads: int):
-        kw = dict(k=k, sorted=True, show_progress=False, n_threads=n_threads, return_as="tuple")
-        if n_threads > 1:
+    def _retrieve(self, ids: list[list[int]], k: int):
+        kw = dict(k=k, sorted=True, show_progress=False, n_threads=self.n_threads, return_as="tuple")
+        if self.n_threads > 1:
             with _PARALLEL_LOCK:
                 return self._model.retrieve(ids, **kw)
         return self._model.retrieve(ids, **kw)
 
 
+def _numba_threads(requested: int) -> int:
+    """Threads for bm25s's numba retrieval; single-threaded unless asked, and then cached on disk.
+
+    bm25s compiles its retrieval on first use in every process: 7 s on a quiet machine, 30-40 s on a busy one.
+    We turn on numba's on-disk cache so later processes (Ray actors, CLI calls) load the machine code instead.
+    bm25s's serial and parallel variants share one cache file name, so only one may be cached: the serial one.
+    It is also the robust default: the parallel variant's threads meet at a barrier, which costs 4x the latency
+    when the cores are busy with other work (measured on 2 cores), and concurrent searches then serialize on a
+    lock; with the serial variant, concurrent searches from several threads simply run side by side (nogil).
+    """
+    import numba
+    from bm25s.numba import retrieve_utils
+
+    n = max(1, min(requested or 1, numba.config.NUMBA_NUM_THREADS))
+    f = retrieve_utils._retrieve_internal_jitted_serial
+    if n == 1 and not getattr(f, "_rise_cached", False):
+        f.enable_caching()
+        f._rise_cached = True
+    return n
+
+
 def load_index(index_dir: str | Path, **kw) -> BM25Index:
-    """Open an index built by `build_index` (arrays memory-mapped; numba warmed up when available)."""
+    """Open an index built by `build_index` (arrays memory-mapped; numba compiled or loaded from its cache)."""
     return BM25Index(index_dir, **kw)
