@@ -199,12 +199,39 @@ def run_structure(cfg: StructureConfig) -> dict:
     )
     stats["outcomes"] = stats.get("outcomes", {}) | ({"skipped": plan.n_bad_rows} if plan.n_bad_rows else {})
     if cfg.index:
-        from rise_batch.index import build_index
-
-        build_index(cfg.corpus, Path(cfg.out) / "index", workers=max(cfg.n_workers, 1))
-        stats["index"] = str(Path(cfg.out) / "index")
+        stats["index"] = build_job_index(cfg, plan)
     dump_json(stats, Path(cfg.out) / "stats.json")
     return stats
+
+
+def build_job_index(cfg: StructureConfig, plan: RunPlan) -> str:
+    """BM25 over the ORIGINAL text of exactly the documents of this run (same shard plan, same refused rows).
+
+    A finished index for the same number of documents is kept, so a resumed job does not rebuild it.
+    """
+    import json
+
+    from rise_batch.index import build_index
+
+    out = Path(cfg.out) / "index"
+    meta = out / "meta.json"
+    if meta.exists() and json.loads(meta.read_text()).get("counts", {}).get("n_docs") == plan.n_docs:
+        return str(out)
+    runner = None
+    if cfg.n_workers > 0:
+        from rise_batch.dist.index_tasks import RayShardRunner
+
+        runner = RayShardRunner(cfg.ray_address)
+    build_index(
+        cfg.corpus,
+        out,
+        workers=max(cfg.n_workers, 1),
+        shards=plan.shards,
+        on_bad_row=cfg.on_bad_row,
+        runner=runner,
+        overwrite=True,
+    )
+    return str(out)
 
 
 def summary_line(stats: dict, out: str) -> str:

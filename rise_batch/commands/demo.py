@@ -32,7 +32,9 @@ def run(args: argparse.Namespace) -> int:
     from rise_batch.config import load_structure_config
     from rise_batch.job import run_structure, summary_line
 
-    cfg = load_structure_config(None, corpus=str(sample_corpus()), out=args.out, backend="heuristic")
+    from rise_batch.commands.workspace import sample_walk
+
+    cfg = load_structure_config(None, corpus=str(sample_corpus()), out=args.out, backend="heuristic", index=True)
     stats = run_structure(cfg)
     out = Path(cfg.out)
     print(f"sample corpus : {sample_corpus()}  ({stats['docs_total']} documents)")
@@ -40,10 +42,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"docmap        : {out / 'docmap.parquet'}")
     print(f"checkpoint    : {out / 'checkpoint'}/  (one row per document)")
     print(f"stats         : {out / 'stats.json'}")
+    print(f"BM25 index    : {out / 'index'}  (over the original text; k1=1.5, b=0.75, English stemmer)")
     located = stats["anchors_located"] / max(stats["anchors_proposed"], 1)
     print(
         f"docs with TOC : {stats['docs_with_toc']}/{stats['docs_total']}   anchors located: {located:.1%}   "
         f"outcomes: {stats['outcomes']}"
     )
     print(summary_line(stats, cfg.out))
+    print(
+        f"\n$ rise-batch workspace search --index {out / 'index'} --docs {out} "
+        f"--workspace {out / 'workspace'} {args.query!r}"
+    )
+    sample_walk(out / "index", out, out / "workspace", [args.query], "rg -l -i proudhon | head -5", k=20)
     return 0
