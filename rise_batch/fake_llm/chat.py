@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rise_batch.fake_llm.faults import choose_fault, latency_s
+from rise_batch.fake_llm.judge import JudgeResponder
 from rise_batch.fake_llm.state import ServerState
 from rise_batch.fake_llm.structuring import extract_document, structuring_reply
 from rise_batch.llm.tokens import MESSAGE_OVERHEAD_TOKENS, approx_message_tokens, approx_tokens, message_text
@@ -84,7 +85,7 @@ class FallbackResponder:
 
 
 def default_responders() -> list[Responder]:
-    return [StructuringResponder(), FallbackResponder()]
+    return [JudgeResponder(), StructuringResponder(), FallbackResponder()]
 
 
 def usage(state: ServerState, request: ChatRequest, content: str) -> dict[str, Any]:

@@ -1,0 +1,74 @@
+"""Reading a run directory (run.json, trajectories/, judgments/) and writing judgments into it.
+
+A run directory is the hand-off between the trajectory engine, the judge and the report (formats in the helper
+brief and DESIGN.md), so everything here reads files and nothing else: a report can be rebuilt from a copied run
+directory on a laptop. Judgments are keyed by the trajectory's file stem (already a safe name chosen by the
+engine), so the two always pair up whatever the query ids look like.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, NamedTuple
+
+
+class RunData(NamedTuple):
+    path: Path
+    meta: dict[str, Any]  # run.json ({} when absent)
+    trajectories: dict[str, dict[str, Any]]  # file stem -> trajectory
+    judgments: dict[str, dict[str, Any]]  # file stem -> judgment (only those present)
+    unreadable: tuple[str, ...]  # files that could not be parsed (reported, never silently skipped)
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """tmp + rename in the same directory: a reader (or a resumed run) never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, ensure_ascii=False, indent=1), encoding="utf-8")
+    tmp.replace(path)
+
+
+def _read_dir(path: Path, bad: list[str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    if not path.is_dir():
+        return out
+    for f in sorted(path.glob("*.json")):
+        if f.name.startswith("."):
+            continue
+        try:
+            data = read_json(f)
+        except (OSError, ValueError):
+            bad.append(str(f))
+            continue
+        if isinstance(data, dict):
+            out[f.stem] = data
+        else:
+            bad.append(str(f))
+    return out
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise FileNotFoundError(f"run directory {path} does not exist")
+    bad: list[str] = []
+    meta: dict[str, Any] = {}
+    if (path / "run.json").is_file():
+        try:
+            meta = read_json(path / "run.json")
+        except ValueError:
+            bad.append(str(path / "run.json"))
+    trajectories = _read_dir(path / "trajectories", bad)
+    if not trajectories and not (path / "trajectories").is_dir():
+        raise FileNotFoundError(f"{path} has no trajectories/ directory: is it a run directory of `rise-batch run`?")
+    return RunData(path, meta, trajectories, _read_dir(path / "judgments", bad), tuple(bad))
+
+
+def judgment_path(run_dir: str | Path, stem: str) -> Path:
+    return Path(run_dir) / "judgments" / f"{stem}.json"
