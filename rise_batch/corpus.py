@@ -151,14 +151,20 @@ def _parquet_rows(src: Path, start: int, stop: int | None) -> Iterator[dict]:
         first = hi
         if hi <= start or (stop is not None and lo >= stop):
             continue
-        table = pf.read_row_group(rg, columns=cols)
-        for batch in table.to_batches(_BATCH_ROWS):
-            for i, rec in enumerate(batch.to_pylist()):
-                row = lo + i
-                if row >= start and (stop is None or row < stop):
-                    rec["__row"] = row
-                    yield rec
+        # stream the group in small batches: a row group can hold millions of rows (GBs of text), and a shard
+        # only needs its own range, so stop as soon as it is read
+        for batch in pf.iter_batches(_BATCH_ROWS, row_groups=[rg], columns=cols):
+            if lo + batch.num_rows > start:
+                for i, rec in enumerate(batch.to_pylist()):
+                    row = lo + i
+                    if stop is not None and row >= stop:
+                        return
+                    if row >= start:
+                        rec["__row"] = row
+                        yield rec
             lo += batch.num_rows
+            if stop is not None and lo >= stop:
+                return
 
 
 def iter_rows(

@@ -73,6 +73,7 @@ def scan_corpus(
     if shard_docs < 1:
         raise ValueError("shard_docs must be >= 1")
     sources = list_sources(path)
+    _warn_huge_row_groups(sources, shard_docs)
     assigner = RelpathAssigner()
     seen: dict[str, tuple[str, int]] = {}
     bad: list[BadRow] = []
@@ -124,6 +125,27 @@ def scan_corpus(
     if n_docs == 0:
         raise CorpusError(f"{path}: no valid documents ({n_rows} rows read, {len(bad)} refused)")
     return CorpusPlan(shards, n_rows, n_docs, bad, corpus_fingerprint(sources))
+
+
+def _warn_huge_row_groups(sources: list[Path], shard_docs: int) -> None:
+    """Parquet cannot seek inside a row group: a shard starting deep inside a huge group decodes all rows before
+    it. Say so up front (it is a property of the file, fixable by rewriting it) rather than be mysteriously slow."""
+    import sys
+
+    import pyarrow.parquet as pq
+
+    for src in sources:
+        if _format(src) != "parquet":
+            continue
+        meta = pq.ParquetFile(src).metadata
+        biggest = max((meta.row_group(i).num_rows for i in range(meta.num_row_groups)), default=0)
+        if biggest > 20 * shard_docs:
+            print(
+                f"rise-batch: warning: {src} has row groups of up to {biggest} rows; every shard of {shard_docs} "
+                "rows re-decodes its group from the start. Rewrite it with smaller row groups (e.g. "
+                "pyarrow.parquet.write_table(..., row_group_size=1000)) or raise --shard-docs.",
+                file=sys.stderr,
+            )
 
 
 def shards_to_json(shards: list[ShardSpec]) -> list[dict]:
