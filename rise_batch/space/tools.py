@@ -124,7 +124,12 @@ def read_in(root: Path, path: Any, offset: Any, limit: Any, lookup: Callable[[st
 def bash_in(sandbox: Sandbox, command: Any, lookup: Callable[[str], str | None]) -> ToolResult:
     if not isinstance(command, str) or not command.strip():
         return ToolResult("error: `command` must be a non-empty string", error=True)
-    res = sandbox.run(command)
+    if "\x00" in command:
+        return ToolResult("error: the command contains a NUL character", error=True)
+    try:
+        res = sandbox.run(command)
+    except OSError as e:  # e.g. E2BIG: a command longer than the kernel's argument limit
+        return ToolResult(f"error: could not start the command: {e.strerror or e}", error=True)
     return ToolResult(res.render(sandbox.limits.timeout_s), surfaced=tuple(surfaced_in(res.output, lookup)))
 
 

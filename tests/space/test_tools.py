@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rise_batch.space import schemas
-from rise_batch.space.fileview import preview_of, read_numbered, snippet_line
+from rise_batch.space.fileview import PathRefused, preview_of, read_numbered, resolve_inside, snippet_line
 from rise_batch.space.tools import DciTools, RiseTools, ToolSet, coerce_queries, surfaced_in
 from rise_batch.space.workspace import DocStore, Workspace
 from tests.space.conftest import TEST_LIMITS
@@ -154,3 +157,28 @@ def test_schemas_match_tools_and_convert(rise):
     flat = schemas.as_responses(tools.schemas)
     assert flat[0]["type"] == "function" and flat[0]["name"] == "search" and "parameters" in flat[0]
     assert issubclass(RiseTools, ToolSet)
+
+
+def test_bash_rejects_unrunnable_commands(rise):
+    tools, _ = rise
+    assert "NUL" in tools.bash("echo a\x00b").text
+    huge = tools.bash("echo " + "x" * 300_000)  # beyond the kernel's per-argument limit
+    assert huge.error and "could not start" in huge.text
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    path=st.lists(st.sampled_from([*"ab./~\\:\x00 ", "..", "en.wikipedia.org", "escdir", "Anarchism.txt"])).map("".join)
+)
+def test_resolve_inside_never_leaves_the_root(docs, path):
+    root, _ = docs
+    files = root / "corpus"
+    link = files / "escdir"
+    if not link.is_symlink():
+        link.symlink_to("/")
+    try:
+        real, rel = resolve_inside(files, path)
+    except PathRefused:
+        return
+    assert os.path.commonpath([os.path.realpath(files), str(real)]) == os.path.realpath(files)
+    assert real.is_file() and not rel.startswith("/") and ".." not in rel.split("/")
