@@ -1,0 +1,182 @@
+"""The paper's per-run figures, computed from a run directory's trajectories and judgments (pure: no I/O).
+
+Two choices differ from the reference BrowseComp-Plus scripts on purpose:
+- Calibration error is computed over *all* bins. The reference (HLE's `calib_err`) sorts answers by confidence,
+  cuts them into bins of 100 with the remainder joined to the last bin, and then sums over every bin but the last
+  one; below 200 answers that leaves no bin at all and it reports 0. Here every bin counts (binning below).
+- Accuracy comes with a bootstrap 95% interval (fixed seed, so a report is reproducible), because on 100-query
+  runs a gap of a few points between two systems is within noise.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rise_batch.eval.judge import is_empty_answer
+
+CALIBRATION_BIN = 100  # answers per calibration bin, as in the reference script
+BOOTSTRAP_SAMPLES = 2000
+BOOTSTRAP_SEED = 0
+
+
+def mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def median(values: Sequence[float]) -> float | None:
+    return float(statistics.median(values)) if values else None
+
+
+def bootstrap_ci(
+    outcomes: Sequence[bool | float],
+    *,
+    samples: int = BOOTSTRAP_SAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    level: float = 0.95,
+) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of the mean of `outcomes` (resampling queries with replacement)."""
+    import numpy as np
+
+    if not outcomes:
+        return None
+    x = np.asarray(outcomes, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, len(x), size=(samples, len(x)))].mean(axis=1)
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(means, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def calibration_bins(
+    confidences: Sequence[float], correct: Sequence[bool], bin_size: int = CALIBRATION_BIN
+) -> list[dict[str, float]]:
+    """Answers sorted by confidence (0-100; ties keep their input order) and cut into consecutive bins of
+    `bin_size`; the remainder joins the last bin, so there are max(1, n // bin_size) bins and fewer than
+    `bin_size` answers make one bin. Each bin: n, mean confidence (0-1), accuracy (0-1)."""
+    if len(confidences) != len(correct):
+        raise ValueError("confidences and correct must have the same length")
+    if bin_size < 1:
+        raise ValueError(f"bin_size must be >= 1, got {bin_size!r}")
+    n = len(confidences)
+    if n == 0:
+        return []
+    order = sorted(range(n), key=lambda i: confidences[i])
+    n_bins = max(1, n // bin_size)
+    bins = []
+    for b in range(n_bins):
+        idx = order[b * bin_size : n if b == n_bins - 1 else (b + 1) * bin_size]
+        bins.append(
+            {
+                "n": len(idx),
+                "confidence": sum(confidences[i] for i in idx) / len(idx) / 100.0,
+                "accuracy": sum(bool(correct[i]) for i in idx) / len(idx),
+            }
+        )
+    return bins
+
+
+def calibration_error(
+    confidences: Sequence[float], correct: Sequence[bool], bin_size: int = CALIBRATION_BIN, norm: str = "l2"
+) -> float | None:
+    """Root-mean-square (l2, the reference's default) or mean absolute (l1) gap between confidence and accuracy
+    over ALL bins, weighted by bin size; in [0, 1]. None for no answers."""
+    bins = calibration_bins(confidences, correct, bin_size)
+    if not bins:
+        return None
+    n = sum(b["n"] for b in bins)
+    gaps = [(b["n"] / n, abs(b["confidence"] - b["accuracy"])) for b in bins]
+    if norm == "l2":
+        return math.sqrt(sum(w * g * g for w, g in gaps))
+    if norm == "l1":
+        return sum(w * g for w, g in gaps)
+    raise ValueError(f"norm must be 'l1' or 'l2', got {norm!r}")
+
+
+def gold_fraction(gold: Iterable[str], found: Iterable[str]) -> float | None:
+    """Share of distinct gold docids among `found`; None when there is no gold to find."""
+    g = set(gold)
+    return len(g.intersection(found)) / len(g) if g else None
+
+
+def _stats(values: Sequence[float]) -> dict[str, float | None]:
+    return {"mean": mean(values), "median": median(values)}
+
+
+def run_metrics(
+    meta: dict[str, Any],
+    trajectories: dict[str, dict[str, Any]],
+    judgments: dict[str, dict[str, Any]],
+    *,
+    bin_size: int = CALIBRATION_BIN,
+    seed: int = BOOTSTRAP_SEED,
+) -> dict[str, Any]:
+    """Every figure of one run. Accuracy is over judged queries (a query needs a gold answer to be judged);
+    calibration is over judged queries that gave an answer (a no-answer states no confidence)."""
+    trajs = list(trajectories.values())
+    first = trajs[0] if trajs else {}
+    judged = [(trajectories[s], j) for s, j in judgments.items() if s in trajectories]
+    outcomes = [bool(j.get("correct")) for _, j in judged]
+    answered = [(t, j) for t, j in judged if j.get("method") != "empty" and not is_empty_answer(t)]
+    confidences = [_confidence(t, j) for t, j in answered]
+    no_answer = Counter(str(t.get("stop_reason")) for t in trajs if is_empty_answer(t))
+    tools = sorted({name for t in trajs for name in (t.get("tool_calls") or {})})
+    tool_totals = [float(sum((t.get("tool_calls") or {}).values())) for t in trajs]
+    gold_r = [gold_fraction(t.get("gold_doc_ids") or (), t.get("retrieved_docids") or ()) for t in trajs]
+    cov = [gold_fraction(t.get("gold_doc_ids") or (), t.get("surfaced_docids") or ()) for t in trajs]
+    searched = any(t.get("retrieved_docids") for t in trajs) or "search" in tools
+    agent_cost = [float(t.get("cost_usd") or 0.0) for t in trajs]
+    judge_cost = [float(j.get("cost_usd") or 0.0) for _, j in judged]
+    return {
+        "system": meta.get("system") or first.get("system"),
+        "model": meta.get("model") or first.get("model"),
+        "k": meta.get("k"),
+        "corpus": meta.get("corpus"),
+        "corpus_docs": meta.get("corpus_docs"),
+        "repeat": meta.get("repeat"),
+        "n_queries": len(trajs),
+        "n_judged": len(judged),
+        "n_correct": sum(outcomes),
+        "accuracy": mean(outcomes),
+        "accuracy_ci95": bootstrap_ci(outcomes, seed=seed),
+        "no_answers": sum(no_answer.values()),
+        "no_answers_by_stop_reason": dict(sorted(no_answer.items())),
+        "stop_reasons": dict(sorted(Counter(str(t.get("stop_reason")) for t in trajs).items())),
+        "errors": sum(1 for t in trajs if t.get("error")),
+        "model_calls": _stats([float(t.get("model_calls") or 0) for t in trajs]),
+        "tool_calls": _stats(tool_totals),
+        "tool_calls_by_tool": {
+            name: _stats([float((t.get("tool_calls") or {}).get(name, 0)) for t in trajs]) for name in tools
+        },
+        "tool_calls_per_query": tool_totals,
+        "agent_usd_per_query": mean(agent_cost),
+        "judge_usd_per_query": mean(judge_cost),
+        "agent_usd_total": sum(agent_cost),
+        "judge_usd_total": sum(judge_cost),
+        "tokens_per_query": {
+            k: mean([float((t.get("usage") or {}).get(k) or 0) for t in trajs])
+            for k in ("input_tokens", "cached_input_tokens", "output_tokens")
+        },
+        "gold_R": mean([g for g in gold_r if g is not None]) if searched else None,
+        "cov_mean": mean([c for c in cov if c is not None]),
+        "n_with_gold": sum(1 for g in gold_r if g is not None),
+        "workspace_docs": _stats([float(t.get("workspace_docs") or 0) for t in trajs]),
+        "elapsed_s": _stats([float(t.get("elapsed_s") or 0.0) for t in trajs]),
+        "calibration_error": calibration_error(confidences, [bool(j.get("correct")) for _, j in answered], bin_size),
+        "calibration_bins": calibration_bins(confidences, [bool(j.get("correct")) for _, j in answered], bin_size),
+        "n_calibration": len(answered),
+        "judge_methods": dict(sorted(Counter(str(j.get("method")) for _, j in judged).items())),
+        "judge_parse_errors": sum(1 for _, j in judged if j.get("parse_error")),
+    }
+
+
+def _confidence(trajectory: dict[str, Any], judgment: dict[str, Any]) -> float:
+    """The grader's reading of the stated confidence, else the agent's own parse, else 100 (the grader's rule
+    for a response that states none)."""
+    for value in (judgment.get("confidence"), trajectory.get("confidence")):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return min(max(float(value), 0.0), 100.0)
+    return 100.0
