@@ -18,6 +18,8 @@ COMMAND_MODULES = [
     "fake_llm",
     "index",
     "eval_retrieval",
+    "judge",
+    "report",
 ]
 
 
