@@ -67,6 +67,9 @@ class FakeLLMServer:
         self.routes: list[tuple[str, re.Pattern[str], RouteHandler]] = []
         for method, pattern, handler in DEFAULT_ROUTES:
             self.add_route(method, pattern, handler)
+        from rise_batch.fake_llm.batch import install as install_batch_api  # files + batches (imports this module)
+
+        install_batch_api(self)
         self._httpd = _HTTPServer((host, port), _Handler)
         self._httpd.fake = self
         self.host, self.port = host, self._httpd.server_address[1]
