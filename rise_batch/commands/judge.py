@@ -1,0 +1,71 @@
+"""`rise-batch judge RUN_DIR...`: grade a run's answers with the BrowseComp-Plus-style grader (resumable)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "judge",
+        help="grade the answers of run directories with an LLM judge (exact matches and no-answers need no call)",
+        description=(
+            "For every trajectory of RUN_DIR without a judgment, write RUN_DIR/judgments/<query>.json: empty "
+            "answers are wrong without a call, a normalised exact match with a gold answer is right without a "
+            "call, the rest go to the grader prompt (prompts/judge_grader.txt) through the rate-limited client. "
+            "Re-running skips judged queries (--force re-grades them). Judge cost is recorded apart from agent cost."
+        ),
+    )
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directory written by `rise-batch run`")
+    p.add_argument("--model", required=True, help="judge model (e.g. gpt-5.4-mini)")
+    p.add_argument("--base-url", help="OpenAI-compatible base URL (default: OpenAI; e.g. a `rise-batch fake-llm`)")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
+    p.add_argument("--force", action="store_true", help="re-grade queries that already have a judgment")
+    p.add_argument("--concurrency", type=int, default=16, help="requests in flight (default 16)")
+    p.add_argument("--rpm", type=int, default=500, help="requests per minute (default 500)")
+    p.add_argument("--tpm", type=int, default=2_000_000, help="tokens per minute (default 2,000,000)")
+    p.add_argument("--timeout", type=float, default=120.0, help="per-request timeout in seconds")
+    p.add_argument("--reasoning-effort", default=None, help="reasoning effort for reasoning models")
+    p.add_argument("--max-output-tokens", type=int, default=4096)
+    p.add_argument("--prompt", default="judge_grader", help="grader prompt name or file (default judge_grader)")
+    p.add_argument("--queries", help="query file with gold answers (default: the run's own, from run.json)")
+    p.add_argument("--json", action="store_true", help="print the summaries as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from rise_batch.config import LLMConfig
+    from rise_batch.eval.judge_runner import judge_run_sync
+
+    llm = LLMConfig(
+        base_url=args.base_url,
+        model=args.model,
+        api_key_env=args.api_key_env,
+        reasoning_effort=args.reasoning_effort,
+        max_output_tokens=args.max_output_tokens,
+        timeout_s=args.timeout,
+        rpm=args.rpm,
+        tpm=args.tpm,
+        concurrency=args.concurrency,
+    )
+    llm.validate()
+    failed = 0
+    results = {}
+    for run_dir in args.run_dirs:
+        s = judge_run_sync(run_dir, llm, force=args.force, prompt=args.prompt, queries_path=args.queries)
+        results[run_dir] = s.as_dict()
+        failed += s.failed
+        print(
+            f"judge {run_dir}: {s.total} trajectories, {s.skipped_existing} already judged, exact {s.exact}, "
+            f"llm {s.llm}, empty {s.empty}, no gold {s.no_gold}, failed {s.failed}, parse errors {s.parse_errors}, "
+            f"judge cost ${s.cost_usd:.4f}"
+        )
+        for e in s.errors[:5]:
+            print(f"  error: {e}")
+    if args.json:
+        print(json.dumps(results, indent=2))
+    if failed:
+        print(f"judge: {failed} call(s) failed; re-run the same command to retry them")
+    return 1 if failed else 0

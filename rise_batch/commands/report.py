@@ -1,0 +1,38 @@
+"""`rise-batch report RUN_DIR... --out DIR`: the paper-style table, report.json and figures."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report",
+        help="summarise judged run directories into report.md, report.json and PNG figures",
+        description=(
+            "Reads each RUN_DIR (trajectories/ and judgments/ from `rise-batch run` and `rise-batch judge`) and "
+            "writes DIR/report.md (system, model, accuracy with a bootstrap 95%% interval, no-answers, tool calls, "
+            "$/query, gold_R, cov_mean), DIR/report.json and PNGs: accuracy vs cost, tool calls, and for sweeps "
+            "accuracy vs K and vs corpus size. --retrieval adds `eval-retrieval --out` results."
+        ),
+    )
+    p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="run directories (judged)")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument(
+        "--retrieval", action="append", default=[], metavar="JSON", help="eval-retrieval results file (repeatable)"
+    )
+    p.add_argument("--calibration-bin", type=int, default=100, help="answers per calibration bin (default 100)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rise_batch.eval.report import write_report
+
+    if not args.run_dirs and not args.retrieval:
+        raise SystemExit("report: give at least one RUN_DIR or --retrieval results file")
+    report = write_report(args.run_dirs, args.out, retrieval_files=args.retrieval, bin_size=args.calibration_bin)
+    print((Path(args.out) / "report.md").read_text())
+    print(f"report: wrote {Path(args.out) / 'report.md'}, report.json and {len(report['plots'])} figure(s)")
+    return 0

@@ -1,0 +1,149 @@
+"""PNG figures of a report: the accuracy/cost frontier, tool-call distributions, sweeps over K and corpus size.
+
+matplotlib is imported inside each function and pinned to the Agg backend, so the report runs on a headless
+cluster node and importing this module costs nothing. Each function takes the run summaries (dicts from
+rise_batch.eval.report.summarize_run) and returns the path it wrote, or None when the figure would be empty
+(one K only, no cost recorded...), so a report never contains a meaningless chart.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+SYSTEM_NAMES = {"rise": "RISE", "rise-bm25": "RISE-BM25", "retrieval-agent": "Retrieval agent", "dci": "DCI"}
+
+
+def system_name(system: Any) -> str:
+    return SYSTEM_NAMES.get(str(system), str(system))
+
+
+def run_label(s: dict[str, Any]) -> str:
+    label = f"{system_name(s.get('system'))} / {s.get('model')}"
+    if s.get("k") is not None:
+        label += f" / K={s['k']}"
+    if s.get("corpus"):
+        label += f" / {s['corpus']}"
+    if s.get("repeat") is not None:
+        label += f" #{s['repeat']}"
+    return label
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+    return path
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both cost (lower) and accuracy (higher), by cost."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
+    front, best = [], float("-inf")
+    for i in order:
+        if points[i][1] > best:
+            front.append(i)
+            best = points[i][1]
+    return front
+
+
+def plot_frontier(summaries: Sequence[dict[str, Any]], path: Path) -> Path | None:
+    rows = [s for s in summaries if s.get("accuracy") is not None and s.get("agent_usd_per_query") is not None]
+    if not rows:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    pts = [(float(s["agent_usd_per_query"]), 100 * float(s["accuracy"])) for s in rows]
+    for s, (x, y) in zip(rows, pts, strict=True):
+        ci = s.get("accuracy_ci95")
+        yerr = [[y - 100 * ci[0]], [100 * ci[1] - y]] if ci else None
+        ax.errorbar(x, y, yerr=yerr, fmt="o", capsize=3, label=run_label(s))
+    front = pareto_front(pts)
+    ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], "k--", lw=1, label="frontier")
+    costs = [x for x, _ in pts if x > 0]
+    if costs and max(costs) / min(costs) > 10 and len(costs) == len(pts):
+        ax.set_xscale("log")
+    ax.set_xlabel("agent cost per query (USD)")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title("Accuracy vs cost per query (bars: bootstrap 95% CI)")
+    ax.legend(fontsize=7, loc="best")
+    return _save(fig, path)
+
+
+def plot_tool_calls(summaries: Sequence[dict[str, Any]], path: Path) -> Path | None:
+    rows = [s for s in summaries if s.get("tool_calls_per_query")]
+    if not rows:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(rows) + 2), 4.5))
+    ax.boxplot([s["tool_calls_per_query"] for s in rows], showmeans=True)
+    ax.set_xticks(range(1, len(rows) + 1), [run_label(s) for s in rows], rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("tool calls per query")
+    ax.set_title("Tool calls per query (box: quartiles, triangle: mean)")
+    return _save(fig, path)
+
+
+def _sweep(summaries: Sequence[dict[str, Any]], key: str) -> dict[str, list[tuple[float, float]]]:
+    """Series label -> [(x, mean accuracy over repeats)] for runs that differ in `key` only."""
+    groups: dict[tuple, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for s in summaries:
+        x = s.get(key)
+        if x is None or s.get("accuracy") is None:
+            continue
+        other = tuple((k, s.get(k)) for k in ("system", "model", "k", "corpus") if k not in (key, _SAME[key]))
+        groups[other][float(x)].append(100 * float(s["accuracy"]))
+    series = {}
+    for other, points in groups.items():
+        if len(points) > 1:
+            label = " / ".join(
+                system_name(v) if k == "system" else f"{k}={v}" if k == "k" else str(v) for k, v in other
+            )
+            series[label] = sorted((x, sum(v) / len(v)) for x, v in points.items())
+    return series
+
+
+_SAME = {"k": "k", "corpus_docs": "corpus"}  # a corpus is named by its label and sized by corpus_docs
+
+
+def plot_sweep(summaries: Sequence[dict[str, Any]], key: str, path: Path) -> Path | None:
+    """Accuracy against K (`key="k"`) or corpus size (`key="corpus_docs"`), one line per system/model."""
+    series = _sweep(summaries, key)
+    if not series:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for label, pts in sorted(series.items()):
+        ax.plot([x for x, _ in pts], [y for _, y in pts], "o-", label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel({"k": "K (documents per sub-query)", "corpus_docs": "corpus size (documents)"}[key])
+    ax.set_ylabel("accuracy (%)")
+    ax.set_title("Accuracy vs " + {"k": "K", "corpus_docs": "corpus size"}[key])
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_recall(recall: dict[str, float], path: Path) -> Path | None:
+    """Retrieval-only report: recall@K of gold documents against K."""
+    if not recall:
+        return None
+    plt = _pyplot()
+    pts = sorted((int(k), 100 * float(v)) for k, v in recall.items())
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([k for k, _ in pts], [v for _, v in pts], "o-")
+    if len(pts) > 1:
+        ax.set_xscale("log")
+    ax.set_xlabel("K")
+    ax.set_ylabel("gold documents in the top K (%)")
+    ax.set_title("BM25 recall@K of gold documents")
+    return _save(fig, path)

@@ -1,0 +1,109 @@
+"""`rise-batch judge` end to end: the real openai client against the fake server's grader over HTTP."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rise_batch.cli import main
+from rise_batch.fake_llm import FakeLLMServer
+from tests.eval.helpers import trajectory, write_run
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer() as s:
+        yield s
+
+
+def judge_requests(server: FakeLLMServer) -> list[dict]:
+    return [e for e in server.log() if e.get("responder") == "judge"]
+
+
+def make_run(root: Path, queries: Path | None = None) -> Path:
+    t = [
+        trajectory("exact", exact_answer="The Eiffel Tower", answer="Eiffel Tower", confidence=95),
+        trajectory("para", exact_answer="Paris, France", answer="Paris", confidence=70),
+        trajectory("wrong", exact_answer="Lyon", answer="Marseille", confidence=40),
+        trajectory("prose", final_text="After reading, I believe it is 1912.", answer="1913"),
+        trajectory("budget", stop_reason="max_calls", final_text="still searching", answer="x"),
+        trajectory("nogold", exact_answer="something"),
+        trajectory("squad", exact_answer="Amazonia", confidence=100),  # gold answers only in the query file
+    ]
+    return write_run(root, t, queries=str(queries) if queries else None)
+
+
+def read_judgments(run: Path) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted((run / "judgments").glob("*.json"))}
+
+
+def test_judge_end_to_end_resume_and_force(tmp_path: Path, server: FakeLLMServer, capsys) -> None:
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text(json.dumps({"query_id": "squad", "query": "q?", "answers": ["Amazon Jungle", "Amazonia"]}))
+    run = make_run(tmp_path / "run", queries)
+    argv = ["judge", str(run), "--model", "gpt-5.4-mini", "--base-url", server.base_url, "--concurrency", "3"]
+    assert main(argv) == 0
+    j = read_judgments(run)
+    assert set(j) == {"exact", "para", "wrong", "prose", "budget", "squad"}  # nogold: nothing to compare with
+    assert {k: v["method"] for k, v in j.items()} == {
+        "exact": "exact",
+        "para": "llm",
+        "wrong": "llm",
+        "prose": "llm",
+        "budget": "empty",
+        "squad": "exact",
+    }
+    assert {k: v["correct"] for k, v in j.items()} == {
+        "exact": True,
+        "para": True,
+        "wrong": False,
+        "prose": False,
+        "budget": False,
+        "squad": True,
+    }
+    assert j["para"]["extracted_final_answer"] == "Paris, France" and j["para"]["confidence"] == 70.0
+    assert j["prose"]["confidence"] == 100.0  # none stated
+    for name in ("para", "wrong", "prose"):
+        assert j[name]["parse_error"] is None and j[name]["judge_model"] == "gpt-5.4-mini"
+        assert j[name]["usage"]["input_tokens"] > 0 and j[name]["cost_usd"] > 0
+    assert j["exact"]["cost_usd"] == 0 and j["budget"]["cost_usd"] == 0
+    trajectories = {p.stem: json.loads(p.read_text()) for p in (run / "trajectories").glob("*.json")}
+    assert all(t["cost_usd"] == 0.0 for t in trajectories.values())  # judge cost never lands on the agent
+    assert len(judge_requests(server)) == 3
+    assert "llm 3, empty 1, no gold 1, failed 0" in capsys.readouterr().out
+
+    before = {k: v for k, v in j.items()}
+    assert main(argv) == 0  # resumed: nothing left to judge
+    assert len(judge_requests(server)) == 3
+    assert read_judgments(run) == before
+    assert "6 already judged" in capsys.readouterr().out
+
+    (run / "judgments" / "wrong.json").unlink()  # an interrupted run: only the missing one is graded
+    assert main(argv) == 0
+    assert len(judge_requests(server)) == 4 and read_judgments(run) == before
+
+    assert main([*argv, "--force"]) == 0
+    assert len(judge_requests(server)) == 7
+
+
+def test_judge_retries_through_server_faults(tmp_path: Path) -> None:
+    t = [trajectory(f"q{i}", exact_answer=f"answer {i}", answer=f"gold {i % 2}") for i in range(12)]
+    run = write_run(tmp_path / "run", t)
+    with FakeLLMServer(p429=0.3, p500=0.2, retry_after_ms=1, seed=3, max_faults_per_key=1) as s:
+        argv = ["judge", str(run), "--model", "gpt-5.4-mini", "--base-url", s.base_url]
+        assert main(argv) == 0
+        statuses = {e["status"] for e in s.log()}
+    j = read_judgments(run)
+    assert len(j) == 12 and all(v["method"] == "llm" and v["correct"] is False for v in j.values())
+    assert {429, 500} <= statuses
+
+
+def test_failed_calls_leave_no_judgment_and_exit_nonzero(tmp_path: Path, capsys) -> None:
+    run = write_run(tmp_path / "run", [trajectory("q", exact_answer="a", answer="b")])
+    with FakeLLMServer(p400=1.0) as s:
+        assert main(["judge", str(run), "--model", "m", "--base-url", s.base_url]) == 1
+    assert not (run / "judgments" / "q.json").exists()
+    assert "re-run the same command" in capsys.readouterr().out

@@ -1,0 +1,99 @@
+"""report.md / report.json / PNGs from hand-built run directories and an eval-retrieval result."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+from rise_batch.cli import main
+from rise_batch.eval.plots import pareto_front
+from rise_batch.eval.report import write_report
+from tests.eval.helpers import judgment, known_run, trajectory, write_run
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def assert_png(path: Path) -> None:
+    """A real PNG: the signature, then an IHDR chunk with a non-zero size, then more than a header's worth."""
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE, path
+    length, kind = struct.unpack(">I4s", data[8:16])
+    assert kind == b"IHDR" and length == 13
+    width, height = struct.unpack(">II", data[16:24])
+    assert width > 100 and height > 100
+    assert len(data) > 5000 and data[-8:-4] == b"IEND"
+
+
+def sweep_runs(root: Path) -> list[Path]:
+    """2 systems x 2 K x 2 corpus sizes, accuracy rising with K, costs apart per system."""
+    runs = []
+    for system, base, cost in (("rise", 2, 0.02), ("rise-bm25", 1, 0.01)):
+        for k in (100, 1000):
+            for corpus, docs in (("100k", 100_000), ("1m", 1_000_000)):
+                right = base + (k == 1000) + (docs == 100_000)
+                t = [
+                    trajectory(
+                        f"q{i}",
+                        system=system,
+                        exact_answer="a",
+                        answer="a",
+                        cost_usd=cost,
+                        tool_calls={"search": i + 1, "read": 2},
+                    )
+                    for i in range(4)
+                ]
+                j = {f"q{i}": judgment(i < right, confidence=50) for i in range(4)}
+                d = write_run(root / f"{system}-{k}-{corpus}", t, j, system=system, k=k)
+                (d / "cell.json").write_text(json.dumps({"corpus": corpus, "corpus_docs": docs, "repeat": 0}))
+                runs.append(d)
+    return runs
+
+
+def test_report_of_two_runs_and_a_retrieval_result(tmp_path: Path, capsys) -> None:
+    a = known_run(tmp_path / "a")
+    b = write_run(
+        tmp_path / "b",
+        [trajectory("q1", system="dci", exact_answer="x", answer="x", tool_calls={"bash": 4}, cost_usd=0.3)],
+        {"q1": judgment(True, "exact")},
+        system="dci",
+    )
+    retrieval = tmp_path / "bm25.json"
+    retrieval.write_text(
+        json.dumps({"summary": {"n_queries": 3, "n_skipped_no_gold": 1, "recall": {"10": 0.5, "100": 0.75}}})
+    )
+    out = tmp_path / "report"
+    assert main(["report", str(a), str(b), "--out", str(out), "--retrieval", str(retrieval)]) == 0
+    md = (out / "report.md").read_text()
+    assert "| System | Model | Accuracy % [95% CI] | No-answers | Tool calls | $/query | gold_R % | cov_mean % |" in md
+    assert "| RISE | gpt-5.4-nano | 40.0 [" in md
+    assert "| 2/5 | 5.2 | $0.0170 | 75.0 | 37.5 |" in md
+    assert "| DCI | gpt-5.4-nano | 100.0 [100.0, 100.0] | 0/1 | 4.0 | $0.300 | – | – |" in md
+    assert "max_calls 1, wall_clock 1" in md
+    assert "| 50.0 | 75.0 |" in md  # recall@10, recall@100
+    assert md in capsys.readouterr().out
+    report = json.loads((out / "report.json").read_text())
+    assert [r["system"] for r in report["runs"]] == ["rise", "dci"]
+    assert report["runs"][0]["accuracy"] == 0.4 and report["retrieval"][0]["name"] == "bm25"
+    names = sorted(Path(p).name for p in report["plots"])
+    assert names == ["accuracy_vs_cost.png", "recall_bm25.png", "tool_calls.png"]  # no sweep: no K/size plots
+    for p in report["plots"]:
+        assert_png(Path(p))
+        assert f"]({Path(p).name})" in md
+
+
+def test_sweep_report_draws_k_and_corpus_size_plots(tmp_path: Path) -> None:
+    runs = sweep_runs(tmp_path / "runs")
+    report = write_report(runs, tmp_path / "out")
+    names = sorted(Path(p).name for p in report["plots"])
+    assert names == ["accuracy_vs_corpus_size.png", "accuracy_vs_cost.png", "accuracy_vs_k.png", "tool_calls.png"]
+    for p in report["plots"]:
+        assert_png(Path(p))
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| RISE (K=1000) · 100k | gpt-5.4-nano | 100.0 [100.0, 100.0] |" in md
+    assert "| RISE-BM25 (K=100) · 1m | gpt-5.4-nano | 25.0 [" in md
+
+
+def test_pareto_front() -> None:
+    pts = [(0.1, 30.0), (0.2, 25.0), (0.3, 50.0), (0.05, 10.0), (0.3, 40.0)]
+    assert pareto_front(pts) == [3, 0, 2]
