@@ -9,6 +9,7 @@ remove judge noise where there is nothing to judge.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import string
@@ -55,6 +56,20 @@ def is_empty_answer(trajectory: dict[str, Any]) -> bool:
     if (trajectory.get("exact_answer") or "").strip():
         return False
     return trajectory.get("stop_reason") != "answered" or not (trajectory.get("final_text") or "").strip()
+
+
+def trajectory_key(trajectory: dict[str, Any]) -> str:
+    """What identifies a trajectory's content for the judge (config, answer, text, stop reason): a judgment keeps
+    it, so a judgment made for an earlier version of the file is redone, not reused."""
+    basis = json.dumps(
+        [trajectory.get(k) for k in ("config_hash", "exact_answer", "final_text", "stop_reason")], ensure_ascii=False
+    )
+    return hashlib.blake2b(basis.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def judges(judgment: dict[str, Any], trajectory: dict[str, Any]) -> bool:
+    """Does this judgment grade this trajectory (judgments without a key, e.g. hand-made ones, are trusted)?"""
+    return judgment.get("trajectory_key") in (None, trajectory_key(trajectory))
 
 
 def exact_match(answer: str | None, golds: Iterable[str]) -> bool:

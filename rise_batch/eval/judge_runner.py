@@ -21,8 +21,10 @@ from rise_batch.eval.judge import (
     build_grader_messages,
     exact_match,
     is_empty_answer,
+    judges,
     parse_grader_reply,
     response_text,
+    trajectory_key,
 )
 from rise_batch.eval.queries import answers_by_id
 from rise_batch.eval.rundir import judgment_path, load_run, write_json_atomic
@@ -133,7 +135,7 @@ async def judge_run(
     summary = JudgeSummary(total=len(run.trajectories))
     todo: list[tuple[str, dict[str, Any], list[str]]] = []
     for stem, traj in run.trajectories.items():
-        if stem in run.judgments and not force:
+        if stem in run.judgments and not force and judges(run.judgments[stem], traj):
             summary.skipped_existing += 1
             continue
         golds = gold_answers(traj, from_file)
@@ -143,7 +145,7 @@ async def judge_run(
         done = offline_judgment(traj, golds, llm.model)
         if done is not None:
             setattr(summary, done["method"], getattr(summary, done["method"]) + 1)
-            _store(run.path, stem, done, on_judged)
+            _store(run.path, stem, done, traj, on_judged)
         else:
             todo.append((stem, traj, golds))
     if not todo:
@@ -169,13 +171,20 @@ async def judge_run(
                 summary.llm += 1
                 summary.cost_usd += reply.cost_usd
                 summary.parse_errors += judgment["parse_error"] is not None
-                _store(run.path, stem, judgment, on_judged)
+                _store(run.path, stem, judgment, traj, on_judged)
 
         await asyncio.gather(*(worker() for _ in range(min(llm.concurrency, len(todo)))))
     return summary
 
 
-def _store(run_dir: Path, stem: str, judgment: dict[str, Any], on_judged: Callable | None) -> None:
+def _store(
+    run_dir: Path,
+    stem: str,
+    judgment: dict[str, Any],
+    trajectory: dict[str, Any],
+    on_judged: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    judgment["trajectory_key"] = trajectory_key(trajectory)
     write_json_atomic(judgment_path(run_dir, stem), judgment)
     if on_judged is not None:
         on_judged(judgment)

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rise_batch.eval.judge import is_empty_answer
+from rise_batch.eval.judge import is_empty_answer, judges
 
 CALIBRATION_BIN = 100  # answers per calibration bin, as in the reference script
 BOOTSTRAP_SAMPLES = 2000
@@ -118,7 +118,7 @@ def run_metrics(
     calibration is over judged queries that gave an answer (a no-answer states no confidence)."""
     trajs = list(trajectories.values())
     first = trajs[0] if trajs else {}
-    judged = [(trajectories[s], j) for s, j in judgments.items() if s in trajectories]
+    judged = [(trajectories[s], j) for s, j in judgments.items() if s in trajectories and judges(j, trajectories[s])]
     outcomes = [bool(j.get("correct")) for _, j in judged]
     answered = [(t, j) for t, j in judged if j.get("method") != "empty" and not is_empty_answer(t)]
     confidences = [_confidence(t, j) for t, j in answered]

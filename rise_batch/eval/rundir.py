@@ -20,6 +20,7 @@ class RunData(NamedTuple):
     trajectories: dict[str, dict[str, Any]]  # file stem -> trajectory
     judgments: dict[str, dict[str, Any]]  # file stem -> judgment (only those present)
     unreadable: tuple[str, ...]  # files that could not be parsed (reported, never silently skipped)
+    stale: tuple[str, ...] = ()  # trajectories written under another config hash than run.json's (left out)
 
 
 def read_json(path: Path) -> Any:
@@ -67,7 +68,11 @@ def load_run(run_dir: str | Path) -> RunData:
     trajectories = _read_dir(path / "trajectories", bad)
     if not trajectories and not (path / "trajectories").is_dir():
         raise FileNotFoundError(f"{path} has no trajectories/ directory: is it a run directory of `rise-batch run`?")
-    return RunData(path, meta, trajectories, _read_dir(path / "judgments", bad), tuple(bad))
+    pinned = meta.get("config_hash")
+    stale = [s for s, t in trajectories.items() if pinned and t.get("config_hash") not in (None, pinned)]
+    for stem in stale:
+        del trajectories[stem]
+    return RunData(path, meta, trajectories, _read_dir(path / "judgments", bad), tuple(bad), tuple(stale))
 
 
 def judgment_path(run_dir: str | Path, stem: str) -> Path:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rise_batch.cli import main
+from rise_batch.eval.report import summarize_run
 from rise_batch.fake_llm import FakeLLMServer
 from tests.eval.helpers import trajectory, write_run
 
@@ -107,3 +108,21 @@ def test_failed_calls_leave_no_judgment_and_exit_nonzero(tmp_path: Path, capsys)
         assert main(["judge", str(run), "--model", "m", "--base-url", s.base_url]) == 1
     assert not (run / "judgments" / "q.json").exists()
     assert "re-run the same command" in capsys.readouterr().out
+
+
+def test_a_rewritten_trajectory_is_judged_again_and_stale_ones_are_left_out(tmp_path: Path, server) -> None:
+    run = write_run(
+        tmp_path / "run", [trajectory("a", exact_answer="x", answer="y"), trajectory("b")], config_hash="cfg"
+    )
+    argv = ["judge", str(run), "--model", "gpt-5.4-mini", "--base-url", server.base_url]
+    assert main(argv) == 0
+    assert read_judgments(run)["a"]["correct"] is False
+    path = run / "trajectories" / "a.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"exact_answer": "y", "final_text": "Exact Answer: y"}))
+    stale = run / "trajectories" / "b.json"
+    stale.write_text(json.dumps(json.loads(stale.read_text()) | {"config_hash": "old"}))
+    assert main(argv) == 0
+    j = read_judgments(run)
+    assert j["a"]["correct"] is True and j["a"]["method"] == "exact"
+    s = summarize_run(run)
+    assert (s["n_queries"], s["n_judged"], s["accuracy"]) == (1, 1, 1.0)
