@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from rise_batch.fake_llm.agent import AgentResponder
 from rise_batch.fake_llm.faults import choose_fault, latency_s
 from rise_batch.fake_llm.judge import JudgeResponder
 from rise_batch.fake_llm.state import ServerState
@@ -85,7 +86,7 @@ class FallbackResponder:
 
 
 def default_responders() -> list[Responder]:
-    return [JudgeResponder(), StructuringResponder(), FallbackResponder()]
+    return [AgentResponder(), JudgeResponder(), StructuringResponder(), FallbackResponder()]
 
 
 def usage(state: ServerState, request: ChatRequest, content: str) -> dict[str, Any]:
@@ -157,10 +158,12 @@ def complete(
         content = message.get("content") or ""
         if fault == "malformed":
             message = {**message, "content": content[: max(len(content) // 2, 1)] + "\n{,"}
-        counts = usage(state, request, content)
+        calls = message.get("tool_calls")
+        finish = "tool_calls" if calls else "stop"
+        counts = usage(state, request, content + (json.dumps(calls) if calls else ""))
         log.update(responder=responder.name, **_log_usage(counts))
         choices = (
-            [] if fault == "empty" else [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}]
+            [] if fault == "empty" else [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}]
         )
         body = {
             "id": f"chatcmpl-fake-{request.key}-{attempt}",
