@@ -1,0 +1,234 @@
+"""A trajectory run: pin the run directory, skip finished queries, run the rest (in process or on Ray), sum up.
+
+The run directory is the hand-off to the judge and the report (format in the helper brief): run.json pins the
+configuration hash, and each query's trajectory file carries it too, so a re-run skips exactly the queries already
+answered under the same configuration. A run directory holding another configuration is refused unless the user
+asks for a new run (the old files are then kept under superseded-*/, they were paid for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import shutil
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from rise_batch.agent.run_config import RunConfig, config_hash
+from rise_batch.agent.runner import EVENTS, TRAJECTORIES, WorkerContext, finished, run_query, trajectory_path
+from rise_batch.agent.systems import ORIGINAL, get_system
+from rise_batch.config import ConfigError, config_to_dict
+from rise_batch.eval.queries import Query, read_queries
+from rise_batch.eval.rundir import read_json, write_json_atomic
+from rise_batch.prompts import load_prompt
+
+RUN_JSON = "run.json"
+SUPERSEDED = (RUN_JSON, TRAJECTORIES, "judgments", EVENTS)
+
+
+class RunPlan(NamedTuple):
+    cfg: RunConfig  # with the docs each system reads resolved
+    config_hash: str
+    queries: list[Query]
+    pending: list[Query]
+
+
+def prepare_run(cfg: RunConfig) -> RunPlan:
+    system = get_system(cfg.system)
+    ch = config_hash(cfg, load_prompt(system.prompt))
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta_path = out / RUN_JSON
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    if meta_path.exists():
+        meta = read_json(meta_path)
+        if meta.get("config_hash") == ch:
+            created = meta.get("created", created)
+        elif not cfg.new_run:
+            raise ConfigError(
+                f"{out} holds a run with another configuration (config hash {meta.get('config_hash')}, "
+                f"system {meta.get('system')}, model {meta.get('model')}; now {ch}). Re-run with the original "
+                "settings to resume, pass --new-run to start over (old files kept under superseded-*/), or choose "
+                "another --out."
+            )
+        else:
+            dest = out / f"superseded-{time.strftime('%Y%m%d-%H%M%S')}"
+            dest.mkdir()
+            for name in SUPERSEDED:
+                if (out / name).exists():
+                    shutil.move(str(out / name), str(dest / name))
+            print(f"rise-batch run: previous run moved to {dest}", file=sys.stderr)
+    if not Path(cfg.docs).is_dir():
+        raise ConfigError(f"docs directory {cfg.docs} does not exist")
+    if system.docs == ORIGINAL and not cfg.original_docs:
+        from rise_batch.agent.originals import original_docs
+
+        cfg = dataclasses.replace(cfg, original_docs=str(original_docs(cfg.docs, workers=max(cfg.workers, 1))))
+    queries = read_queries(cfg.queries, cfg.limit)
+    write_json_atomic(
+        meta_path,
+        {
+            "system": cfg.system,
+            "model": cfg.llm.model,
+            "config": config_to_dict(cfg),
+            "config_hash": ch,
+            "queries": str(cfg.queries),
+            "k": cfg.k,
+            "created": created,
+        },
+    )
+    (out / TRAJECTORIES).mkdir(exist_ok=True)
+    pending = [q for q in queries if not finished(out, q.query_id, ch)]
+    return RunPlan(cfg, ch, queries, pending)
+
+
+class Progress:
+    """Queries done / running / failed, tokens and dollars so far: a tqdm bar on a terminal, log lines otherwise."""
+
+    def __init__(self, total: int, already: int, enabled: bool = True, every_s: float = 30.0) -> None:
+        from tqdm import tqdm
+
+        self.total, self.already = total, already
+        self.done = self.running = self.failed = 0
+        self.reasons: Counter[str] = Counter()
+        self.input_tokens = self.output_tokens = 0
+        self.cost = 0.0
+        self.tty = enabled and sys.stderr.isatty()
+        self.log = enabled and not self.tty
+        self.every_s, self._last = every_s, time.monotonic()
+        self.bar = tqdm(total=total, initial=already, desc="trajectories", unit="q", disable=not self.tty)
+
+    def started(self) -> None:
+        self.running += 1
+        self._show()
+
+    def stopped(self) -> None:
+        self.running -= 1
+
+    def finished(self, summary: dict[str, Any]) -> None:
+        self.done += 1
+        reason = summary.get("stop_reason") or "?"
+        self.reasons[reason] += 1
+        self.failed += reason == "api_error"
+        usage = summary.get("usage") or {}
+        self.input_tokens += usage.get("input_tokens", 0)
+        self.output_tokens += usage.get("output_tokens", 0)
+        self.cost += summary.get("cost_usd") or 0.0
+        self.bar.update(1)
+        self._show()
+
+    def line(self) -> str:
+        reasons = " ".join(f"{k}={v}" for k, v in sorted(self.reasons.items()))
+        return (
+            f"done {self.already + self.done}/{self.total} running {self.running} failed {self.failed} "
+            f"tokens in={self.input_tokens:,} out={self.output_tokens:,} ${self.cost:.4f} [{reasons}]"
+        )
+
+    def _show(self) -> None:
+        if self.tty:
+            self.bar.set_postfix_str(
+                f"run={self.running} fail={self.failed} tok={self.input_tokens + self.output_tokens:,} "
+                f"${self.cost:.4f}",
+                refresh=False,
+            )
+        elif self.log and time.monotonic() - self._last >= self.every_s:
+            self._last = time.monotonic()
+            print("rise-batch run: " + self.line(), file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+async def run_local(plan: RunPlan, progress: Progress) -> None:
+    """Every pending query in this process, `concurrency` at a time (workers=0: debugging, small runs)."""
+    ctx = WorkerContext(plan.cfg, plan.config_hash)
+    slots = asyncio.Semaphore(plan.cfg.concurrency)
+
+    async def one(q: Query) -> None:
+        async with slots:
+            progress.started()
+            try:
+                summary = await run_query(ctx, q)
+            finally:
+                progress.stopped()
+            progress.finished(summary)
+
+    try:
+        await asyncio.gather(*(one(q) for q in plan.pending))
+    finally:
+        await ctx.aclose()
+
+
+def summarize(run_dir: str | Path, queries: list[Query], config_hash: str) -> dict[str, Any]:
+    """Totals over this run's trajectory files (this config hash only)."""
+    reasons: Counter[str] = Counter()
+    tools: Counter[str] = Counter()
+    calls = tokens_in = tokens_out = missing = 0
+    cost = 0.0
+    for q in queries:
+        try:
+            t = read_json(trajectory_path(run_dir, q.query_id))
+        except (OSError, ValueError):
+            missing += 1
+            continue
+        if t.get("config_hash") != config_hash:
+            missing += 1
+            continue
+        reasons[t["stop_reason"]] += 1
+        tools.update(t.get("tool_calls") or {})
+        calls += t.get("model_calls", 0)
+        tokens_in += t["usage"]["input_tokens"]
+        tokens_out += t["usage"]["output_tokens"]
+        cost += t.get("cost_usd") or 0.0
+    n = max(sum(reasons.values()), 1)
+    return {
+        "queries": len(queries),
+        "trajectories": sum(reasons.values()),
+        "missing": missing,
+        "stop_reasons": dict(sorted(reasons.items())),
+        "model_calls_mean": round(calls / n, 2),
+        "tool_calls": dict(sorted(tools.items())),
+        "input_tokens": tokens_in,
+        "output_tokens": tokens_out,
+        "cost_usd": round(cost, 6),
+        "cost_usd_per_query": round(cost / n, 6),
+    }
+
+
+def run_trajectories(cfg: RunConfig) -> dict[str, Any]:
+    """The whole run; returns totals (also printed by the CLI and the job script)."""
+    t0 = time.monotonic()
+    plan = prepare_run(cfg)
+    progress = Progress(len(plan.queries), len(plan.queries) - len(plan.pending), cfg.progress)
+    try:
+        if plan.pending and cfg.workers == 0:
+            asyncio.run(run_local(plan, progress))
+        elif plan.pending:
+            from rise_batch.dist.trajectories import run_on_ray
+
+            run_on_ray(plan, progress)
+    finally:
+        progress.close()
+    stats = summarize(cfg.out, plan.queries, plan.config_hash)
+    stats.update(
+        system=cfg.system,
+        model=cfg.llm.model,
+        config_hash=plan.config_hash,
+        ran=len(plan.pending),
+        skipped=len(plan.queries) - len(plan.pending),
+        wall_seconds=round(time.monotonic() - t0, 3),
+    )
+    return stats
+
+
+def summary_line(stats: dict[str, Any], out: str) -> str:
+    reasons = ",".join(f"{k}:{v}" for k, v in stats["stop_reasons"].items())
+    keys = ("queries", "ran", "skipped", "model_calls_mean", "input_tokens", "output_tokens", "cost_usd")
+    return (
+        f"run system={stats['system']} model={stats['model']} "
+        + " ".join(f"{k}={stats[k]}" for k in keys)
+        + f" stop_reasons={reasons or '-'} wall_seconds={stats['wall_seconds']} out={out}"
+    )

@@ -1,0 +1,287 @@
+"""One agent trajectory: the model proposes tool calls, the system's tools answer, until it answers or a budget ends.
+
+The loop is pure apart from its two collaborators, an LLM client (`await client.complete(messages, timeout=...,
+tools=...)`) and a ToolSet, so it runs the same in a test, in a CLI process and inside a Ray actor. Both budgets
+are enforced here, where the waiting happens: every model call gets `timeout=min(remaining, cap)` and is also
+abandoned at the deadline (retries included), and every tool call is bounded by the remaining time (a sandboxed
+command is killed at the deadline, not at its own 60 s cap). No final answer is forced: a trajectory that runs
+out of budget is a no-answer labelled with why.
+
+The caller owns the `AgentRun` record and passes it in, so a trajectory cancelled from outside (a watchdog)
+still leaves everything it did behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import re
+import time
+import weakref
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+from rise_batch.llm.client import LLMError
+from rise_batch.space.tools import ToolResult, ToolSet
+
+STOP_REASONS = ("answered", "max_calls", "wall_clock", "api_error", "context_overflow")
+STEP_OUTPUT_CHARS = 2000  # what a trajectory file keeps of each tool output
+TOOL_SLACK_S = 0.5  # a tool killed at the deadline needs a moment to report back
+_BASE_LIMITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # sandbox -> its own limits (cap per call)
+_OVERFLOW_HINTS = ("context_length_exceeded", "maximum context length", "context window", "prompt is too long")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Per-trajectory limits: model calls, wall clock, and the cap of one model call (the client's timeout)."""
+
+    max_calls: int = 100
+    wall_clock_s: float = 3600.0
+    call_timeout_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class ContextPolicy:
+    """DCI's context management: cut each tool result, and clear old ones once tool output grows too large."""
+
+    max_tool_chars: int = 0  # 0: keep tool results whole
+    clear_after_chars: int = 0  # 0: never clear; else clear results older than `keep_turns` past this total
+    keep_turns: int = 12
+
+
+DCI_CONTEXT = ContextPolicy(max_tool_chars=20_000, clear_after_chars=240_000, keep_turns=12)
+CLEARED = "[older tool result cleared to save context]"
+
+
+@dataclass
+class AgentRun:
+    """What one trajectory did; filled in as it goes, so a cancelled trajectory still has its record."""
+
+    final_text: str = ""
+    exact_answer: str | None = None
+    confidence: float | None = None
+    explanation: str | None = None
+    stop_reason: str = ""
+    model_calls: int = 0
+    tool_calls: Counter = field(default_factory=Counter)
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    elapsed_s: float = 0.0
+    retrieved: dict[str, None] = field(default_factory=dict)  # ordered sets
+    surfaced: dict[str, None] = field(default_factory=dict)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    model_s: float = 0.0  # time spent waiting on the model
+    tool_s: float = 0.0  # time spent in tools
+
+    def usage(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "cached_input_tokens": self.cached_input_tokens,
+            "output_tokens": self.output_tokens,
+        }
+
+    def end(self, reason: str, error: str | None = None) -> None:
+        if not self.stop_reason:
+            self.stop_reason = reason
+            self.error = error
+
+
+_FIELD = re.compile(r"^[\s>#*_-]*(explanation|exact answer|confidence)\s*[*_]*\s*:\s*", re.IGNORECASE | re.MULTILINE)
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def parse_final(text: str) -> tuple[str | None, str | None, float | None]:
+    """(explanation, exact answer, confidence 0-100) from the `Explanation: / Exact Answer: / Confidence:` reply."""
+    fields: dict[str, str] = {}
+    marks = list(_FIELD.finditer(text))
+    for i, m in enumerate(marks):
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
+        value = text[m.end() : end].strip().strip("*_").strip()
+        fields.setdefault(m.group(1).lower(), value)
+    answer = fields.get("exact answer")
+    if answer is not None:
+        answer = answer.split("\n", 1)[0].strip().strip('*_`"').strip() or None
+    confidence = None
+    raw = fields.get("confidence")
+    if raw:
+        m = _NUMBER.search(raw)
+        if m:
+            value = float(m.group())
+            if "%" not in raw[m.end() : m.end() + 2] and value <= 1.0 and "." in m.group():
+                value *= 100  # "0.85" means 85%
+            confidence = min(max(value, 0.0), 100.0)
+    return fields.get("explanation"), answer, confidence
+
+
+def is_context_overflow(exc: LLMError) -> bool:
+    text = str(exc).lower()
+    return exc.status in (400, 413, None) and any(h in text for h in _OVERFLOW_HINTS)
+
+
+def _message_dict(message: Any) -> dict[str, Any]:
+    """The assistant turn as it goes back into `messages` (content and tool calls only)."""
+    calls = [
+        {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+        for c in message.tool_calls or []
+    ]
+    out: dict[str, Any] = {"role": "assistant", "content": message.content}
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def _arguments(raw: str) -> Any:
+    try:
+        return json.loads(raw) if raw and raw.strip() else {}
+    except json.JSONDecodeError:
+        return raw
+
+
+class _Context:
+    """Tool results in the conversation, for DCI's cut-and-clear policy."""
+
+    def __init__(self, messages: list[dict[str, Any]], policy: ContextPolicy | None) -> None:
+        self.messages, self.policy = messages, policy or ContextPolicy()
+        self.results: list[tuple[int, int]] = []  # (turn, message index)
+        self.chars = 0
+
+    def add(self, turn: int, call_id: str, text: str) -> None:
+        p = self.policy
+        if p.max_tool_chars and len(text) > p.max_tool_chars:
+            text = text[: p.max_tool_chars] + f"\n[tool output cut: {len(text) - p.max_tool_chars:,} more characters]"
+        self.results.append((turn, len(self.messages)))
+        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
+        self.chars += len(text)
+        if p.clear_after_chars and self.chars > p.clear_after_chars:
+            for t, i in self.results:
+                msg = self.messages[i]
+                if t <= turn - p.keep_turns and msg["content"] != CLEARED:
+                    self.chars -= len(msg["content"]) - len(CLEARED)
+                    msg["content"] = CLEARED
+
+
+async def _call_tool(
+    tools: ToolSet, name: str, arguments: str, remaining: float, executor: Executor | None
+) -> ToolResult | None:
+    """Run one (blocking) tool call in a thread, bounded by the time left; None when the deadline came first."""
+    sandbox = getattr(tools, "sandbox", None)
+    if sandbox is not None:  # the sandbox kills the command at the deadline, so no process outlives the budget
+        base = _BASE_LIMITS.setdefault(sandbox, sandbox.limits)
+        sandbox.limits = dataclasses.replace(base, timeout_s=max(0.05, min(base.timeout_s, remaining)))
+    loop = asyncio.get_running_loop()
+    try:
+        return await asyncio.wait_for(
+            loop.run_in_executor(executor, tools.call, name, arguments), remaining + TOOL_SLACK_S
+        )
+    except TimeoutError:
+        return None
+
+
+async def run_agent(
+    client: Any,
+    system_prompt: str,
+    question: str,
+    tools: ToolSet,
+    budget: Budget,
+    *,
+    run: AgentRun | None = None,
+    context: ContextPolicy | None = None,
+    params: dict[str, Any] | None = None,
+    executor: Executor | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> AgentRun:
+    """Run one trajectory to its end; the returned (or passed-in) AgentRun says how it ended."""
+    run = run if run is not None else AgentRun()
+    start = clock()
+    deadline = start + budget.wall_clock_s
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": system_prompt},
+        {"role": "user", "content": f"QUESTION: {question}"},
+    ]
+    ctx = _Context(messages, context)
+    emit = on_event or (lambda _e: None)
+    try:
+        await _turns(client, tools, budget, run, ctx, params or {}, executor, emit, clock, deadline)
+    finally:
+        run.elapsed_s = clock() - start
+        if run.stop_reason == "answered":
+            run.explanation, run.exact_answer, run.confidence = parse_final(run.final_text)
+    return run
+
+
+async def _turns(client, tools, budget, run, ctx, params, executor, emit, clock, deadline) -> None:
+    messages = ctx.messages
+    while True:
+        if run.model_calls >= budget.max_calls:
+            return run.end("max_calls")
+        remaining = deadline - clock()
+        if remaining <= 0:
+            return run.end("wall_clock")
+        run.model_calls += 1
+        t0 = clock()
+        try:
+            done = await asyncio.wait_for(
+                client.complete(messages, timeout=min(remaining, budget.call_timeout_s), tools=tools.schemas, **params),
+                remaining,
+            )
+        except TimeoutError:
+            run.model_s += clock() - t0
+            return run.end("wall_clock")
+        except LLMError as e:
+            run.model_s += clock() - t0
+            emit({"event": "model_error", "call": run.model_calls, "error": str(e)[:500]})
+            if is_context_overflow(e):
+                return run.end("context_overflow", str(e))
+            if deadline - clock() <= 0.05:
+                return run.end("wall_clock", str(e))
+            return run.end("api_error", str(e))
+        run.model_s += clock() - t0
+        reply = done.reply
+        run.input_tokens += reply.input_tokens
+        run.cached_input_tokens += reply.cached_input_tokens
+        run.output_tokens += reply.output_tokens
+        run.cost_usd += reply.cost_usd
+        message = done.completion.choices[0].message
+        calls = message.tool_calls or []
+        emit(
+            {
+                "event": "model_call",
+                "call": run.model_calls,
+                "tool_calls": [c.function.name for c in calls],
+                "input_tokens": reply.input_tokens,
+                "output_tokens": reply.output_tokens,
+                "seconds": round(clock() - t0, 4),
+            }
+        )
+        if not calls:
+            run.final_text = message.content or ""
+            return run.end("answered")
+        messages.append(_message_dict(message))
+        for call in calls:
+            remaining = deadline - clock()
+            if remaining <= 0:
+                return run.end("wall_clock")
+            name, raw = call.function.name, call.function.arguments or ""
+            t1 = clock()
+            result = await _call_tool(tools, name, raw, remaining, executor)
+            run.tool_s += clock() - t1
+            run.tool_calls[name] += 1
+            if result is None:
+                text = "[tool call abandoned: the trajectory's time budget ran out]"
+                run.steps.append({"tool": name, "arguments": _arguments(raw), "output": text})
+                return run.end("wall_clock")
+            run.retrieved.update(dict.fromkeys(result.retrieved))
+            run.surfaced.update(dict.fromkeys(result.surfaced))
+            run.steps.append({"tool": name, "arguments": _arguments(raw), "output": result.text[:STEP_OUTPUT_CHARS]})
+            emit({"event": "tool_call", "tool": name, "error": result.error, "seconds": round(clock() - t1, 4)})
+            ctx.add(run.model_calls, call.id, result.text)
+        if deadline - clock() <= 0:
+            return run.end("wall_clock")

@@ -1,0 +1,137 @@
+"""The configuration of a trajectory run (`rise-batch run`, jobs/run_trajectories.py), validated at the edge.
+
+`config_hash` covers what changes a trajectory (system, prompt text, model and its settings, K, budgets, tool
+limits) and nothing else, so paths, worker counts and rate limits can change between a run and its resume; a
+trajectory file written under another hash is not reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rise_batch.agent.loop import Budget
+from rise_batch.config import ConfigError, LLMConfig, _build
+
+# An agent turn of a reasoning model can think for minutes and spend thousands of tokens before a tool call.
+AGENT_LLM_DEFAULTS: dict[str, Any] = {"timeout_s": 600.0, "max_output_tokens": 16384, "concurrency": 16}
+APIS = ("chat",)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    queries: str = ""
+    system: str = "rise"
+    out: str = ""
+    docs: str = ""  # structured docs dir (a `rise-batch structure` output): DIR/corpus/<relpath> + docmap.parquet
+    original_docs: str | None = None  # original-text docs for rise-bm25/retrieval-agent/dci (default: derived)
+    index: str | None = None  # BM25 index dir (not needed by dci)
+    k: int = 1000
+    max_calls: int | None = None  # None: the system's default (100; dci 300)
+    wall_clock_s: float | None = None  # None: the system's default (3600; dci 5400)
+    limit: int | None = None  # first N queries only
+    workers: int = 2  # Ray actors; 0 runs every trajectory in this process
+    concurrency: int = 8  # trajectories in flight across all workers
+    ray_address: str | None = None
+    worker_cpus: float = 1.0
+    workspace_root: str | None = None  # default OUT/workspaces
+    keep_workspaces: bool = False
+    bash_timeout_s: float = 60.0
+    bash_max_output_chars: int = 4000
+    grace_s: float = 30.0  # watchdog: a trajectory still running at budget + grace is cancelled ...
+    kill_grace_s: float = 15.0  # ... and its actor killed and replaced if it has not returned after this
+    max_attempts: int = 3  # runs of a query whose worker died before it is recorded as failed
+    index_backend: str = "auto"
+    allow_unsandboxed: bool = False
+    new_run: bool = False
+    progress: bool = True
+    api: str = "chat"
+    llm: LLMConfig = field(default_factory=lambda: LLMConfig(**AGENT_LLM_DEFAULTS))
+
+    def validate(self) -> None:
+        from rise_batch.agent.systems import get_system
+
+        system = get_system(self.system)
+        for name in ("queries", "out", "docs"):
+            if not getattr(self, name):
+                raise ConfigError(f"{name} is required")
+        if system.uses_index and not self.index:
+            raise ConfigError(f"system {self.system} searches: give the BM25 index dir (index / --index)")
+        positive = {"k": self.k, "concurrency": self.concurrency, "max_attempts": self.max_attempts}
+        positive |= {"bash_timeout_s": self.bash_timeout_s, "bash_max_output_chars": self.bash_max_output_chars}
+        for name, value in positive.items():
+            if value <= 0:
+                raise ConfigError(f"{name} must be > 0, got {value!r}")
+        for name in ("max_calls", "wall_clock_s", "limit"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"{name} must be > 0, got {value!r}")
+        if self.workers < 0:
+            raise ConfigError(f"workers must be >= 0, got {self.workers!r}")
+        if self.grace_s < 0 or self.kill_grace_s < 0:
+            raise ConfigError("grace_s and kill_grace_s must be >= 0")
+        if self.index_backend not in ("auto", "numpy", "numba"):
+            raise ConfigError(f"index_backend must be auto, numpy or numba, got {self.index_backend!r}")
+        if self.api not in APIS:
+            raise ConfigError(f"api must be one of {', '.join(APIS)}, got {self.api!r}")
+        self.llm.validate()
+        self.llm.api_key()
+
+    def budget(self) -> Budget:
+        from rise_batch.agent.systems import get_system
+
+        system = get_system(self.system)
+        return Budget(
+            max_calls=self.max_calls or system.max_calls,
+            wall_clock_s=self.wall_clock_s or system.wall_clock_s,
+            call_timeout_s=self.llm.timeout_s,
+        )
+
+    @property
+    def workspace_dir(self) -> Path:
+        return Path(self.workspace_root) if self.workspace_root else Path(self.out) / "workspaces"
+
+
+def config_hash(cfg: RunConfig, prompt_text: str) -> str:
+    b = cfg.budget()
+    basis = {
+        "system": cfg.system,
+        "prompt": hashlib.sha256(prompt_text.encode()).hexdigest(),
+        "model": cfg.llm.model,
+        "reasoning_effort": cfg.llm.reasoning_effort,
+        "max_output_tokens": cfg.llm.max_output_tokens,
+        "api": cfg.api,
+        "k": cfg.k,
+        "max_calls": b.max_calls,
+        "wall_clock_s": b.wall_clock_s,
+        "bash": [cfg.bash_timeout_s, cfg.bash_max_output_chars],
+    }
+    return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_run_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
+    """YAML (optional; a top-level `run:` mapping or the mapping itself), then flags (None = not given)."""
+    data: dict[str, Any] = {}
+    if path:
+        import yaml
+
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise ConfigError(f"cannot read config {path}: {e}") from e
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: expected a mapping")
+        data.update(loaded.get("run", loaded))
+    llm_over = {k[4:]: v for k, v in overrides.items() if k.startswith("llm_") and v is not None}
+    data.update({k: v for k, v in overrides.items() if not k.startswith("llm_") and v is not None})
+    data["llm"] = {**AGENT_LLM_DEFAULTS, **(data.get("llm") or {}), **llm_over}
+    cfg = _build(RunConfig, data, "")
+    cfg.validate()
+    return cfg
+
+
+def run_config_from_dict(data: dict[str, Any]) -> RunConfig:
+    return _build(RunConfig, data, "")

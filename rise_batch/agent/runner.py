@@ -1,0 +1,239 @@
+"""One query end to end: a fresh workspace, the agent loop, the trajectory file, the workspace removed.
+
+The same `run_query` runs in the CLI process (workers=0) and inside Ray actors; a `WorkerContext` holds what a
+worker builds once and shares among the trajectories it runs at the same time (LLM client, document store, BM25
+index, a thread pool for blocking tool calls). A trajectory always ends in a file: on its own stop reason, at the
+worker-side deadline (budget + a few seconds, should the loop itself ever fail to stop), or when the driver's
+watchdog cancels it (recorded as `wall_clock` with whatever it had done).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import re
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from rise_batch.agent.loop import AgentRun, run_agent
+from rise_batch.agent.run_config import RunConfig
+from rise_batch.agent.systems import ORIGINAL, get_system, open_tools, workspace_docs
+from rise_batch.eval.queries import Query
+from rise_batch.eval.rundir import read_json, write_json_atomic
+from rise_batch.prompts import load_prompt
+from rise_batch.space.sandbox import SandboxLimits
+from rise_batch.space.workspace import DocStore
+
+WORKER_SLACK_S = 5.0  # the worker-side deadline: budget + this, in case the loop's own checks are stuck
+TRAJECTORIES, EVENTS = "trajectories", "events.jsonl"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_name(query_id: str) -> str:
+    """A file stem for a query id: readable when the id is simple, unique (hash suffix) when it had to change."""
+    s = _UNSAFE.sub("_", query_id).strip("._")[:100]
+    if s == query_id and s:
+        return s
+    return f"{s or 'q'}-{hashlib.sha256(query_id.encode()).hexdigest()[:8]}"
+
+
+def trajectory_path(run_dir: str | Path, query_id: str) -> Path:
+    return Path(run_dir) / TRAJECTORIES / f"{safe_name(query_id)}.json"
+
+
+def finished(run_dir: str | Path, query_id: str, config_hash: str) -> bool:
+    """Does this query already have a trajectory written under this config hash?"""
+    path = trajectory_path(run_dir, query_id)
+    try:
+        return read_json(path).get("config_hash") == config_hash
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+class EventLog:
+    """RUN_DIR/events.jsonl: one JSON line per event, appended with a single write (safe across processes)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, event: dict[str, Any]) -> None:
+        os.write(self.fd, orjson.dumps({"t": round(time.time(), 4), **event}) + b"\n")
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def system_docs(cfg: RunConfig) -> str:
+    system = get_system(cfg.system)
+    return (cfg.original_docs or cfg.docs) if system.docs == ORIGINAL else cfg.docs
+
+
+class WorkerContext:
+    """What one worker builds once for all of its trajectories."""
+
+    def __init__(self, cfg: RunConfig, config_hash: str, limiter: Any = None) -> None:
+        from rise_batch.llm.client import client_from_config
+
+        self.cfg, self.config_hash = cfg, config_hash
+        self.system = get_system(cfg.system)
+        self.prompt_text = load_prompt(self.system.prompt)
+        self.budget = cfg.budget()
+        self.run_dir = Path(cfg.out)
+        self.store = DocStore(system_docs(cfg))
+        self.client = client_from_config(cfg.llm, limiter=limiter)
+        self.limits = SandboxLimits(timeout_s=cfg.bash_timeout_s, max_output_chars=cfg.bash_max_output_chars)
+        self.executor = ThreadPoolExecutor(max_workers=2 * cfg.concurrency + 4, thread_name_prefix="tool")
+        self.events = EventLog(self.run_dir / EVENTS)
+        self.ws_root = cfg.workspace_dir
+        self.ws_root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.ws_root, 0o755)  # the sandbox's unprivileged uid must reach the workspaces
+        self._index: Any = None
+        self._index_lock = threading.Lock()
+
+    def index(self) -> Any:
+        """The BM25 index, loaded on first use (from a tool thread; DCI never loads it)."""
+        with self._index_lock:
+            if self._index is None:
+                from rise_batch.index import load_index
+
+                self._index = load_index(self.cfg.index, backend=self.cfg.index_backend)
+        return self._index
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.events.close()
+
+
+def trajectory_record(ctx: WorkerContext, query: Query, run: AgentRun, ws_docs: int) -> dict[str, Any]:
+    return {
+        "query_id": query.query_id,
+        "query": query.query,
+        "system": ctx.system.name,
+        "model": ctx.cfg.llm.model,
+        "config_hash": ctx.config_hash,
+        "final_text": run.final_text,
+        "exact_answer": run.exact_answer,
+        "confidence": run.confidence,
+        "stop_reason": run.stop_reason,
+        "model_calls": run.model_calls,
+        "tool_calls": dict(run.tool_calls),
+        "usage": run.usage(),
+        "cost_usd": round(run.cost_usd, 8),
+        "elapsed_s": round(run.elapsed_s, 3),
+        "workspace_docs": ws_docs,
+        "retrieved_docids": list(run.retrieved),
+        "surfaced_docids": list(run.surfaced),
+        "gold_doc_ids": list(query.gold_doc_ids),
+        "answer": query.answer,
+        "steps": run.steps,
+        "error": run.error,
+        "timing": {"model_s": round(run.model_s, 3), "tool_s": round(run.tool_s, 3)},
+    }
+
+
+def summary_of(record: dict[str, Any]) -> dict[str, Any]:
+    """The few numbers a driver's progress line needs."""
+    keys = ("query_id", "stop_reason", "model_calls", "cost_usd", "elapsed_s", "error", "usage", "timing")
+    return {k: record.get(k) for k in keys} | {"tool_calls": sum((record.get("tool_calls") or {}).values())}
+
+
+async def run_query(ctx: WorkerContext, query: Query, attempt: int = 1) -> dict[str, Any]:
+    """Run one query to its end and write its trajectory file; returns the summary."""
+    name = safe_name(query.query_id)
+    ws_path = ctx.ws_root / name
+    if ws_path.exists():  # left by a worker that died running this query
+        shutil.rmtree(ws_path, ignore_errors=True)
+    run = AgentRun()
+    ws = None
+    emit = _emitter(ctx, query.query_id, attempt)
+    emit({"event": "start", "system": ctx.system.name})
+    try:
+        tools, ws = await asyncio.get_running_loop().run_in_executor(
+            ctx.executor,
+            lambda: open_tools(
+                ctx.system,
+                ctx.store,
+                ctx.index,
+                ws_path,
+                k=ctx.cfg.k,
+                limits=ctx.limits,
+                allow_unsandboxed=ctx.cfg.allow_unsandboxed,
+                keep_workspace=ctx.cfg.keep_workspaces,
+            ),
+        )
+        agent = run_agent(
+            ctx.client,
+            ctx.prompt_text,
+            query.query,
+            tools,
+            ctx.budget,
+            run=run,
+            context=ctx.system.context,
+            executor=ctx.executor,
+            on_event=emit,
+        )
+        await asyncio.wait_for(agent, ctx.budget.wall_clock_s + WORKER_SLACK_S)
+    except TimeoutError:
+        run.end("wall_clock", "stopped by the worker-side deadline")
+    except asyncio.CancelledError:
+        run.end("wall_clock", "cancelled by the driver's watchdog after the wall-clock budget")
+        _finish(ctx, query, run, ws, emit)
+        raise
+    except Exception as e:  # a harness failure must not take the worker's other trajectories down
+        run.end("api_error", f"harness error: {type(e).__name__}: {e}")
+    return _finish(ctx, query, run, ws, emit)
+
+
+def _finish(ctx: WorkerContext, query: Query, run: AgentRun, ws, emit) -> dict[str, Any]:
+    record = trajectory_record(ctx, query, run, workspace_docs(ctx.system, ctx.store, ws, run))
+    if ws is not None:
+        ws.close()
+    write_json_atomic(trajectory_path(ctx.run_dir, query.query_id), record)
+    summary = summary_of(record)
+    emit({"event": "end", **{k: v for k, v in summary.items() if k != "query_id"}})
+    return summary
+
+
+def _emitter(ctx: WorkerContext, query_id: str, attempt: int):
+    pid = os.getpid()
+
+    def emit(event: dict[str, Any]) -> None:
+        ctx.events.write({"query_id": query_id, "attempt": attempt, "pid": pid, **event})
+
+    return emit
+
+
+def failed_record(cfg_hash: str, cfg: RunConfig, query: Query, reason: str, error: str, elapsed: float) -> dict:
+    """A trajectory file the driver writes itself, for a query whose worker never reported back."""
+    return {
+        "query_id": query.query_id,
+        "query": query.query,
+        "system": cfg.system,
+        "model": cfg.llm.model,
+        "config_hash": cfg_hash,
+        "final_text": "",
+        "exact_answer": None,
+        "confidence": None,
+        "stop_reason": reason,
+        "model_calls": 0,
+        "tool_calls": {},
+        "usage": {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0},
+        "cost_usd": 0.0,
+        "elapsed_s": round(elapsed, 3),
+        "workspace_docs": 0,
+        "retrieved_docids": [],
+        "surfaced_docids": [],
+        "gold_doc_ids": list(query.gold_doc_ids),
+        "answer": query.answer,
+        "steps": [],
+        "error": error,
+    }
