@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "fake_llm",
     "index",
     "eval_retrieval",
+    "run",
     "judge",
     "report",
 ]
