@@ -81,11 +81,9 @@ def _is_heading_like(s: str) -> bool:
 
 def is_too_short(text: str) -> bool:
     """Too little body to be worth a TOC: under MIN_BODY_CHARS, or fewer than two non-blank lines."""
-    _, char = body_start(text)
-    body = text[char:]
-    if len(body.strip()) < MIN_BODY_CHARS:
-        return True
-    return sum(1 for ln in body.split("\n") if ln.strip()) < 2
+    body = text[body_start(text)[1] :].strip()
+    # After strip() the first and last lines are non-blank, so any newline left means two non-blank lines.
+    return len(body) < MIN_BODY_CHARS or "\n" not in body
 
 
 def _heading_text(s: str) -> str:
