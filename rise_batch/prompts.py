@@ -7,9 +7,18 @@ hash, so a checkpoint made with one prompt is never silently resumed with anothe
 from __future__ import annotations
 
 import hashlib
+import sys
 from pathlib import Path
 
-PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
+
+def _prompts_dir() -> Path:
+    """The checkout's prompts/ (editable installs, jobs' working dirs); else the copy a wheel installs."""
+    here = Path(__file__).resolve().parent.parent / "prompts"
+    installed = Path(sys.prefix) / "share" / "rise_batch" / "prompts"
+    return here if here.is_dir() or not installed.is_dir() else installed
+
+
+PROMPTS_DIR = _prompts_dir()
 
 
 def prompt_path(name: str) -> Path:
