@@ -1,0 +1,42 @@
+"""Entry point for `ray job submit`: run agent trajectories for a query file on the cluster the job runs on.
+
+    ray job submit --working-dir . -- python jobs/run_trajectories.py --config jobs/run_rise_fake.yaml
+
+It parses the same flags as `rise-batch run` (the YAML config first, flags override) and calls the same job
+function; inside a Ray job, `ray.init()` attaches to the job's cluster, so no address is needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the job's working dir holds the package
+
+from rise_batch.agent.job import run_trajectories, summary_line  # noqa: E402
+from rise_batch.commands.run import add_run_flags, config_from_args  # noqa: E402
+from rise_batch.config import ConfigError  # noqa: E402
+from rise_batch.eval.queries import QueryFileError  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_run_flags(parser)
+    args = parser.parse_args(argv)
+    try:
+        cfg = config_from_args(args)
+        if cfg.workers == 0:
+            print("run_trajectories: workers=0 runs in the driver process only; set workers >= 1", file=sys.stderr)
+        stats = run_trajectories(cfg)
+    except (ConfigError, QueryFileError, FileNotFoundError) as e:
+        print(f"run_trajectories: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(stats, sort_keys=True))
+    print(summary_line(stats, cfg.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""The agent loop against the fake server over HTTP, with the real tools, sandbox and index: budgets and stop
+reasons, answer parsing, DCI's context policy."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+
+import psutil
+import pytest
+
+from rise_batch.agent.loop import CLEARED, AgentRun, Budget, ContextPolicy, _Context, parse_final, run_agent
+from rise_batch.agent.systems import get_system, open_tools
+from rise_batch.config import LLMConfig
+from rise_batch.index import load_index
+from rise_batch.llm.client import LLMClient
+from rise_batch.prompts import load_prompt
+from rise_batch.space.sandbox import SandboxLimits
+from rise_batch.space.workspace import DocStore
+
+
+@pytest.mark.parametrize(
+    ("text", "answer", "confidence"),
+    [
+        ("Explanation: because\nExact Answer: Lyon\nConfidence: 85%", "Lyon", 85.0),
+        ("**Explanation:** x\n**Exact Answer:** **Marie Curie**\n**Confidence:** 90 %", "Marie Curie", 90.0),
+        ("Exact Answer: 1901\nConfidence: 0.7", "1901", 70.0),
+        ("exact answer: lower case works\nconfidence: 150%", "lower case works", 100.0),
+        ("I could not find it.", None, None),
+        ("Explanation: multi\nline\nExact Answer:\nConfidence: n/a", None, None),
+    ],
+)
+def test_parse_final(text, answer, confidence):
+    _, got_answer, got_conf = parse_final(text)
+    assert got_answer == answer and got_conf == confidence
+
+
+def test_dci_context_cuts_results_and_clears_old_ones():
+    messages: list[dict] = []
+    ctx = _Context(messages, ContextPolicy(max_tool_chars=100, clear_after_chars=250, keep_turns=2))
+    ctx.add(1, "a", "x" * 500)
+    assert messages[0]["content"].startswith("x" * 100) and "400 more characters" in messages[0]["content"]
+    ctx.add(2, "b", "y" * 90)
+    ctx.add(3, "c", "z" * 90)  # total now past 250: results of turns <= 1 are cleared
+    assert messages[0]["content"] == CLEARED
+    assert messages[1]["content"] == "y" * 90 and messages[2]["content"] == "z" * 90
+    ctx.add(4, "d", "w" * 90)
+    assert [m["content"] == CLEARED for m in messages] == [True, True, False, False]
+    assert ctx.chars == sum(len(m["content"]) for m in messages)
+
+
+def _trajectory(agent_world, base_url: str, question: str, budget: Budget, system: str = "rise") -> AgentRun:
+    spec = get_system(system)
+    store = DocStore(agent_world.docs)
+    ws_root = Path(tempfile.mkdtemp(prefix="ws-", dir=agent_world.root))
+    ws_root.chmod(0o755)
+    tools, ws = open_tools(
+        spec,
+        store,
+        lambda: load_index(agent_world.index, backend="numpy"),
+        ws_root / "q",
+        limits=SandboxLimits(timeout_s=60.0),
+    )
+
+    async def go() -> AgentRun:
+        cfg = LLMConfig(base_url=base_url, model="gpt-5.4-mini", max_attempts=2, rpm=100_000, tpm=10**10)
+        async with LLMClient(cfg) as client:
+            return await run_agent(client, load_prompt(spec.prompt), question, tools, budget, context=spec.context)
+
+    try:
+        return asyncio.run(go())
+    finally:
+        if ws is not None:
+            ws.close()
+
+
+def test_answered_trajectory_records_what_it_saw(agent_world, fake_server):
+    docid, title = next(iter(agent_world.titles.items()))
+    run = _trajectory(agent_world, fake_server.base_url, f"What is '{title}'?", Budget(max_calls=20))
+    assert run.stop_reason == "answered" and run.error is None
+    assert [s["tool"] for s in run.steps] == ["search", "bash", "read", "read"]
+    assert run.model_calls == 5 and dict(run.tool_calls) == {"search": 1, "bash": 1, "read": 2}
+    assert docid in run.retrieved and docid in run.surfaced
+    assert run.exact_answer and title.split()[0].lower() in run.final_text.lower()
+    assert run.confidence == 85.0
+    assert run.input_tokens > run.cached_input_tokens > 0 and run.output_tokens > 0 and run.cost_usd > 0
+    assert all(len(s["output"]) <= 2000 for s in run.steps)
+
+
+def test_never_answering_model_is_cut_at_max_calls(agent_world, fake_server):
+    question = "What is 'Anarchism'? [fake:never-answer]"
+    run = _trajectory(agent_world, fake_server.base_url, question, Budget(max_calls=7))
+    assert run.stop_reason == "max_calls"
+    assert run.model_calls == 7 and sum(run.tool_calls.values()) == 7
+    assert run.final_text == "" and run.exact_answer is None
+
+
+def _sleepers(tag: str) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if cmd and cmd[0].endswith("sleep") and tag in cmd:
+            out.append(p)
+    return out
+
+
+def test_sleeping_tool_is_cut_at_the_wall_clock_budget(agent_world, fake_server):
+    budget = Budget(max_calls=20, wall_clock_s=2.0)
+    run = _trajectory(agent_world, fake_server.base_url, "What is 'Anarchism'? [fake:tool-sleep=93.17]", budget)
+    assert run.stop_reason == "wall_clock"
+    assert run.steps[0]["arguments"] == {"command": "sleep 93.17"}
+    assert "[killed: exceeded" in run.steps[0]["output"]
+    assert run.elapsed_s < budget.wall_clock_s + 2.0
+    assert _sleepers("93.17") == []  # the sandbox's process group went with the deadline
+
+
+def test_hanging_server_is_cut_at_the_wall_clock_budget(agent_world, fake_server):
+    budget = Budget(max_calls=20, wall_clock_s=2.0, call_timeout_s=600)
+    run = _trajectory(agent_world, fake_server.base_url, "What is 'Anarchism'? [fake:hang=60]", budget)
+    assert run.stop_reason == "wall_clock" and run.model_calls == 1
+    assert run.elapsed_s < budget.wall_clock_s + 2.0
+
+
+def test_api_error_and_context_overflow(agent_world, fake_server):
+    run = _trajectory(agent_world, fake_server.base_url, "What is 'Anarchism'? [fake:error=2]", Budget())
+    assert run.stop_reason == "api_error" and run.model_calls == 3 and "400" in (run.error or "")
+    assert run.steps  # what it did before the error is kept
+    run = _trajectory(agent_world, fake_server.base_url, "What is 'Anarchism'? [fake:overflow]", Budget())
+    assert run.stop_reason == "context_overflow" and run.model_calls == 1
+
+
+def test_dci_runs_with_its_context_policy(agent_world, fake_server):
+    run = _trajectory(agent_world, fake_server.base_url, "What is 'Anarchism'?", Budget(max_calls=10), system="dci")
+    assert run.stop_reason == "answered"
+    assert [s["tool"] for s in run.steps] == ["bash", "read", "read"]
+    assert "enwiki-12" in run.surfaced and not run.retrieved
