@@ -70,6 +70,33 @@ class LLMConfig:
 
 
 @dataclass(frozen=True)
+class BatchConfig:
+    """`mode: batch` settings (OpenAI Batch API: half price, results within the completion window)."""
+
+    retry: str = "online"  # failed/expired lines and re-asks: "online" (full price, now) or "batch" (a new round)
+    max_rounds: int = 3  # batch rounds a request may take (retry=batch) before its document is recorded as error
+    poll_s: float = 30.0
+    max_requests: int = 50_000  # per input file (API limit)
+    max_bytes: int = 200_000_000  # per input file (API limit: 200 MB)
+    max_active: int | None = None  # packs in flight at once (stay under the provider's enqueued-token limit)
+    completion_window: str = "24h"
+
+    def validate(self) -> None:
+        if self.retry not in ("online", "batch"):
+            raise ConfigError(f"batch.retry must be 'online' or 'batch', got {self.retry!r}")
+        if self.max_rounds < 1:
+            raise ConfigError(f"batch.max_rounds must be >= 1, got {self.max_rounds!r}")
+        if self.poll_s <= 0:
+            raise ConfigError(f"batch.poll_s must be > 0, got {self.poll_s!r}")
+        if not 1 <= self.max_requests <= 50_000:
+            raise ConfigError(f"batch.max_requests must be in 1..50000 (the API's limit), got {self.max_requests!r}")
+        if not 1 <= self.max_bytes <= 200_000_000:
+            raise ConfigError(f"batch.max_bytes must be in 1..200000000 (the API's limit), got {self.max_bytes!r}")
+        if self.max_active is not None and self.max_active < 1:
+            raise ConfigError(f"batch.max_active must be >= 1, got {self.max_active!r}")
+
+
+@dataclass(frozen=True)
 class StructureConfig:
     corpus: str = ""
     out: str = ""
@@ -87,7 +114,11 @@ class StructureConfig:
     new_run: bool = False
     index: bool = False
     progress: bool = True
+    mode: str = "online"  # llm backend: "online" (chat completions) or "batch" (OpenAI Batch API, half price)
+    max_cost_usd: float | None = None  # stop cleanly (exit code 3) before the run's total cost would pass this
+    tier: str | None = None  # only these docs go to the LLM ("chars>=N" or a docid list file); the rest: heuristic
     llm: LLMConfig = field(default_factory=LLMConfig)
+    batch: BatchConfig = field(default_factory=BatchConfig)
 
     def validate(self) -> None:
         if not self.corpus:
@@ -107,6 +138,18 @@ class StructureConfig:
         if self.flush_docs <= 0:
             raise ConfigError(f"flush_docs must be >= 1, got {self.flush_docs!r}")
         self.llm.validate()
+        self.batch.validate()
+        if self.mode not in ("online", "batch"):
+            raise ConfigError(f"mode must be 'online' or 'batch', got {self.mode!r}")
+        for name in ("mode", "tier"):
+            if getattr(self, name) not in (None, "online") and self.backend != "llm":
+                raise ConfigError(f"{name}={getattr(self, name)!r} needs backend 'llm' (got {self.backend!r})")
+        if self.max_cost_usd is not None and self.max_cost_usd <= 0:
+            raise ConfigError(f"max_cost_usd must be > 0, got {self.max_cost_usd!r}")
+        if self.tier is not None:
+            from rise_batch.structure.tier import parse_tier
+
+            parse_tier(self.tier)
         if self.backend == "llm":
             self.llm.api_key()
 
@@ -131,6 +174,10 @@ def run_hash(cfg: StructureConfig, prompt_text: str) -> str:
             "reask": cfg.llm.reask,
             "max_input_chars": cfg.llm.max_input_chars,
         }
+        if cfg.tier is not None:  # which documents the LLM sees changes outputs; mode and cost limit do not
+            from rise_batch.structure.tier import parse_tier
+
+            basis["tier"] = parse_tier(cfg.tier).identity
     basis["max_doc_chars"] = cfg.max_doc_chars
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -190,10 +237,12 @@ def load_structure_config(path: str | Path | None = None, **overrides: Any) -> S
         except (OSError, yaml.YAMLError) as e:
             raise ConfigError(f"cannot read config {path}: {e}") from e
         data.update(loaded.get("structure", loaded) if isinstance(loaded, dict) else {"": loaded})
-    llm_over = {k[4:]: v for k, v in overrides.items() if k.startswith("llm_") and v is not None}
-    data.update({k: v for k, v in overrides.items() if not k.startswith("llm_") and v is not None})
-    if llm_over:
-        data["llm"] = {**(data.get("llm") or {}), **llm_over}
+    nested = ("llm_", "batch_")  # flag dests `llm_rpm`, `batch_retry` ... override keys of the nested sections
+    data.update({k: v for k, v in overrides.items() if not k.startswith(nested) and v is not None})
+    for prefix in nested:
+        over = {k[len(prefix) :]: v for k, v in overrides.items() if k.startswith(prefix) and v is not None}
+        if over:
+            data[prefix[:-1]] = {**(data.get(prefix[:-1]) or {}), **over}
     cfg = _build(StructureConfig, data, "")
     cfg.validate()
     return cfg

@@ -19,6 +19,7 @@ from rise_batch.config import ConfigError, StructureConfig, config_to_dict, run_
 from rise_batch.corpus import ShardSpec
 from rise_batch.pipeline import merge_stats, structure_shard
 from rise_batch.scan import dump_json, scan_corpus, shards_from_json, shards_to_json, write_bad_rows
+from rise_batch.structure_batch import refuse_if_batches_open
 
 MANIFEST = "manifest.json"
 OUTPUTS = (
@@ -148,7 +149,18 @@ def make_backend(cfg: StructureConfig, prompt_text: str, limiter=None):
     from rise_batch.llm.client import client_from_config
 
     client = client_from_config(cfg.llm, limiter=limiter)
-    backend = LLMBackend(client.chat, prompt_text, reask=cfg.llm.reask, max_input_chars=cfg.llm.max_input_chars)
+    chat = client.chat
+    if cfg.max_cost_usd is not None:  # each Ray actor guards an equal share of what is left
+        from rise_batch.llm.budget import CostBudget, checkpoint_cost, structuring_estimator
+
+        spent = checkpoint_cost(cfg.out)
+        budget = CostBudget(spent + (cfg.max_cost_usd - spent) / max(cfg.n_workers, 1), spent)
+        chat = budget.guard(chat, structuring_estimator(cfg.llm.model, client.prices))
+    backend = LLMBackend(chat, prompt_text, reask=cfg.llm.reask, max_input_chars=cfg.llm.max_input_chars)
+    if cfg.tier is not None:
+        from rise_batch.structure.tier import TieredBackend, parse_tier
+
+        backend = TieredBackend(backend, parse_tier(cfg.tier))
     backend.client = client  # type: ignore[attr-defined]  # for transport stats and closing
     return backend
 
@@ -176,8 +188,14 @@ def run_structure(cfg: StructureConfig) -> dict:
     """The whole job; returns the merged stats that are also written to OUT/stats.json."""
     t0 = time.monotonic()
     plan = prepare_run(cfg)
+    if cfg.mode == "online":
+        refuse_if_batches_open(cfg.out)
     with progress_bar(plan.n_docs, f"structure[{cfg.backend}]", cfg.progress) as bar:
-        if cfg.n_workers == 0:
+        if cfg.mode == "batch":  # one driver process: the provider does the parallel work
+            from rise_batch.structure_batch import run_batch
+
+            shard_stats, transport = run_batch(cfg, plan, bar)
+        elif cfg.n_workers == 0:
             shard_stats, transport = asyncio.run(_run_local(cfg, plan, bar))
         else:
             from rise_batch.dist.structure import run_on_ray

@@ -17,6 +17,7 @@ from pathlib import Path
 from rise_batch.checkpoint import CheckpointStore
 from rise_batch.config import StructureConfig
 from rise_batch.corpus import ShardSpec, read_shard
+from rise_batch.llm.budget import BudgetExceeded
 from rise_batch.types import OUTCOME_TOC, Doc, DocResult
 
 STAT_SUMS = (
@@ -134,24 +135,42 @@ async def structure_shard(
             flush()
 
     pending: set[asyncio.Task] = set()
-    for doc in read_shard(spec, cfg.max_doc_chars):
-        if doc.docid in done:
-            skipped += 1
-            if on_doc is not None:
-                on_doc(1)
-            continue
-        if concurrency == 1:
-            finished((await backend.structure(doc, run_hash))[0])
-            continue
-        pending.add(asyncio.create_task(_one(backend, doc, run_hash)))
-        if len(pending) >= concurrency:
-            complete, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for t in complete:
+
+    def take(tasks: Iterable[asyncio.Task]) -> None:
+        stop = None
+        for t in tasks:
+            if isinstance(t.exception(), BudgetExceeded):
+                stop = t.exception()
+            else:
                 finished(t.result())
-    while pending:
-        complete, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        for t in complete:
-            finished(t.result())
+        if stop is not None:
+            raise stop
+
+    try:
+        for doc in read_shard(spec, cfg.max_doc_chars):
+            if doc.docid in done:
+                skipped += 1
+                if on_doc is not None:
+                    on_doc(1)
+                continue
+            if concurrency == 1:
+                finished((await backend.structure(doc, run_hash))[0])
+                continue
+            pending.add(asyncio.create_task(_one(backend, doc, run_hash)))
+            if len(pending) >= concurrency:
+                complete, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                take(complete)
+        while pending:
+            complete, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            take(complete)
+    except BudgetExceeded:  # --max-cost: keep every finished row, leave the shard unfinished for a resume
+        if pending:
+            await asyncio.wait(pending)
+            for t in pending:
+                if not isinstance(t.exception(), BudgetExceeded):
+                    finished(t.result())
+        flush()
+        raise
     flush()
     rows = store.read_rows(spec.shard_id)
     materialize_shard(out, spec, cfg.max_doc_chars, rows)

@@ -207,7 +207,7 @@ def test_extension_points_routes_and_responders() -> None:
 
     with FakeLLMServer() as server:
         server.responders.insert(0, Judge())
-        server.add_route("GET", r"/v1/files/(?P<id>[\w-]+)", files)
+        server.add_route("GET", r"/v1/files/(?P<id>[\w-]+)", files, first=True)  # ahead of the Batch API route
         body = {"model": "fake-judge", "messages": [{"role": "user", "content": "grade this"}]}
         _, reply, _ = http(server.base_url + "/chat/completions", body)
         assert reply["choices"][0]["message"]["content"] == "correct: yes"

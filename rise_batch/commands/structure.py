@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def add_structure_flags(p: argparse.ArgumentParser) -> None:
@@ -51,6 +52,33 @@ def add_structure_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--rpm", dest="llm_rpm", type=int, help="requests per minute, whole job")
     g.add_argument("--tpm", dest="llm_tpm", type=int, help="tokens per minute, whole job")
     g.add_argument("--concurrency", dest="llm_concurrency", type=int, help="requests in flight per worker")
+    g.add_argument(
+        "--max-input-chars", dest="llm_max_input_chars", type=int, help="cut longer documents (recorded per row)"
+    )
+    g = p.add_argument_group("cost control")
+    g.add_argument("--mode", choices=["online", "batch"], help="online (default) or the OpenAI Batch API (half price)")
+    g.add_argument(
+        "--max-cost",
+        dest="max_cost_usd",
+        type=float,
+        metavar="USD",
+        help="stop cleanly (exit code 3) before the run's total cost would pass USD; re-run with more to continue",
+    )
+    g.add_argument(
+        "--llm-tier",
+        dest="tier",
+        metavar="RULE",
+        help="only these documents go to the LLM, the rest get the heuristic TOC: 'chars>=N' or a docid list file",
+    )
+    g.add_argument(
+        "--batch-retry",
+        dest="batch_retry",
+        choices=["online", "batch"],
+        help="batch mode: failed/expired lines and re-asks go online (default) or into a new batch round",
+    )
+    g.add_argument("--batch-poll-s", dest="batch_poll_s", type=float, help="batch mode: seconds between polls")
+    g.add_argument("--batch-max-requests", dest="batch_max_requests", type=int, help="requests per batch file")
+    g.add_argument("--batch-max-active", dest="batch_max_active", type=int, help="packs (batch files) in flight")
 
 
 def config_from_args(args: argparse.Namespace):
@@ -81,6 +109,12 @@ def run(args: argparse.Namespace) -> int:
     want_json = args.json
     del args.json
     cfg = config_from_args(args)
-    stats = run_structure(cfg)
+    from rise_batch.llm.budget import EXIT_BUDGET, BudgetExceeded
+
+    try:
+        stats = run_structure(cfg)
+    except BudgetExceeded as e:
+        print(f"rise-batch structure: {e}", file=sys.stderr)
+        return EXIT_BUDGET
     print(json.dumps(stats, indent=2, sort_keys=True) if want_json else summary_line(stats, cfg.out))
     return 0

@@ -148,11 +148,7 @@ class LLMClient:
     ) -> Completion:
         """Like chat() but with the full API object and extra request parameters (tools, ...) for agents."""
         self.stats.calls += 1
-        request: dict[str, Any] = {"model": self.config.model, "messages": messages, **params}
-        if self.config.reasoning_effort is not None:
-            request.setdefault("reasoning_effort", self.config.reasoning_effort)
-        if self.config.max_output_tokens:
-            request.setdefault("max_completion_tokens", self.config.max_output_tokens)
+        request = chat_request(self.config, messages, **params)
         est = approx_message_tokens(messages) + int(request.get("max_completion_tokens") or 0)
         paid = [0, 0, 0]  # tokens of every 2xx attempt, including unusable ones: they were billed
         attempts = 0
@@ -240,6 +236,16 @@ class LLMClient:
 
     def _count_retry(self, state: RetryCallState) -> None:
         self.stats.retries += 1
+
+
+def chat_request(config: LLMConfig, messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
+    """The body of a chat completion request: sent online, or written as one line of a Batch API file."""
+    request: dict[str, Any] = {"model": config.model, "messages": messages, **params}
+    if config.reasoning_effort is not None:
+        request.setdefault("reasoning_effort", config.reasoning_effort)
+    if config.max_output_tokens:
+        request.setdefault("max_completion_tokens", config.max_output_tokens)
+    return request
 
 
 def _http_client(backend: str, pool: httpx.Limits, timeout_s: float) -> httpx.AsyncClient:

@@ -143,6 +143,15 @@ def render_result(text: str, result: DocResult) -> str:
     return render(text, sections_of(result))
 
 
+def model_input(text: str, max_chars: int) -> tuple[str, str]:
+    """The text the model sees: cut at a line break under max_chars (anchors past it cannot exist), and the note
+    ("input-truncated") that records the cut in the row. Shared with `plan`, which must price what is sent."""
+    if len(text) <= max_chars:
+        return text, ""
+    cut = text.rfind("\n", 0, max_chars)
+    return text[: cut if cut > 0 else max_chars], "input-truncated"
+
+
 def _too_short(doc: Doc, run_hash: str, tier: str) -> tuple[DocResult, str]:
     return finish(doc, run_hash, Evaluation("too-short", [], [], Proposal(())), tier)
 
@@ -177,11 +186,7 @@ class LLMBackend:
         self.max_input_chars = max_input_chars
 
     def _input(self, text: str) -> tuple[str, str]:
-        """The text the model sees: cut at a line break under max_input_chars (anchors past it cannot exist)."""
-        if len(text) <= self.max_input_chars:
-            return text, ""
-        cut = text.rfind("\n", 0, self.max_input_chars)
-        return text[: cut if cut > 0 else self.max_input_chars], "input-truncated"
+        return model_input(text, self.max_input_chars)
 
     async def structure(self, doc: Doc, run_hash: str) -> tuple[DocResult, str]:
         if is_too_short(doc.text):

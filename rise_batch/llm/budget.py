@@ -1,0 +1,88 @@
+"""`--max-cost`: stop a run cleanly before its total cost would pass a limit, checkpoint intact, resumable.
+
+The limit is on the *run's* total, across resumes: what the checkpoint already records plus what this process
+spends. Before a document's first request is sent, its expected cost (rise_batch.plan.request_cost) is reserved; if
+spent + reserved + expected would pass the limit, the budget trips and every later first request is refused. A
+follow-up request of a document already paid for (the re-ask) is never refused, so no paid reply is thrown away;
+the limit can therefore be passed by at most the re-asks in flight when it trips.
+
+`BudgetExceeded` derives from BaseException on purpose: the structuring backend turns any `Exception` of a
+document's call into an `error` row, but running out of budget is not a property of the document. It must reach
+the shard loop, which stops scheduling, keeps the rows of finished documents and leaves the shard unfinished, so
+that a re-run with a higher limit resumes exactly there. The CLI exits with EXIT_BUDGET.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from rise_batch.types import Reply
+
+EXIT_BUDGET = 3
+
+
+class BudgetExceeded(BaseException):
+    def __init__(self, limit: float, spent: float, next_cost: float) -> None:
+        super().__init__(limit, spent, next_cost)
+        self.limit, self.spent, self.next_cost = limit, spent, next_cost
+
+    def __str__(self) -> str:
+        return (
+            f"stopped before the cost limit: the run has spent ${self.spent:,.4f} and the next request (about "
+            f"${self.next_cost:,.4f}) would pass --max-cost ${self.limit:,.4f}. The checkpoint is intact; re-run the "
+            "same command with a higher --max-cost to continue."
+        )
+
+
+class CostBudget:
+    """Spent + reserved dollars against a limit (one per process; not shared across Ray actors)."""
+
+    def __init__(self, limit_usd: float, spent_usd: float = 0.0) -> None:
+        self.limit, self.spent, self.reserved = limit_usd, spent_usd, 0.0
+        self.tripped: BudgetExceeded | None = None
+
+    def reserve(self, estimate: float, *, force: bool = False) -> None:
+        if not force:
+            if self.tripped is None and self.spent + self.reserved + estimate > self.limit:
+                self.tripped = BudgetExceeded(self.limit, self.spent + self.reserved, estimate)
+            if self.tripped is not None:
+                raise self.tripped
+        self.reserved += estimate
+
+    def settle(self, estimate: float, actual: float) -> None:
+        self.reserved -= estimate
+        self.spent += actual
+
+    def guard(self, chat: Callable[[list[dict]], Awaitable[Reply]], estimate: Callable[[list[dict]], float]):
+        """`chat` that reserves before each call; a conversation's later turns (len > 2) are never refused."""
+
+        async def guarded(messages: list[dict]) -> Reply:
+            cost = estimate(messages)
+            self.reserve(cost, force=len(messages) > 2)
+            paid = 0.0
+            try:
+                reply = await chat(messages)
+                paid = reply.cost_usd
+                return reply
+            finally:
+                self.settle(cost, paid)
+
+        return guarded
+
+
+def checkpoint_cost(out_dir: str | Path) -> float:
+    """Dollars already recorded in a run's checkpoint (all shards)."""
+    import pyarrow.parquet as pq
+
+    from rise_batch.checkpoint import CheckpointStore
+
+    parts = CheckpointStore(out_dir).parts()
+    return float(sum(sum(pq.read_table(p, columns=["cost_usd"]).column("cost_usd").to_pylist()) for p in parts))
+
+
+def structuring_estimator(model: str, prices: Any, *, batch: bool = False) -> Callable[[list[dict]], float]:
+    from rise_batch.plan import request_cost
+
+    return lambda messages: request_cost(messages, model, prices, batch=batch)

@@ -1,0 +1,283 @@
+"""Estimate a structuring run before paying for it: tokens, dollars (online and Batch API) and hours at given limits.
+
+A sample of the corpus goes through the real request path (the same input cut and `build_messages` as the LLM
+backend, the same too-short rule and tier rule), so what is priced is what would be sent. Tokens are counted with
+the project's tokenizer-free estimate (`rise_batch.llm.tokens`: ceil(chars / 4) per message + 4), which is exactly
+what the fake server bills, so the estimate can be checked against it; no tokenizer is installed offline, and real
+OpenAI tokenizers cut English prose at roughly 4 to 4.5 characters per token, so a real bill's input tokens are
+expected at or somewhat below this figure (`chars_per_token` changes the assumption).
+
+Output tokens are modelled from document length: sections = max_sections * (1 - exp(-chars / scale)), each costing
+about `tokens_per_section` tokens of JSON (title, description, anchor), plus reasoning tokens if the model spends
+them. The defaults were fitted on wiki2015 against the fake server's proposals (bench/plan_accuracy.py re-measures
+them); a real model's figures should be re-fitted from a small pilot run's checkpoint.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from rise_batch.llm.pricing import PriceTable
+from rise_batch.llm.tokens import MESSAGE_OVERHEAD_TOKENS, message_text
+from rise_batch.types import Doc
+
+CACHE_MIN_TOKENS = 1024  # OpenAI caches a prompt prefix only from this length on
+
+
+class OutputModel(NamedTuple):
+    tokens_per_section: float = 64.0
+    section_scale_chars: float = 8_800.0
+    max_sections: int = 12
+    base_tokens: float = 5.0
+    reasoning_tokens: float = 0.0  # per request, billed as output
+
+    def sections(self, chars: int) -> float:
+        return self.max_sections * (1.0 - math.exp(-chars / self.section_scale_chars))
+
+    def tokens(self, chars: int) -> float:
+        return self.base_tokens + self.tokens_per_section * self.sections(chars) + self.reasoning_tokens
+
+
+DEFAULT_OUTPUT = OutputModel()
+
+
+def text_tokens(text: str, chars_per_token: float = 4.0) -> int:
+    return math.ceil(len(text) / chars_per_token)
+
+
+def messages_tokens(messages: Sequence[dict], chars_per_token: float = 4.0) -> int:
+    return sum(text_tokens(message_text(m), chars_per_token) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+
+
+def request_cost(
+    messages: Sequence[dict],
+    model: str,
+    prices: PriceTable,
+    *,
+    batch: bool = False,
+    output: OutputModel = DEFAULT_OUTPUT,
+) -> float:
+    """Expected dollars of one structuring request (the budget guard reserves this before sending it)."""
+    doc_chars = len(message_text(messages[-1]))
+    return prices.cost(model, messages_tokens(messages), 0, round(output.tokens(doc_chars)), batch=batch)
+
+
+class DocEstimate(NamedTuple):
+    chars: int
+    llm: bool  # a request would be sent
+    input_tokens: int
+    output_tokens: float
+    truncated: bool
+
+
+def estimate_doc(
+    doc: Doc,
+    prompt_text: str,
+    *,
+    max_input_chars: int = 200_000,
+    tier=None,
+    output: OutputModel = DEFAULT_OUTPUT,
+    chars_per_token: float = 4.0,
+) -> DocEstimate:
+    from rise_batch.structure.backends import model_input
+    from rise_batch.structure.heuristic import is_too_short
+    from rise_batch.structure.propose import build_messages
+
+    if is_too_short(doc.text) or (tier is not None and not tier.wants_llm(doc)):
+        return DocEstimate(len(doc.text), False, 0, 0.0, False)
+    sent, note = model_input(doc.text, max_input_chars)
+    tokens = messages_tokens(build_messages(sent, prompt_text), chars_per_token)
+    return DocEstimate(len(doc.text), True, tokens, output.tokens(len(sent)), bool(note))
+
+
+# -- sampling ---------------------------------------------------------------------------------------------------
+def count_rows(src: Path) -> int:
+    """Rows of one corpus file: Parquet metadata, or a newline count (no JSON parsing)."""
+    if src.name.lower().endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(src).metadata.num_rows
+    opener = gzip.open if src.name.lower().endswith(".gz") else open
+    n, last = 0, b"\n"
+    with opener(src, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            n += chunk.count(b"\n")
+            last = chunk[-1:]
+    return n + (last != b"\n")
+
+
+def sample_docs(corpus: str | Path, n: int, seed: int = 0, chunks: int = 50) -> tuple[list[Doc], int]:
+    """About `n` valid documents from `chunks` runs of consecutive rows at random places, and the corpus's row count.
+
+    Runs, not single rows: a Parquet row group or a JSONL stretch is read once per run, so sampling a 1M-document
+    corpus reads a few thousand rows instead of the whole corpus.
+    """
+    from rise_batch.corpus import iter_rows, list_sources
+
+    sources = list_sources(corpus)
+    sizes = [count_rows(s) for s in sources]
+    total = sum(sizes)
+    if total == 0:
+        return [], 0
+    if n >= total:
+        runs = [(0, total)]
+    else:
+        chunks = max(1, min(chunks, n))
+        per = math.ceil(n / chunks)
+        rng = random.Random(seed)
+        starts = sorted(rng.sample(range(0, total - per + 1, per), min(chunks, (total - per) // per + 1)))
+        runs = [(s, s + per) for s in starts]
+    docs: list[Doc] = []
+    offset = 0
+    for src, size in zip(sources, sizes, strict=True):
+        wanted = [(max(lo, offset) - offset, min(hi, offset + size) - offset) for lo, hi in runs]
+        wanted = [(a, b) for a, b in wanted if a < b]
+        if wanted and src.name.lower().endswith(".parquet"):
+            docs.extend(_parquet_sample(src, wanted))
+        elif wanted:  # one pass over the file; rows outside the runs are not parsed
+            rows = iter_rows(src, wanted[0][0], wanted[-1][1])
+            docs.extend(d for d in rows if isinstance(d, Doc) and any(a <= d.row < b for a, b in wanted))
+        offset += size
+    return docs, total
+
+
+def _parquet_sample(src: Path, runs: list[tuple[int, int]]) -> list[Doc]:
+    """Rows of `runs` read by row group (a group holding no sampled row is never decoded)."""
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(src)
+    cols = [c for c in ("docid", "text") if c in pf.schema_arrow.names]
+    out: list[Doc] = []
+    first = 0
+    for rg in range(pf.metadata.num_row_groups):
+        size = pf.metadata.row_group(rg).num_rows
+        rows = [r for a, b in runs for r in range(max(a, first), min(b, first + size))]
+        if rows and len(cols) == 2:
+            table = pf.read_row_group(rg, columns=cols).take([r - first for r in rows])
+            for r, docid, text in zip(rows, *(table.column(c).to_pylist() for c in cols), strict=True):
+                if isinstance(text, str) and text.strip() and docid is not None:
+                    out.append(Doc(str(docid), text, source=str(src), row=r))
+        first += size
+    return out
+
+
+# -- the plan ---------------------------------------------------------------------------------------------------
+def make_plan(
+    corpus: str | Path,
+    model: str,
+    *,
+    prompt: str = "structure_toc.txt",
+    sample: int = 1000,
+    n_docs: int | None = None,
+    rpm: int = 500,
+    tpm: int = 2_000_000,
+    max_input_chars: int = 200_000,
+    tier: str | None = None,
+    output: OutputModel = DEFAULT_OUTPUT,
+    chars_per_token: float = 4.0,
+    batch_queue_tokens: int | None = None,
+    prices: PriceTable | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Everything `rise-batch plan` prints, as a dict (n_docs: scale the sample to this many documents)."""
+    from rise_batch.prompts import load_prompt
+    from rise_batch.structure.propose import build_messages
+
+    prices = prices or PriceTable.load()
+    prompt_text = load_prompt(prompt)
+    rule = None
+    if tier is not None:
+        from rise_batch.structure.tier import parse_tier
+
+        rule = parse_tier(tier)
+    docs, rows = sample_docs(corpus, sample, seed)
+    if not docs:
+        raise ValueError(f"{corpus}: no valid documents to sample")
+    est = [
+        estimate_doc(
+            d, prompt_text, max_input_chars=max_input_chars, tier=rule, output=output, chars_per_token=chars_per_token
+        )
+        for d in docs
+    ]
+    total_docs = n_docs if n_docs is not None else rows
+    scale = total_docs / len(est)
+    llm = [e for e in est if e.llm]
+    requests = len(llm) * scale
+    input_tokens = sum(e.input_tokens for e in llm) * scale
+    output_tokens = sum(e.output_tokens for e in llm) * scale
+    prefix = messages_tokens(build_messages("", prompt_text)[:1], chars_per_token)
+    cacheable = prefix >= CACHE_MIN_TOKENS
+    cached = (prefix // 128) * 128 * max(requests - 1, 0) if cacheable else 0
+    price = prices.price(model)
+
+    def dollars(batch: bool) -> float:
+        return prices.cost(model, round(input_tokens), round(cached), round(output_tokens), batch=batch)
+
+    minutes = max(requests / rpm, (input_tokens + output_tokens) / tpm) if requests else 0.0
+    max_file_requests = 50_000
+    mean_line = (sum(e.input_tokens for e in llm) / len(llm) * chars_per_token + 200) if llm else 0
+    per_file = min(max_file_requests, int(200_000_000 // mean_line)) if mean_line else max_file_requests
+    return {
+        "corpus": str(corpus),
+        "model": model,
+        "price_known": price is not None,
+        "prompt": prompt,
+        "prompt_tokens": prefix,
+        "prompt_cached": cacheable,
+        "docs": total_docs,
+        "corpus_rows": rows,
+        "sampled_docs": len(est),
+        "llm_share": len(llm) / len(est),
+        "truncated_share": sum(e.truncated for e in llm) / len(llm) if llm else 0.0,
+        "mean_chars": sum(e.chars for e in est) / len(est),
+        "requests": round(requests),
+        "input_tokens": round(input_tokens),
+        "cached_input_tokens": round(cached),
+        "output_tokens": round(output_tokens),
+        "input_tokens_per_request": input_tokens / requests if requests else 0.0,
+        "output_tokens_per_request": output_tokens / requests if requests else 0.0,
+        "usd_online": dollars(False),
+        "usd_batch": dollars(True),
+        "usd_per_doc_online": dollars(False) / total_docs,
+        "usd_per_doc_batch": dollars(True) / total_docs,
+        "rpm": rpm,
+        "tpm": tpm,
+        "hours_online": minutes / 60,
+        "batch_files": math.ceil(requests / per_file) if requests else 0,
+        "batch_requests_per_file": per_file,
+        "batch_waves": math.ceil(input_tokens / batch_queue_tokens) if batch_queue_tokens and requests else None,
+        "token_count": f"estimate: ceil(chars/{chars_per_token:g}) + {MESSAGE_OVERHEAD_TOKENS} per message "
+        "(no tokenizer offline; equals the fake server's count)",
+        "output_model": output._asdict(),
+    }
+
+
+def format_plan(p: dict[str, Any], mode: str = "online") -> str:
+    """The table `rise-batch plan` prints."""
+    n = p["docs"]
+    rows = [
+        f"plan for {p['corpus']} with {p['model']} ({mode} mode)",
+        f"  documents            {n:>16,}   (sampled {p['sampled_docs']:,} of {p['corpus_rows']:,} rows)",
+        f"  sent to the LLM      {p['requests']:>16,}   ({p['llm_share']:.1%}; the rest too short or heuristic tier)",
+        f"  input tokens         {p['input_tokens']:>16,}   ({p['input_tokens_per_request']:,.0f} per request; "
+        f"{p['truncated_share']:.2%} cut to the input budget)",
+        f"  cached input tokens  {p['cached_input_tokens']:>16,}   (prompt prefix {p['prompt_tokens']} tokens"
+        + ("" if p["prompt_cached"] else f" < {CACHE_MIN_TOKENS}: not cacheable")
+        + ")",
+        f"  output tokens        {p['output_tokens']:>16,}   ({p['output_tokens_per_request']:,.0f} per request)",
+        f"  {'':<20} {'online':>16}   {'batch':>12}",
+        f"  cost (USD)           {p['usd_online']:>16,.2f}   {p['usd_batch']:>12,.2f}"
+        + ("" if p["price_known"] else "   (model not in the price table: $0)"),
+        f"  cost per document    {p['usd_per_doc_online']:>16,.6f}   {p['usd_per_doc_batch']:>12,.6f}",
+        f"  hours                {p['hours_online']:>16,.1f}   {'<= 24 per wave':>12}   "
+        f"(online at rpm={p['rpm']:,}, tpm={p['tpm']:,})",
+        f"  batch input files    {p['batch_files']:>16,}   (<= {p['batch_requests_per_file']:,} requests each)"
+        + (f"; {p['batch_waves']} waves under the enqueued-token limit" if p["batch_waves"] else ""),
+        f"  tokens: {p['token_count']}",
+    ]
+    return "\n".join(rows)
