@@ -1,0 +1,64 @@
+"""`rise-batch plan`: tokens, dollars (online and Batch API) and hours of a structuring run, before spending any."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="estimate tokens, cost and hours of structuring a corpus (nothing is sent)",
+        description=(
+            "Sample documents, build the real structuring requests (same prompt, input cut, too-short and tier "
+            "rules), count their tokens (chars/4 estimate: no tokenizer offline) and model the output from document "
+            "length; print tokens, dollars online and with the Batch API (half price), and hours at the given limits."
+        ),
+    )
+    p.add_argument("--corpus", required=True, help="Parquet file, directory of Parquet files, or JSONL[.gz]")
+    p.add_argument("--model", default="gpt-5.4-nano", help="model to price (default gpt-5.4-nano)")
+    p.add_argument("--mode", choices=["online", "batch"], default="online", help="the mode the run will use")
+    p.add_argument("--sample", type=int, default=1000, help="documents to sample (default 1000)")
+    p.add_argument("--docs", type=int, help="scale the estimate to this many documents (default: the corpus's rows)")
+    p.add_argument("--rpm", type=int, default=500, help="requests per minute for the online hours (default 500)")
+    p.add_argument("--tpm", type=int, default=2_000_000, help="tokens per minute for the online hours")
+    p.add_argument("--prompt", default="structure_toc.txt", help="structuring prompt (default structure_toc.txt)")
+    p.add_argument("--max-input-chars", type=int, default=200_000, help="input budget per document (chars)")
+    p.add_argument("--llm-tier", dest="tier", help="price only these documents: 'chars>=N' or a docid list file")
+    p.add_argument("--reasoning-tokens", type=float, default=0.0, help="reasoning tokens per request (output)")
+    p.add_argument("--tokens-per-section", type=float, help="output tokens per proposed section (default 64)")
+    p.add_argument("--section-scale-chars", type=float, help="sections = 12 * (1 - exp(-chars / this)); def. 8800")
+    p.add_argument("--chars-per-token", type=float, default=4.0, help="token estimate (default 4 chars per token)")
+    p.add_argument("--batch-queue-tokens", type=int, help="your enqueued-token limit for batches (waves of 24 h)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from rise_batch.plan import OutputModel, format_plan, make_plan
+
+    output = OutputModel(reasoning_tokens=args.reasoning_tokens)
+    if args.tokens_per_section is not None:
+        output = output._replace(tokens_per_section=args.tokens_per_section)
+    if args.section_scale_chars is not None:
+        output = output._replace(section_scale_chars=args.section_scale_chars)
+    plan = make_plan(
+        args.corpus,
+        args.model,
+        prompt=args.prompt,
+        sample=args.sample,
+        n_docs=args.docs,
+        rpm=args.rpm,
+        tpm=args.tpm,
+        max_input_chars=args.max_input_chars,
+        tier=args.tier,
+        output=output,
+        chars_per_token=args.chars_per_token,
+        batch_queue_tokens=args.batch_queue_tokens,
+        seed=args.seed,
+    )
+    print(json.dumps(plan | {"mode": args.mode}, indent=2) if args.json else format_plan(plan, args.mode))
+    return 0
