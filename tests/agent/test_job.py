@@ -1,0 +1,128 @@
+"""Whole runs in process (workers=0): all four systems end to end, the run directory format, resume, refusal of a
+changed configuration, and workspaces of concurrent trajectories that never see each other's files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rise_batch.agent.job import run_trajectories
+from rise_batch.agent.systems import SYSTEMS
+from rise_batch.cli import main
+from rise_batch.config import ConfigError
+from rise_batch.space.workspace import read_manifest
+from tests.agent.helpers import read_trajectories, run_config, run_dir, title_query, write_queries
+
+TRAJECTORY_KEYS = {
+    "query_id", "query", "system", "model", "config_hash", "final_text", "exact_answer", "confidence",
+    "stop_reason", "model_calls", "tool_calls", "usage", "cost_usd", "elapsed_s", "workspace_docs",
+    "retrieved_docids", "surfaced_docids", "gold_doc_ids", "answer", "steps", "error",
+}  # fmt: skip
+
+
+def _queries(agent_world, out: Path, n: int, start: int = 0) -> Path:
+    items = list(agent_world.titles.items())[start : start + n]
+    return write_queries(out / "q.jsonl", [title_query(d, t) for d, t in items])
+
+
+@pytest.mark.parametrize("system", list(SYSTEMS))
+def test_every_system_end_to_end(agent_world, fake_server, system):
+    out = run_dir(f"sys-{system}")
+    queries = _queries(agent_world, out, 3)
+    stats = run_trajectories(run_config(out / "run", queries, fake_server.base_url, system=system))
+    assert stats["stop_reasons"] == {"answered": 3} and stats["missing"] == 0
+    meta = json.loads((out / "run" / "run.json").read_text())
+    assert {"system", "model", "config", "config_hash", "queries", "k", "created"} <= set(meta)
+    assert meta["system"] == system and meta["config"]["llm"]["model"] == "gpt-5.4-mini"
+    for qid, t in read_trajectories(out / "run").items():
+        assert TRAJECTORY_KEYS <= set(t), TRAJECTORY_KEYS - set(t)
+        assert t["system"] == system and t["config_hash"] == meta["config_hash"]
+        assert t["gold_doc_ids"] == [qid] and qid in t["surfaced_docids"], "the agent never saw the gold doc"
+        assert t["exact_answer"] and t["usage"]["input_tokens"] > 0 and t["cost_usd"] > 0
+        if SYSTEMS[system].tools != "dci":
+            assert qid in t["retrieved_docids"]
+        assert t["workspace_docs"] >= 1
+    events = [json.loads(line) for line in (out / "run" / "events.jsonl").read_text().splitlines()]
+    assert {e["event"] for e in events} >= {"start", "model_call", "tool_call", "end"}
+
+
+def test_structured_and_original_files(agent_world, fake_server):
+    """rise reads files with a TOC; rise-bm25 the same relpaths with the TOC removed (DOCS/original/)."""
+    out = run_dir("files")
+    docid, title = next(iter(agent_world.titles.items()))
+    queries = write_queries(out / "q.jsonl", [title_query(docid, title)])
+    heads = {}
+    for system in ("rise", "rise-bm25"):
+        run_trajectories(run_config(out / system, queries, fake_server.base_url, system=system))
+        t = read_trajectories(out / system)[docid]
+        heads[system] = next(s["output"] for s in t["steps"] if s["tool"] == "read")
+    assert "## Table of Contents" in heads["rise"]
+    assert "## Table of Contents" not in heads["rise-bm25"]
+    assert (agent_world.docs / "original" / "corpus").is_dir()
+
+
+def test_rerun_skips_and_changed_config_is_refused(agent_world, fake_server):
+    out = run_dir("resume")
+    queries = _queries(agent_world, out, 4)
+    cfg = run_config(out / "run", queries, fake_server.base_url)
+    first = run_trajectories(cfg)
+    assert first["ran"] == 4
+    before = fake_server.stats()["requests"]
+    again = run_trajectories(run_config(out / "run", queries, fake_server.base_url, concurrency=1, llm_rpm=10))
+    assert again["ran"] == 0 and again["skipped"] == 4 and fake_server.stats()["requests"] == before
+    # one trajectory lost (or written under another config): only that one runs again
+    victim = next((out / "run" / "trajectories").glob("*.json"))
+    victim.unlink()
+    assert run_trajectories(cfg)["ran"] == 1
+    with pytest.raises(ConfigError, match="another configuration"):
+        run_trajectories(run_config(out / "run", queries, fake_server.base_url, max_calls=9))
+    fresh = run_trajectories(run_config(out / "run", queries, fake_server.base_url, max_calls=9, new_run=True))
+    assert fresh["ran"] == 4 and list(out.joinpath("run").glob("superseded-*/trajectories/*.json"))
+
+
+def test_concurrent_workspaces_never_see_each_others_files(agent_world, fake_server):
+    out = run_dir("isolation")
+    queries = _queries(agent_world, out, 8, start=2)
+    cfg = run_config(out / "run", queries, fake_server.base_url, concurrency=8, keep_workspaces=True)
+    run_trajectories(cfg)
+    trajectories = read_trajectories(out / "run")
+    spans = []
+    seen_sets = set()
+    for qid, t in trajectories.items():
+        ws = out / "run" / "workspaces" / qid
+        arrived = {a.docid for a in read_manifest(ws)}
+        files = {str(p.relative_to(ws / "files")) for p in (ws / "files").rglob("*") if p.is_file()}
+        assert arrived == set(t["retrieved_docids"])
+        assert files == {a.relpath for a in read_manifest(ws)}
+        # everything bash and read showed the agent came from its own workspace
+        assert set(t["surfaced_docids"]) <= arrived
+        seen_sets.add(frozenset(arrived))
+    assert len(seen_sets) > 1, "the queries should retrieve different documents"
+    events = [json.loads(line) for line in (out / "run" / "events.jsonl").read_text().splitlines()]
+    for qid in trajectories:
+        ts = [e["t"] for e in events if e["query_id"] == qid and e["event"] in ("start", "end")]
+        spans.append((min(ts), max(ts)))
+    overlapping = sum(1 for a in spans for b in spans if a is not b and a[0] < b[1] and b[0] < a[1])
+    assert overlapping > 0, "the trajectories did not run at the same time"
+
+
+def test_workspaces_are_removed_unless_kept(agent_world, fake_server):
+    out = run_dir("cleanup")
+    queries = _queries(agent_world, out, 2)
+    run_trajectories(run_config(out / "run", queries, fake_server.base_url))
+    assert list((out / "run" / "workspaces").iterdir()) == []
+
+
+def test_cli_run(agent_world, fake_server, capsys):
+    out = run_dir("cli")
+    queries = _queries(agent_world, out, 2)
+    argv = ["run", "--queries", str(queries), "--system", "retrieval-agent", "--index", str(agent_world.index)]
+    argv += ["--docs", str(agent_world.docs), "--out", str(out / "run"), "--base-url", fake_server.base_url]
+    argv += ["--workers", "0", "--index-backend", "numpy", "--no-progress", "--tpm", "100000000", "--max-calls"]
+    assert main([*argv, "3"]) == 0
+    printed = capsys.readouterr().out
+    assert "run system=retrieval-agent" in printed and "answered:2" in printed
+    assert main([*argv, "0"]) == 2  # validated at the edge
+    assert main(["run", "--queries", str(queries), "--system", "nope", "--docs", "x", "--out", "y"]) == 2
