@@ -155,7 +155,8 @@ def make_backend(cfg: StructureConfig, prompt_text: str, limiter=None):
 
         spent = checkpoint_cost(cfg.out)
         budget = CostBudget(spent + (cfg.max_cost_usd - spent) / max(cfg.n_workers, 1), spent)
-        chat = budget.guard(chat, structuring_estimator(cfg.llm.model, client.prices))
+        estimate = structuring_estimator(cfg.llm.model, client.prices, max_output_tokens=cfg.llm.max_output_tokens)
+        chat = budget.guard(chat, estimate)
     backend = LLMBackend(chat, prompt_text, reask=cfg.llm.reask, max_input_chars=cfg.llm.max_input_chars)
     if cfg.tier is not None:
         from rise_batch.structure.tier import TieredBackend, parse_tier

@@ -61,10 +61,12 @@ def request_cost(
     *,
     batch: bool = False,
     output: OutputModel = DEFAULT_OUTPUT,
+    output_tokens: int | None = None,
 ) -> float:
-    """Expected dollars of one structuring request (the budget guard reserves this before sending it)."""
-    doc_chars = len(message_text(messages[-1]))
-    return prices.cost(model, messages_tokens(messages), 0, round(output.tokens(doc_chars)), batch=batch)
+    """Dollars of one structuring request: expected output from the model, or `output_tokens` (a worst case)."""
+    if output_tokens is None:
+        output_tokens = round(output.tokens(len(message_text(messages[-1]))))
+    return prices.cost(model, messages_tokens(messages), 0, output_tokens, batch=batch)
 
 
 class DocEstimate(NamedTuple):

@@ -142,9 +142,9 @@ class BatchDriver:
                 from rise_batch.llm.budget import CostBudget, checkpoint_cost, structuring_estimator
 
                 budget = CostBudget(self.cfg.max_cost_usd, checkpoint_cost(self.out) + self._committed())
-                self._online_chat = budget.guard(
-                    self._online.chat, structuring_estimator(self.cfg.llm.model, self.prices)
-                )
+                model, worst = self.cfg.llm.model, self.cfg.llm.max_output_tokens
+                estimate = structuring_estimator(model, self.prices, max_output_tokens=worst)
+                self._online_chat = budget.guard(self._online.chat, estimate)
         return await self._online_chat(messages)
 
     async def replay(self, spec: ShardSpec, doc: Doc, results: Mapping[str, BatchResult]) -> DocResult | Deferred:

@@ -1,10 +1,12 @@
 """`--max-cost`: stop a run cleanly before its total cost would pass a limit, checkpoint intact, resumable.
 
 The limit is on the *run's* total, across resumes: what the checkpoint already records plus what this process
-spends. Before a document's first request is sent, its expected cost (rise_batch.plan.request_cost) is reserved; if
-spent + reserved + expected would pass the limit, the budget trips and every later first request is refused. A
-follow-up request of a document already paid for (the re-ask) is never refused, so no paid reply is thrown away;
-the limit can therefore be passed by at most the re-asks in flight when it trips.
+spends. Online, before a document's first request is sent its worst-case cost (estimated input tokens plus
+`max_output_tokens`) is reserved; if spent + reserved + that would pass the limit, the budget trips and every later
+first request is refused. A follow-up request of a document already paid for (the re-ask) is never refused, so no
+paid reply is thrown away; only re-asks in flight when it trips can take the total past the limit. In batch mode a
+whole pack is committed at once at its *expected* cost (rise_batch.plan.request_cost): a pack that would pass the
+limit is not submitted (smaller packs, `--batch-max-requests`, give finer control).
 
 `BudgetExceeded` derives from BaseException on purpose: the structuring backend turns any `Exception` of a
 document's call into an `error` row, but running out of budget is not a property of the document. It must reach
@@ -82,7 +84,11 @@ def checkpoint_cost(out_dir: str | Path) -> float:
     return float(sum(sum(pq.read_table(p, columns=["cost_usd"]).column("cost_usd").to_pylist()) for p in parts))
 
 
-def structuring_estimator(model: str, prices: Any, *, batch: bool = False) -> Callable[[list[dict]], float]:
+def structuring_estimator(
+    model: str, prices: Any, *, batch: bool = False, max_output_tokens: int | None = None
+) -> Callable[[list[dict]], float]:
+    """Cost of a request before it is sent: with `max_output_tokens`, the worst case (online reservations, so the
+    limit is never passed by requests in flight); without, the expected output (a batch pack's estimate)."""
     from rise_batch.plan import request_cost
 
-    return lambda messages: request_cost(messages, model, prices, batch=batch)
+    return lambda messages: request_cost(messages, model, prices, batch=batch, output_tokens=max_output_tokens)
