@@ -1,0 +1,223 @@
+"""Evaluation sweeps: a grid of systems x models x K x corpora x repeats, each cell a run directory.
+
+A sweep is only bookkeeping around two things that already resume on their own (`rise-batch run` per query,
+`rise-batch judge` per judgment): it expands the grid, builds and validates every cell's RunConfig before anything
+runs (a typo in the last cell fails in the first second, not after a day of the first eleven), runs the cells one
+after the other in the same driver, so on one Ray cluster, and records each finished cell in `sweep.json`, so a
+re-run skips finished cells without even reading their trajectories. The report at the end covers every cell.
+
+Systems that do not search (DCI) do not depend on K: they get one cell per model, corpus and repeat, labelled
+with no K, instead of identical copies per K.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from rise_batch.config import ConfigError, _build
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    name: str = ""
+    docs: str = ""  # a `rise-batch structure` output dir (corpus/ + docmap.parquet)
+    index: str | None = None  # BM25 index dir (systems that search)
+    original_docs: str | None = None
+    size: int | None = None  # documents; default: rows of docs/docmap.parquet (for accuracy vs corpus size)
+
+
+@dataclass(frozen=True)
+class JudgeSpec:
+    enabled: bool = True
+    model: str = "gpt-5.4-mini"
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    reasoning_effort: str | None = None
+    max_output_tokens: int = 4096
+    rpm: int = 500
+    tpm: int = 2_000_000
+    concurrency: int = 16
+    prompt: str = "judge_grader"
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    name: str = "sweep"
+    out: str = ""
+    queries: str = ""
+    limit: int | None = None
+    systems: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    k: tuple[int, ...] = (1000,)
+    repeats: int = 1
+    corpora: tuple[CorpusSpec, ...] = ()
+    run: dict[str, Any] = field(default_factory=dict)  # RunConfig keys shared by every cell (llm: {...} too)
+    model_llm: dict[str, Any] = field(default_factory=dict)  # model -> llm overrides (reasoning_effort, ...)
+    judge: JudgeSpec = field(default_factory=JudgeSpec)
+    report: bool = True
+
+
+class Cell(NamedTuple):
+    system: str
+    model: str
+    k: int | None  # None: the system does not search
+    corpus: CorpusSpec
+    repeat: int
+
+    @property
+    def cell_id(self) -> str:
+        parts = [self.system, self.model, "all" if self.k is None else f"k{self.k}", self.corpus.name]
+        cid = "__".join(_UNSAFE.sub("_", p) for p in parts)
+        return cid + (f"__r{self.repeat}" if self.repeat else "")
+
+    def labels(self) -> dict[str, Any]:
+        """What cell.json records: the report labels sweep plots with it."""
+        return {
+            "cell": self.cell_id,
+            "system": self.system,
+            "model": self.model,
+            "k": self.k,
+            "corpus": self.corpus.name,
+            "corpus_docs": self.corpus.size if self.corpus.size is not None else corpus_size(self.corpus.docs),
+            "repeat": self.repeat,
+        }
+
+
+def _names(value: Any, key: str, kind: type) -> tuple:
+    items = value if isinstance(value, list | tuple) else [value]
+    if not items or not all(isinstance(v, kind) and not isinstance(v, bool) for v in items):
+        raise ConfigError(f"sweep.{key} must be a non-empty list of {kind.__name__}, got {value!r}")
+    if len(set(items)) != len(items):
+        raise ConfigError(f"sweep.{key} lists a value twice: {value!r}")
+    return tuple(items)
+
+
+def parse_sweep(data: dict[str, Any]) -> SweepConfig:
+    """A SweepConfig from the YAML mapping (its `sweep:` key or the mapping itself), validated."""
+    data = dict(data.get("sweep", data)) if isinstance(data, dict) else data
+    if not isinstance(data, dict):
+        raise ConfigError("a sweep config is a mapping")
+    corpora = data.pop("corpora", None)
+    if not isinstance(corpora, list) or not corpora:
+        raise ConfigError("sweep.corpora must be a non-empty list of {name, docs, index?, original_docs?, size?}")
+    specs = tuple(_build(CorpusSpec, c, f"sweep.corpora[{i}]") for i, c in enumerate(corpora))
+    lists = {"systems": str, "models": str, "k": int}
+    parsed: dict[str, Any] = {key: _names(data.pop(key), key, kind) for key, kind in lists.items() if key in data}
+    for key in ("run", "model_llm"):  # free-form mappings, checked when each cell's RunConfig is built
+        value = data.pop(key, None) or {}
+        if not isinstance(value, dict):
+            raise ConfigError(f"sweep.{key} must be a mapping, got {value!r}")
+        parsed[key] = value
+    cfg = _build(SweepConfig, data, "sweep")
+    cfg = SweepConfig(**{**cfg.__dict__, **parsed, "corpora": specs})
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: SweepConfig) -> None:
+    for name in ("out", "queries"):
+        if not getattr(cfg, name):
+            raise ConfigError(f"sweep.{name} is required")
+    if not cfg.systems or not cfg.models:
+        raise ConfigError("sweep.systems and sweep.models must each list at least one value")
+    if cfg.repeats < 1 or any(k < 1 for k in cfg.k):
+        raise ConfigError("sweep.repeats and every sweep.k must be >= 1")
+    names = [c.name for c in cfg.corpora]
+    if any(not n for n in names) or len(set(names)) != len(names):
+        raise ConfigError(f"every corpus needs a distinct name, got {names!r}")
+    for c in cfg.corpora:
+        if not c.docs:
+            raise ConfigError(f"corpus {c.name!r} needs docs (a structured docs dir)")
+    for key in ("out", "queries", "system", "docs", "index", "original_docs", "k", "new_run"):
+        if key in cfg.run:
+            raise ConfigError(f"sweep.run.{key} is set by the sweep itself (per cell); remove it")
+    unknown = set(cfg.model_llm) - set(cfg.models)
+    if unknown:
+        raise ConfigError(f"sweep.model_llm names models not in sweep.models: {sorted(unknown)}")
+
+
+def load_sweep_config(path: str | Path) -> SweepConfig:
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"cannot read sweep config {path}: {e}") from e
+    return parse_sweep(data)
+
+
+def expand(cfg: SweepConfig) -> list[Cell]:
+    """Every cell, in a stable order: corpus, model, system, K, repeat (so one model's cells run together)."""
+    from rise_batch.agent.systems import get_system
+
+    cells = []
+    for corpus in cfg.corpora:
+        for model in cfg.models:
+            for system in cfg.systems:
+                ks: tuple[int | None, ...] = cfg.k if get_system(system).uses_index else (None,)
+                for k in ks:
+                    cells.extend(Cell(system, model, k, corpus, r) for r in range(cfg.repeats))
+    return cells
+
+
+def cell_dir(cfg: SweepConfig, cell: Cell) -> Path:
+    return Path(cfg.out) / "cells" / cell.cell_id
+
+
+def cell_run_config(cfg: SweepConfig, cell: Cell) -> Any:
+    """The cell's RunConfig: the sweep's shared `run:` settings plus the cell's coordinates (validated)."""
+    from rise_batch.agent.run_config import AGENT_LLM_DEFAULTS, RunConfig
+
+    data = {k: v for k, v in cfg.run.items() if k != "llm"}
+    data |= {
+        "queries": cfg.queries,
+        "system": cell.system,
+        "out": str(cell_dir(cfg, cell)),
+        "docs": cell.corpus.docs,
+        "index": cell.corpus.index,
+        "original_docs": cell.corpus.original_docs,
+        "k": cell.k if cell.k is not None else cfg.k[0],
+        "limit": cfg.limit,
+    }
+    llm = {**AGENT_LLM_DEFAULTS, **(cfg.run.get("llm") or {}), **(cfg.model_llm.get(cell.model) or {})}
+    data["llm"] = llm | {"model": cell.model}
+    run = _build(RunConfig, data, f"cell {cell.cell_id}")
+    run.validate()
+    return run
+
+
+def judge_llm_config(spec: JudgeSpec) -> Any:
+    from rise_batch.config import LLMConfig
+
+    llm = LLMConfig(
+        base_url=spec.base_url,
+        model=spec.model,
+        api_key_env=spec.api_key_env,
+        reasoning_effort=spec.reasoning_effort,
+        max_output_tokens=spec.max_output_tokens,
+        rpm=spec.rpm,
+        tpm=spec.tpm,
+        concurrency=spec.concurrency,
+    )
+    llm.validate()
+    return llm
+
+
+def corpus_size(docs: str) -> int | None:
+    """Rows of docs/docmap.parquet from its footer (no data read); None when there is none."""
+    path = Path(docs) / "docmap.parquet"
+    if not path.exists():
+        return None
+    import pyarrow.parquet as pq
+
+    try:
+        if path.is_dir():
+            return sum(pq.ParquetFile(p).metadata.num_rows for p in sorted(path.glob("*.parquet")))
+        return pq.ParquetFile(path).metadata.num_rows
+    except (OSError, ValueError):
+        return None
