@@ -86,7 +86,9 @@ def build_index(
     `shards` lets a caller that already planned the corpus (the structure job's scan) reuse that plan; otherwise
     shards of about `shard_docs` rows are cut from file metadata. Bad rows and duplicate docids raise
     (`on_bad_row="error"`) or are left out and counted in meta.json ("skip"; the first of duplicates is kept).
-    `runner` defaults to `workers` local processes; rise_batch.dist.index_tasks.RayShardRunner runs on Ray.
+    `runner` defaults to `workers` local processes (forkserver: as with any multiprocessing, a script calling this
+    with workers > 1 needs an `if __name__ == "__main__":` guard); rise_batch.dist.index_tasks.RayShardRunner
+    runs the same per-shard function as Ray tasks.
     """
     import bm25s
 

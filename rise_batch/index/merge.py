@@ -119,8 +119,12 @@ def _scatter_loop(cols, rows, vals, heads, data, indices) -> None:  # compiled b
         heads[c] = p + 1
 
 
+_NUMBA_SCATTER = None
+
+
 def scatter_function(use_numba: bool | None = None) -> Callable[..., None]:
-    """Counting-sort scatter: numba's plain loop when available (no sort at all), else a numpy stable sort."""
+    """Counting-sort scatter: numba's plain loop when available (no sort; cached on disk), else numpy's sort."""
+    global _NUMBA_SCATTER
     if use_numba is not False:
         try:
             from numba import njit
@@ -128,7 +132,9 @@ def scatter_function(use_numba: bool | None = None) -> Callable[..., None]:
             if use_numba:
                 raise
         else:
-            return njit(nogil=True)(_scatter_loop)
+            if _NUMBA_SCATTER is None:
+                _NUMBA_SCATTER = njit(nogil=True, cache=True)(_scatter_loop)
+            return _NUMBA_SCATTER
     return _scatter_numpy
 
 

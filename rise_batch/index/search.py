@@ -8,16 +8,12 @@ padding and answers such queries with empty Hits, so callers can take every hit 
 from __future__ import annotations
 
 import json
-import threading
 import warnings
 from pathlib import Path
 from typing import NamedTuple
 
 from rise_batch.index.build import DOCIDS_FILE, IndexMeta
 from rise_batch.index.tokenize import query_tokenizer
-
-# numba's default "workqueue" threading layer aborts on concurrent parallel calls; serialize those.
-_PARALLEL_LOCK = threading.Lock()
 
 
 class Hits(NamedTuple):
@@ -28,9 +24,13 @@ class Hits(NamedTuple):
 
 
 class BM25Index:
-    """A built index: `search(queries, k)`, `docids` (row order), `len(index)`, `meta`."""
+    """A built index: `search(queries, k)`, `docids` (row order), `len(index)`, `meta`.
 
-    def __init__(self, index_dir: str | Path, backend: str = "auto", n_threads: int = 1, warmup: bool = True):
+    backend "numba" (the default when numba is installed) runs bm25s's numba kernel single-threaded and without
+    the GIL, so searches from several threads run in parallel; "numpy" is bm25s's pure numpy path.
+    """
+
+    def __init__(self, index_dir: str | Path, backend: str = "auto", warmup: bool = True):
         import bm25s
 
         self.path = Path(index_dir)
@@ -43,8 +43,8 @@ class BM25Index:
         if backend == "auto":
             backend = "numba" if bm25s.NUMBA_AVAILABLE else "numpy"
         self.backend = backend
-        self.n_threads = _numba_threads(n_threads) if backend == "numba" else 0
-        self._model = bm25s.BM25.load(self.path, mmap=True, backend=backend, show_progress=False)
+        # bm25s's own retrieve is only used for "numpy"; loading as numpy skips compiling its numba dispatchers.
+        self._model = bm25s.BM25.load(self.path, mmap=True, backend="numpy", show_progress=False)
         self.docids: list[str] = json.loads((self.path / DOCIDS_FILE).read_text())
         if len(self.docids) != self._model.scores["num_docs"]:
             raise ValueError(f"{self.path}: {len(self.docids)} docids for {self._model.scores['num_docs']} rows")
@@ -85,32 +85,54 @@ class BM25Index:
         return out
 
     def _retrieve(self, ids: list[list[int]], k: int):
-        kw = dict(k=k, sorted=True, show_progress=False, n_threads=self.n_threads, return_as="tuple")
-        if self.n_threads > 1:
-            with _PARALLEL_LOCK:
-                return self._model.retrieve(ids, **kw)
-        return self._model.retrieve(ids, **kw)
+        if self.backend == "numba":
+            return _serial_numba_retrieve(self._model.scores, ids, k)
+        return self._model.retrieve(ids, k=k, sorted=True, show_progress=False, n_threads=0, return_as="tuple")
 
 
-def _numba_threads(requested: int) -> int:
-    """Threads for bm25s's numba retrieval; single-threaded unless asked, and then cached on disk.
+_SERIAL = None
 
-    bm25s compiles its retrieval on first use in every process: 7 s on a quiet machine, 30-40 s on a busy one.
-    We turn on numba's on-disk cache so later processes (Ray actors, CLI calls) load the machine code instead.
-    bm25s's serial and parallel variants share one cache file name, so only one may be cached: the serial one.
-    It is also the robust default: the parallel variant's threads meet at a barrier, which costs 4x the latency
-    when the cores are busy with other work (measured on 2 cores), and concurrent searches then serialize on a
-    lock; with the serial variant, concurrent searches from several threads simply run side by side (nogil).
+
+def _serial_numba_retrieve(scores: dict, ids: list[list[int]], k: int):
+    """bm25s's own numba retrieval kernel, single-threaded, with its machine code cached on disk.
+
+    bm25s compiles this kernel on first use in every process: 7 s on a quiet machine, 30-40 s on a busy one, in
+    every Ray actor and CLI call. numba's disk cache fixes that, but bm25s's serial and parallel dispatchers share
+    one cache file name (numba's cache key ignores the parallel flag), so we compile our own dispatcher of the same
+    kernel under a name of its own and call it the way `bm25s.numba.retrieve_utils` does. We use the serial kernel
+    only: the parallel one's threads meet at a barrier, which cost 4x the latency when the cores were busy with
+    other work (measured on 2 cores), while serial searches from several threads run side by side (nogil).
     """
-    import numba
-    from bm25s.numba import retrieve_utils
+    global _SERIAL
+    import numpy as np
 
-    n = max(1, min(requested or 1, numba.config.NUMBA_NUM_THREADS))
-    f = retrieve_utils._retrieve_internal_jitted_serial
-    if n == 1 and not getattr(f, "_rise_cached", False):
-        f.enable_caching()
-        f._rise_cached = True
-    return n
+    if _SERIAL is None:
+        import types
+
+        import numba
+        from bm25s.numba import retrieve_utils
+
+        kernel = retrieve_utils._retrieve_internal_jitted_serial.py_func
+        fn = types.FunctionType(kernel.__code__, kernel.__globals__, "_rise_batch_retrieve_serial")
+        fn.__qualname__ = "_rise_batch_retrieve_serial"
+        _SERIAL = numba.njit(nogil=True, cache=True)(fn)
+    pointers = np.cumsum([0] + [len(q) for q in ids], dtype=np.int32)
+    flat = np.concatenate([np.asarray(q, dtype=np.int32) for q in ids])
+    top_scores, top_rows = _SERIAL(
+        query_tokens_ids_flat=flat,
+        query_pointers=pointers,
+        k=k,
+        sorted=True,
+        dtype=np.dtype("float32"),
+        int_dtype=np.dtype("int32"),
+        data=scores["data"],
+        indptr=scores["indptr"],
+        indices=scores["indices"],
+        num_docs=scores["num_docs"],
+        nonoccurrence_array=None,
+        weight_mask=None,
+    )
+    return top_rows, top_scores
 
 
 def load_index(index_dir: str | Path, **kw) -> BM25Index:

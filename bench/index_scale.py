@@ -1,0 +1,339 @@
+"""Index build at scale, side by side: stock bm25s in one process vs `rise-batch index --workers 2`.
+
+For each corpus, in one run on one machine: build wall time, process-tree CPU time, peak RSS of the whole process
+tree (psutil, sampled every 0.2 s, children included), index size on disk, load time, and warm latency of a
+3-sub-query top-1000 search; on wiki2015 also recall@10/100/1000 of squad_wiki's gold articles. Each step runs
+in its own subprocess so memory figures do not bleed into each other. Stock runs under a memory guard: if its
+process tree passes --stock-limit-gb it is killed and reported as such.
+
+    python bench/index_scale.py                       # wiki2015 + the 1M derived corpus (made if missing)
+    python bench/index_scale.py --skip-big            # wiki2015 only
+
+Writes bench/results/index_scale.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+WIKI = Path("/work/shared/data/wiki2015")
+SQUAD = Path("/work/shared/data/squad_wiki/queries.jsonl")
+GB = 1024**3
+ARRAYS = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy")
+
+
+class TreeMonitor:
+    """Peak RSS and CPU seconds of a process and all its descendants, sampled in a thread."""
+
+    def __init__(self, pid: int, limit_bytes: float | None = None, period: float = 0.2) -> None:
+        self.pid, self.limit, self.period = pid, limit_bytes, period
+        self.peak = 0
+        self.cpu: dict[int, float] = {}
+        self.killed = False
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(self.pid)
+        except psutil.NoSuchProcess:
+            return
+        while not self._stop.is_set():
+            try:
+                procs = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            rss = 0
+            for p in procs:
+                try:
+                    rss += p.memory_info().rss
+                    t = p.cpu_times()
+                    self.cpu[p.pid] = t.user + t.system
+                except psutil.NoSuchProcess:
+                    pass
+            self.peak = max(self.peak, rss)
+            if self.limit and rss > self.limit and not self.killed:
+                self.killed = True
+                for p in reversed(procs):
+                    try:
+                        p.kill()
+                    except psutil.NoSuchProcess:
+                        pass
+            self._stop.wait(self.period)
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._t.join()
+        return {"peak_rss_gb": round(self.peak / GB, 3), "cpu_s": round(sum(self.cpu.values()), 1)}
+
+
+def run_measured(cmd: list[str], limit_gb: float | None = None, log: Path | None = None) -> dict:
+    """Run a command, return wall time, tree peak RSS / CPU, exit status and the JSON lines it printed."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), DISABLE_TQDM="1")
+    t0 = time.perf_counter()
+    load0 = os.getloadavg()[0]
+    p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    mon = TreeMonitor(p.pid, limit_gb * GB if limit_gb else None)
+    lines = []
+    for line in p.stdout:
+        lines.append(line.rstrip("\n"))
+        if log:
+            with open(log, "a") as fh:
+                fh.write(line)
+    rc = p.wait()
+    res = {"wall_s": round(time.perf_counter() - t0, 1), "exit": rc, **mon.stop()}
+    res["loadavg_1m_start_end"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
+    if mon.killed:
+        res["killed"] = f"process tree passed {limit_gb} GB"
+    stages = [json.loads(x[6:]) for x in lines if x.startswith("STAGE ")]
+    if stages:
+        res["stages"] = stages
+    out = [json.loads(x[7:]) for x in lines if x.startswith("RESULT ")]
+    if out:
+        res.update(out[-1])
+    if rc != 0 and not mon.killed:
+        res["tail"] = lines[-15:]
+    return res
+
+
+def du(path: Path) -> float:
+    return round(sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / GB, 3)
+
+
+# ---------------------------------------------------------------- children (run in their own process)
+
+
+def _stage(name: str, t0: float) -> None:
+    import psutil
+
+    rss = psutil.Process().memory_info().rss / GB
+    print("STAGE " + json.dumps({"stage": name, "t": round(time.perf_counter() - t0, 1), "rss_gb": round(rss, 2)}))
+    sys.stdout.flush()
+
+
+def child_stock_build(corpus: str, out: str) -> None:
+    """The paper's public pipeline: the whole corpus in one list, bm25s.tokenize, BM25.index, BM25.save."""
+    import bm25s
+    import Stemmer
+
+    from rise_batch.corpus import iter_docs
+
+    t0 = time.perf_counter()
+    docids, texts = [], []
+    for d in iter_docs(corpus):
+        docids.append(d.docid)
+        texts.append(d.text)
+    _stage("read", t0)
+    tokens = bm25s.tokenize(texts, stopwords="en", stemmer=Stemmer.Stemmer("english"), show_progress=False)
+    _stage("tokenize", t0)
+    del texts
+    model = bm25s.BM25(k1=1.5, b=0.75)
+    model.index(tokens, show_progress=False)
+    _stage("index", t0)
+    del tokens
+    model.save(out, show_progress=False)
+    Path(out, "docids.json").write_text(json.dumps(docids))
+    _stage("save", t0)
+
+
+def _query_triples(n: int) -> list[list[str]]:
+    qs = [json.loads(line)["query"] for line in SQUAD.read_text().splitlines() if line.strip()]
+    return [qs[i : i + 3] for i in range(0, 3 * n, 3)]
+
+
+def _latency(fn, triples: list[list[str]]) -> dict:
+    for t in triples[:5]:
+        fn(t)
+    lat = []
+    for t in triples:
+        t0 = time.perf_counter()
+        fn(t)
+        lat.append((time.perf_counter() - t0) * 1000)
+    lat.sort()
+    return {
+        "n": len(lat),
+        "p50_ms": round(lat[len(lat) // 2], 2),
+        "p99_ms": round(lat[min(len(lat) - 1, int(len(lat) * 0.99))], 2),
+    }
+
+
+def child_search(kind: str, index_dir: str, recall: bool) -> None:
+    import psutil
+
+    triples = _query_triples(200)
+    t0 = time.perf_counter()
+    if kind == "stock":  # as the paper's code does: BM25.load, then tokenize + retrieve (numpy backend)
+        import bm25s
+        import Stemmer
+
+        model = bm25s.BM25.load(index_dir)
+        docids = json.loads(Path(index_dir, "docids.json").read_text())
+        stemmer = Stemmer.Stemmer("english")
+        n = len(docids)
+
+        def search(qs: list[str], k: int = 1000) -> list[list[str]]:
+            tok = bm25s.tokenize(qs, stopwords="en", stemmer=stemmer, show_progress=False)
+            res = model.retrieve(tok, k=min(k, n), show_progress=False)
+            return [[docids[i] for i, s in zip(d, sc, strict=True) if s > 0] for d, sc in zip(*res, strict=True)]
+    else:
+        from rise_batch.index import load_index
+
+        index = load_index(index_dir, backend="numba" if kind == "ours" else "numpy")
+
+        def search(qs: list[str], k: int = 1000) -> list[list[str]]:
+            return [h.docids for h in index.search(qs, k)]
+
+    load_s = time.perf_counter() - t0
+    res = {"load_s": round(load_s, 2), "rss_after_load_gb": round(psutil.Process().memory_info().rss / GB, 3)}
+    res["latency_3x_top1000"] = _latency(search, triples)
+    if recall:
+        from rise_batch.index.recall import evaluate_recall, read_queries
+
+        class S:
+            def search(self, qs, k):
+                from rise_batch.index import Hits
+
+                return [Hits(d, [1.0] * len(d)) for d in search(qs, k)]
+
+        t1 = time.perf_counter()
+        r = evaluate_recall(S(), read_queries(SQUAD), [10, 100, 1000])
+        res["recall"] = r["summary"]["recall"] | {"n_queries": r["summary"]["n_queries"]}
+        res["recall_eval_s"] = round(time.perf_counter() - t1, 1)
+    print("RESULT " + json.dumps(res))
+
+
+# ---------------------------------------------------------------- driver
+
+
+def bench_corpus(name: str, corpus: Path, scratch: Path, args, log: Path) -> dict:
+    py = sys.executable
+    here = str(Path(__file__).resolve())
+    ours_dir, stock_dir = scratch / f"{name}-ours", scratch / f"{name}-stock"
+    out: dict = {"corpus": str(corpus)}
+    print(f"[{name}] ours: rise-batch index --workers {args.workers}", flush=True)
+    cmd = [py, "-m", "rise_batch.cli", "index", "--corpus", str(corpus), "--out", str(ours_dir)]
+    out["ours_build"] = run_measured(
+        [*cmd, "--workers", str(args.workers), "--shard-docs", str(args.shard_docs), "--overwrite"], log=log
+    )
+    if ours_dir.exists():
+        out["ours_build"]["index_gb"] = du(ours_dir)
+        out["ours_build"]["counts"] = json.loads((ours_dir / "meta.json").read_text())["counts"]
+    print(f"[{name}] ours: {out['ours_build']}", flush=True)
+    print(f"[{name}] stock: bm25s.tokenize + BM25.index in one process (guard {args.stock_limit_gb} GB)", flush=True)
+    out["stock_build"] = run_measured(
+        [py, here, "_stock-build", str(corpus), str(stock_dir)], limit_gb=args.stock_limit_gb, log=log
+    )
+    stock_ok = out["stock_build"]["exit"] == 0 and (stock_dir / "params.index.json").exists()
+    if stock_ok:
+        out["stock_build"]["index_gb"] = du(stock_dir)
+    print(f"[{name}] stock: {out['stock_build']}", flush=True)
+    recall = name == "wiki2015"
+    for kind, d in (("ours", ours_dir), ("ours-numpy", ours_dir), ("stock", stock_dir)):
+        if kind == "stock" and not stock_ok:
+            continue
+        out[f"{kind}_search"] = run_measured(
+            [py, here, "_search", kind, str(d), "1" if recall and kind != "ours-numpy" else "0"], log=log
+        )
+        print(f"[{name}] {kind} search: {out[f'{kind}_search']}", flush=True)
+    if stock_ok:
+        import numpy as np
+
+        out["identical_arrays"] = all(
+            np.array_equal(np.load(ours_dir / a, mmap_mode="r"), np.load(stock_dir / a, mmap_mode="r")) for a in ARRAYS
+        )
+    out["ratios"] = ratios(out)
+    return out
+
+
+def ratios(r: dict) -> dict:
+    o, s = r.get("ours_build", {}), r.get("stock_build", {})
+    if s.get("exit") != 0:
+        return {"stock": s.get("killed") or f"failed (exit {s.get('exit')})"}
+    return {
+        "build_speedup": round(s["wall_s"] / o["wall_s"], 2),
+        "peak_rss_ours_over_stock": round(o["peak_rss_gb"] / s["peak_rss_gb"], 3),
+    }
+
+
+def table(results: dict) -> str:
+    rows = [
+        "| corpus | pipeline | build s | CPU s | peak RSS GB | index GB | load s | 3x top-1000 p50 / p99 ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results["corpora"].items():
+        for who in ("stock", "ours"):
+            b = r.get(f"{who}_build", {})
+            s = r.get(f"{who}_search", {})
+            lat = s.get("latency_3x_top1000", {})
+            build = (
+                b.get("wall_s") if b.get("exit") == 0 else f"{b.get('killed') or 'failed'} after {b.get('wall_s')} s"
+            )
+            rows.append(
+                f"| {name} | {who} | {build} | {b.get('cpu_s')} | {b.get('peak_rss_gb')} | {b.get('index_gb', '-')} "
+                f"| {s.get('load_s', '-')} | {lat.get('p50_ms', '-')} / {lat.get('p99_ms', '-')} |"
+            )
+        s = r.get("ours-numpy_search", {}).get("latency_3x_top1000", {})
+        if s:
+            rows.append(f"| {name} | ours, numpy backend | | | | | | {s['p50_ms']} / {s['p99_ms']} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "_stock-build":
+        return child_stock_build(sys.argv[2], sys.argv[3])
+    if len(sys.argv) > 1 and sys.argv[1] == "_search":
+        return child_search(sys.argv[2], sys.argv[3], sys.argv[4] == "1")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--wiki", type=Path, default=WIKI, help="the real corpus (recall is computed on it)")
+    ap.add_argument("--big", type=Path, default=Path("/work/scratch/syn1m"), help="the 1M-document corpus dir")
+    ap.add_argument("--big-docs", type=int, default=1_000_000)
+    ap.add_argument("--skip-big", action="store_true")
+    ap.add_argument("--skip-wiki", action="store_true")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--shard-docs", type=int, default=2000)
+    ap.add_argument("--stock-limit-gb", type=float, default=20.0)
+    ap.add_argument("--scratch", type=Path, default=Path("/work/scratch/index_scale"))
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "index_scale.json")
+    args = ap.parse_args()
+    args.scratch.mkdir(parents=True, exist_ok=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    log = args.scratch / "children.log"
+    results: dict = {"machine": {"cpus": os.cpu_count(), "mem_gb": round(_mem_total() / GB, 1)}, "corpora": {}}
+    if not args.skip_wiki:
+        results["corpora"]["wiki2015"] = bench_corpus("wiki2015", args.wiki, args.scratch, args, log)
+        args.out.write_text(json.dumps(results, indent=2))
+    if not args.skip_big:
+        if not (args.big / "DERIVED.json").exists():
+            sys.path.insert(0, str(Path(__file__).parent))
+            from derive_corpus import derive
+
+            print(f"deriving {args.big_docs} documents into {args.big}", flush=True)
+            derive(args.wiki, args.big, args.big_docs)
+        results["derived_corpus"] = json.loads((args.big / "DERIVED.json").read_text())
+        print("1M corpus: " + results["derived_corpus"]["how"], flush=True)
+        results["corpora"]["syn1m"] = bench_corpus("syn1m", args.big, args.scratch, args, log)
+    results["table"] = table(results)
+    args.out.write_text(json.dumps(results, indent=2))
+    print(results["table"])
+    print(f"wrote {args.out}")
+
+
+def _mem_total() -> int:
+    import psutil
+
+    return psutil.virtual_memory().total
+
+
+if __name__ == "__main__":
+    main()
