@@ -36,21 +36,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from rise_batch.config import LLMConfig
     from rise_batch.eval.judge_runner import judge_run_sync
+    from rise_batch.eval.sweep import JudgeSpec, judge_llm_config
 
-    llm = LLMConfig(
-        base_url=args.base_url,
-        model=args.model,
-        api_key_env=args.api_key_env,
-        reasoning_effort=args.reasoning_effort,
-        max_output_tokens=args.max_output_tokens,
-        timeout_s=args.timeout,
-        rpm=args.rpm,
-        tpm=args.tpm,
-        concurrency=args.concurrency,
+    llm = judge_llm_config(
+        JudgeSpec(
+            base_url=args.base_url,
+            model=args.model,
+            api_key_env=args.api_key_env,
+            reasoning_effort=args.reasoning_effort,
+            max_output_tokens=args.max_output_tokens,
+            timeout_s=args.timeout,
+            rpm=args.rpm,
+            tpm=args.tpm,
+            concurrency=args.concurrency,
+        )
     )
-    llm.validate()
     failed = 0
     results = {}
     for run_dir in args.run_dirs:

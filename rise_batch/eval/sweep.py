@@ -39,6 +39,7 @@ class JudgeSpec:
     api_key_env: str = "OPENAI_API_KEY"
     reasoning_effort: str | None = None
     max_output_tokens: int = 4096
+    timeout_s: float = 120.0
     rpm: int = 500
     tpm: int = 2_000_000
     concurrency: int = 16
@@ -200,6 +201,7 @@ def judge_llm_config(spec: JudgeSpec) -> Any:
         api_key_env=spec.api_key_env,
         reasoning_effort=spec.reasoning_effort,
         max_output_tokens=spec.max_output_tokens,
+        timeout_s=spec.timeout_s,
         rpm=spec.rpm,
         tpm=spec.tpm,
         concurrency=spec.concurrency,
