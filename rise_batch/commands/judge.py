@@ -29,6 +29,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-output-tokens", type=int, default=4096)
     p.add_argument("--prompt", default="judge_grader", help="grader prompt name or file (default judge_grader)")
     p.add_argument("--queries", help="query file with gold answers (default: the run's own, from run.json)")
+    p.add_argument(
+        "--mode",
+        choices=["online", "batch"],
+        default="online",
+        help="online: rate-limited calls now; batch: the OpenAI Batch API (half price, results within 24 h)",
+    )
+    p.add_argument("--poll-s", type=float, default=30.0, help="batch mode: seconds between status polls")
     p.add_argument("--json", action="store_true", help="print the summaries as JSON")
     p.set_defaults(func=run)
 
@@ -55,7 +62,15 @@ def run(args: argparse.Namespace) -> int:
     failed = 0
     results = {}
     for run_dir in args.run_dirs:
-        s = judge_run_sync(run_dir, llm, force=args.force, prompt=args.prompt, queries_path=args.queries)
+        s = judge_run_sync(
+            run_dir,
+            llm,
+            mode=args.mode,
+            poll_s=args.poll_s,
+            force=args.force,
+            prompt=args.prompt,
+            queries_path=args.queries,
+        )
         results[run_dir] = s.as_dict()
         failed += s.failed
         print(

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rise_batch.config import LLMConfig
 from rise_batch.eval.judge import (
@@ -115,6 +115,71 @@ def gold_answers(trajectory: dict[str, Any], from_file: dict[str, tuple[str, ...
     return golds
 
 
+class JudgeTask(NamedTuple):
+    stem: str
+    trajectory: dict[str, Any]
+    golds: list[str]
+    messages: list[dict[str, str]]
+
+
+class JudgePlan(NamedTuple):
+    run_dir: Path
+    prompt_id: str
+    summary: JudgeSummary
+    todo: list[JudgeTask]  # what needs a model call
+
+
+def plan_judging(
+    run_dir: str | Path,
+    model: str,
+    *,
+    force: bool = False,
+    prompt: str = GRADER_PROMPT,
+    queries_path: str | Path | None = None,
+    on_judged: Callable[[dict[str, Any]], None] | None = None,
+) -> JudgePlan:
+    """Write the judgments that need no call (empty answers, exact matches) and list those that do."""
+    run = load_run(run_dir)
+    prompt_text = load_prompt(prompt)
+    from_file = answers_by_id(queries_path or run.meta.get("queries"))
+    summary = JudgeSummary(total=len(run.trajectories))
+    todo: list[JudgeTask] = []
+    for stem, traj in run.trajectories.items():
+        if stem in run.judgments and not force and judges(run.judgments[stem], traj):
+            summary.skipped_existing += 1
+            continue
+        golds = gold_answers(traj, from_file)
+        if not golds:
+            summary.no_gold += 1
+            continue
+        done = offline_judgment(traj, golds, model)
+        if done is not None:
+            setattr(summary, done["method"], getattr(summary, done["method"]) + 1)
+            _store(run.path, stem, done, traj, on_judged)
+        else:
+            messages = build_grader_messages(prompt_text, traj.get("query") or "", response_text(traj), golds)
+            todo.append(JudgeTask(stem, traj, golds, messages))
+    return JudgePlan(run.path, prompt_hash(prompt_text), summary, todo)
+
+
+def record_reply(
+    plan: JudgePlan, task: JudgeTask, reply: Any, on_judged: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
+    """Parse one grader reply into the task's judgment file and count it."""
+    judgment = llm_judgment(task.trajectory, task.golds, reply, plan.prompt_id)
+    plan.summary.llm += 1
+    plan.summary.cost_usd += reply.cost_usd
+    plan.summary.parse_errors += judgment["parse_error"] is not None
+    _store(plan.run_dir, task.stem, judgment, task.trajectory, on_judged)
+    return judgment
+
+
+def record_failure(plan: JudgePlan, task: JudgeTask, error: str) -> None:
+    plan.summary.failed += 1
+    plan.summary.errors.append(f"{task.trajectory.get('query_id')}: {error}")
+    log.warning("judge: %s failed: %s", task.trajectory.get("query_id"), error)
+
+
 async def judge_run(
     run_dir: str | Path,
     llm: LLMConfig,
@@ -125,56 +190,30 @@ async def judge_run(
     queries_path: str | Path | None = None,
     on_judged: Callable[[dict[str, Any]], None] | None = None,
 ) -> JudgeSummary:
-    """Grade every trajectory of `run_dir` that has no judgment yet (all of them with `force`)."""
+    """Grade every trajectory of `run_dir` that has no judgment yet (all of them with `force`), online."""
     from rise_batch.llm.client import LLMError, client_from_config
 
-    run = load_run(run_dir)
-    prompt_text = load_prompt(prompt)
-    prompt_id = prompt_hash(prompt_text)
-    from_file = answers_by_id(queries_path or run.meta.get("queries"))
-    summary = JudgeSummary(total=len(run.trajectories))
-    todo: list[tuple[str, dict[str, Any], list[str]]] = []
-    for stem, traj in run.trajectories.items():
-        if stem in run.judgments and not force and judges(run.judgments[stem], traj):
-            summary.skipped_existing += 1
-            continue
-        golds = gold_answers(traj, from_file)
-        if not golds:
-            summary.no_gold += 1
-            continue
-        done = offline_judgment(traj, golds, llm.model)
-        if done is not None:
-            setattr(summary, done["method"], getattr(summary, done["method"]) + 1)
-            _store(run.path, stem, done, traj, on_judged)
-        else:
-            todo.append((stem, traj, golds))
-    if not todo:
-        return summary
-    queue: asyncio.Queue[tuple[str, dict[str, Any], list[str]]] = asyncio.Queue()
-    for item in todo:
-        queue.put_nowait(item)
+    plan = plan_judging(run_dir, llm.model, force=force, prompt=prompt, queries_path=queries_path, on_judged=on_judged)
+    if not plan.todo:
+        return plan.summary
+    queue: asyncio.Queue[JudgeTask] = asyncio.Queue()
+    for task in plan.todo:
+        queue.put_nowait(task)
 
     async with client_from_config(llm, limiter=limiter) as client:
 
         async def worker() -> None:
             while not queue.empty():
-                stem, traj, golds = queue.get_nowait()
-                messages = build_grader_messages(prompt_text, traj.get("query") or "", response_text(traj), golds)
+                task = queue.get_nowait()
                 try:
-                    reply = await client.chat(messages)
+                    reply = await client.chat(task.messages)
                 except LLMError as e:
-                    summary.failed += 1
-                    summary.errors.append(f"{traj.get('query_id')}: {e}")
-                    log.warning("judge: %s failed: %s", traj.get("query_id"), e)
+                    record_failure(plan, task, str(e))
                     continue
-                judgment = llm_judgment(traj, golds, reply, prompt_id)
-                summary.llm += 1
-                summary.cost_usd += reply.cost_usd
-                summary.parse_errors += judgment["parse_error"] is not None
-                _store(run.path, stem, judgment, traj, on_judged)
+                record_reply(plan, task, reply, on_judged)
 
-        await asyncio.gather(*(worker() for _ in range(min(llm.concurrency, len(todo)))))
-    return summary
+        await asyncio.gather(*(worker() for _ in range(min(llm.concurrency, len(plan.todo)))))
+    return plan.summary
 
 
 def _store(
@@ -190,5 +229,15 @@ def _store(
         on_judged(judgment)
 
 
-def judge_run_sync(run_dir: str | Path, llm: LLMConfig, **options: Any) -> JudgeSummary:
+def judge_run_sync(
+    run_dir: str | Path, llm: LLMConfig, *, mode: str = "online", poll_s: float = 30.0, **options: Any
+) -> JudgeSummary:
+    """Judge a run online (rate-limited calls) or in batch mode (the Batch API: half price, no limiter)."""
+    if mode == "batch":
+        from rise_batch.eval.judge_batch import judge_run_batch
+
+        options.pop("limiter", None)
+        return asyncio.run(judge_run_batch(run_dir, llm, poll_s=poll_s, **options))
+    if mode != "online":
+        raise ValueError(f"judge mode must be 'online' or 'batch', got {mode!r}")
     return asyncio.run(judge_run(run_dir, llm, **options))

@@ -44,6 +44,8 @@ class JudgeSpec:
     tpm: int = 2_000_000
     concurrency: int = 16
     prompt: str = "judge_grader"
+    mode: str = "online"  # or "batch": the Batch API, half price, results within 24 h
+    poll_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,8 @@ def validate(cfg: SweepConfig) -> None:
     for key in ("out", "queries", "system", "docs", "index", "original_docs", "k", "new_run"):
         if key in cfg.run:
             raise ConfigError(f"sweep.run.{key} is set by the sweep itself (per cell); remove it")
+    if cfg.judge.mode not in ("online", "batch"):
+        raise ConfigError(f"sweep.judge.mode must be 'online' or 'batch', got {cfg.judge.mode!r}")
     unknown = set(cfg.model_llm) - set(cfg.models)
     if unknown:
         raise ConfigError(f"sweep.model_llm names models not in sweep.models: {sorted(unknown)}")

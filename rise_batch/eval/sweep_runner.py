@@ -98,6 +98,8 @@ def run_sweep(cfg: SweepConfig, *, only: list[str] | None = None, force_judge: b
             judged = judge_run_sync(
                 cell_dir(cfg, cell),
                 judge_llm,
+                mode=cfg.judge.mode,
+                poll_s=cfg.judge.poll_s,
                 force=force_judge,
                 limiter=judge_limiter.limiter(),
                 prompt=cfg.judge.prompt,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from rise_batch.cli import main
+from rise_batch.config import LLMConfig
+from rise_batch.eval.judge_batch import judge_run_batch
 from rise_batch.eval.report import summarize_run
 from rise_batch.fake_llm import FakeLLMServer
 from tests.eval.helpers import trajectory, write_run
@@ -126,3 +129,27 @@ def test_a_rewritten_trajectory_is_judged_again_and_stale_ones_are_left_out(tmp_
     assert j["a"]["correct"] is True and j["a"]["method"] == "exact"
     s = summarize_run(run)
     assert (s["n_queries"], s["n_judged"], s["accuracy"]) == (1, 1, 1.0)
+
+
+def test_batch_mode_grades_the_same_at_half_price_and_resumes_without_resubmitting(tmp_path: Path) -> None:
+    online, batch = make_run(tmp_path / "online"), make_run(tmp_path / "batch")
+    with FakeLLMServer() as s:
+        base = ["--model", "gpt-5.4-mini", "--base-url", s.base_url]
+        assert main(["judge", str(online), *base]) == 0
+        s.batch_api.configure(hold=True)  # the batch stays in progress: the driver is stopped while waiting
+        llm = LLMConfig(base_url=s.base_url, model="gpt-5.4-mini")
+        with pytest.raises(TimeoutError):
+            asyncio.run(asyncio.wait_for(judge_run_batch(batch, llm, poll_s=0.01), timeout=1.0))
+        assert s.batch_api.stats()["batches_created"] == 1 and not (batch / "judgments" / "para.json").exists()
+        s.batch_api.configure(hold=False)
+        assert main(["judge", str(batch), *base, "--mode", "batch", "--poll-s", "0.01"]) == 0
+        assert s.batch_api.stats()["batches_created"] == 1  # the resumed driver adopted its batch
+        a, b = read_judgments(online), read_judgments(batch)
+        assert {k: v["correct"] for k, v in a.items()} == {k: v["correct"] for k, v in b.items()}
+        for stem in ("para", "wrong", "prose"):
+            assert b[stem]["method"] == "llm" and b[stem]["usage"] == a[stem]["usage"]
+            assert b[stem]["cost_usd"] == pytest.approx(a[stem]["cost_usd"] / 2)
+        (batch / "judgments" / "wrong.json").unlink()
+        assert main(["judge", str(batch), *base, "--mode", "batch", "--poll-s", "0.01"]) == 0
+        assert read_judgments(batch)["wrong"]["correct"] is False
+        assert s.batch_api.stats()["batches_created"] == 2  # only the missing one, as a new group

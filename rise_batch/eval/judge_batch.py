@@ -1,0 +1,75 @@
+"""`judge --mode batch`: the grader calls of a run through the OpenAI Batch API (half price, no rate limits).
+
+Grading is never urgent, so a 24-hour batch at half price is usually the better deal. The resumable machinery is
+the project's BatchRunner (manifest in RUN_DIR/judge_batches/): the group name is derived from exactly the set of
+requests, so a driver killed while waiting asks for the same group again and adopts the batch it had created
+instead of paying twice; once results are in, every answered line becomes a judgment file, and the failed ones
+are left for the next run (a different set, hence a new group with only them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rise_batch.config import LLMConfig
+from rise_batch.eval.judge import GRADER_PROMPT
+from rise_batch.eval.judge_runner import JudgeSummary, plan_judging, record_failure, record_reply
+
+BATCH_DIR = "judge_batches"
+
+
+def group_name(model: str, prompt_id: str, stems: list[str]) -> str:
+    digest = hashlib.sha256("\0".join([model, prompt_id, *sorted(stems)]).encode()).hexdigest()[:16]
+    return f"judge-{digest}"
+
+
+async def judge_run_batch(
+    run_dir: str | Path,
+    llm: LLMConfig,
+    *,
+    force: bool = False,
+    prompt: str = GRADER_PROMPT,
+    queries_path: str | Path | None = None,
+    poll_s: float = 30.0,
+    completion_window: str = "24h",
+    on_judged: Callable[[dict[str, Any]], None] | None = None,
+) -> JudgeSummary:
+    from rise_batch.llm.batch import reply_from_body
+    from rise_batch.llm.batch_runner import BatchRunner, async_client
+    from rise_batch.llm.client import chat_request
+    from rise_batch.llm.pricing import PriceTable
+
+    plan = plan_judging(run_dir, llm.model, force=force, prompt=prompt, queries_path=queries_path, on_judged=on_judged)
+    if not plan.todo:
+        return plan.summary
+    prices = PriceTable.load([llm.prices_file] if llm.prices_file else [])
+    client = async_client(llm.base_url, llm.api_key(), max(llm.timeout_s, 600.0))
+    try:
+        runner = BatchRunner(
+            client,
+            plan.run_dir / BATCH_DIR,
+            poll_s=poll_s,
+            completion_window=completion_window,
+            metadata={"rise_batch_judge": plan.run_dir.name},
+        )
+        tasks = {t.stem: t for t in plan.todo}
+        group = group_name(llm.model, plan.prompt_id, list(tasks))
+        requests = [(stem, chat_request(llm, t.messages)) for stem, t in tasks.items()]
+        results = await runner.run(group, requests)
+    finally:
+        await client.close()
+    for stem, task in tasks.items():
+        result = results.get(stem)
+        if result is None or not result.ok or result.body is None:
+            record_failure(plan, task, result.describe() if result else "no result line")
+            continue
+        try:
+            reply = reply_from_body(result.body, prices, llm.model, batch=True)
+        except ValueError as e:
+            record_failure(plan, task, str(e))
+            continue
+        record_reply(plan, task, reply, on_judged)
+    return plan.summary
