@@ -144,16 +144,20 @@ class Dispatcher:
         self._watchdog(time.monotonic())
 
     def _submit(self) -> None:
-        for i, slot in enumerate(self.slots):
-            while self.queue and slot.pid is not None and slot.load < self.per_actor:
-                query, attempt = self.queue.popleft()
-                if attempt > 1 and finished(self.cfg.out, query.query_id, self.plan.config_hash):
-                    self.progress.finished(summary_of(read_json(trajectory_path(self.cfg.out, query.query_id))))
-                    continue  # its worker wrote it just before dying
-                ref = slot.actor.run.remote(query, attempt)
-                self.flights[ref] = Flight(i, query, attempt, time.monotonic())
-                slot.load += 1
-                self.progress.started()
+        """Fill the least loaded ready actors, keeping at most `concurrency` queries in flight in total."""
+        while self.queue and len(self.flights) < self.cfg.concurrency:
+            ready = [i for i, s in enumerate(self.slots) if s.pid is not None and s.load < self.per_actor]
+            if not ready:
+                return
+            i = min(ready, key=lambda j: self.slots[j].load)
+            query, attempt = self.queue.popleft()
+            if attempt > 1 and finished(self.cfg.out, query.query_id, self.plan.config_hash):
+                self.progress.finished(summary_of(read_json(trajectory_path(self.cfg.out, query.query_id))))
+                continue  # its worker wrote it just before dying
+            ref = self.slots[i].actor.run.remote(query, attempt)
+            self.flights[ref] = Flight(i, query, attempt, time.monotonic())
+            self.slots[i].load += 1
+            self.progress.started()
 
     def _on_ready(self, i: int, ref: Any) -> None:
         try:

@@ -1,0 +1,312 @@
+"""Benchmark of the trajectory engine against the scripted fake server at a fixed model latency.
+
+1. Throughput: trajectories per minute vs concurrency (Ray, 2 actors), with the scripted agent (search, rg, read
+   the TOC, read a TOC range, answer: 5 model calls and 4 tool calls per trajectory). Measured from the first
+   trajectory start to the last end in events.jsonl, so actor start-up is not counted; it is reported apart.
+2. Harness overhead at 1 s model latency: per model call, the time the loop waited beyond the server's latency
+   (client, HTTP, limiter, JSON, the fake server's own work); per tool call, the time of each tool as the loop sees
+   it (thread hop + the tool itself: BM25 + hardlinks, a bubblewrap process, a file read); and the share of a
+   trajectory's wall time that is not the model. Target: harness < 5% of wall time.
+3. Wall-clock overshoot at budget expiry: trajectories that would run forever (server hang, sleeping tool, slow
+   model that never answers) with a 5 s budget, measured from the worker's `start` to `end` events (workspace
+   set-up and the trajectory file included). Target: p99 <= 2 s.
+
+The fake server runs in its own process (as a real API would), the corpus is the bundled 100-article sample,
+structured by the heuristic and indexed with BM25.
+
+    python bench/trajectories.py [--latency-ms 1000] [--concurrency 1,4,16,64] [--budget-s 5] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "rise_batch" / "data" / "enwiki_sample.jsonl.gz"
+TARGET_OVERHEAD_SHARE = 0.05
+TARGET_OVERSHOOT_P99_S = 2.0
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))] if xs else float("nan")
+
+
+def stats(xs: list[float], scale: float = 1.0, nd: int = 2) -> dict:
+    if not xs:
+        return {}
+    return {
+        "n": len(xs),
+        "mean": round(statistics.mean(xs) * scale, nd),
+        "p50": round(pct(xs, 50) * scale, nd),
+        "p99": round(pct(xs, 99) * scale, nd),
+        "max": round(max(xs) * scale, nd),
+    }
+
+
+def build_world(root: Path) -> tuple[Path, list[tuple[str, str]]]:
+    import gzip
+
+    from rise_batch.config import load_structure_config
+    from rise_batch.job import run_structure
+
+    cfg = load_structure_config(
+        None, corpus=str(SAMPLE), out=str(root / "docs"), backend="heuristic", workers=0, index=True, progress=False
+    )
+    run_structure(cfg)
+    titles = []
+    with gzip.open(SAMPLE, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            row = json.loads(line)
+            titles.append((row["docid"], row["text"].split("title: ", 1)[1].split("\n", 1)[0].strip('"')))
+    return root / "docs", titles
+
+
+class FakeServer:
+    """`rise-batch fake-llm` in its own process."""
+
+    def __init__(self, latency_ms: float) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rise_batch.cli", "fake-llm", "--port", "0", "--latency-ms", str(latency_ms)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        line = self.proc.stdout.readline()
+        m = re.search(r"(http://\S+/v1)", line)
+        if not m:
+            self.proc.kill()
+            raise RuntimeError(f"fake-llm did not start: {line!r}")
+        self.base_url = m.group(1)
+
+    def configure(self, **changes) -> None:
+        req = urllib.request.Request(
+            self.base_url + "/_config", data=json.dumps(changes).encode(), headers={"Content-Type": "application/json"}
+        )
+        urllib.request.urlopen(req).read()
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+def write_queries(path: Path, titles: list[tuple[str, str]], n: int, marker: str = "", tag: str = "q") -> Path:
+    rows = []
+    for i in range(n):
+        docid, title = titles[i % len(titles)]
+        query = f"What does the article on '{title}' say about it? {marker}".strip()
+        rows.append({"query_id": f"{tag}{i:04d}", "query": query, "answer": title, "gold_doc_ids": [docid]})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def run(root: Path, name: str, docs: Path, queries: Path, base_url: str, **over) -> tuple[float, Path]:
+    from rise_batch.agent.job import run_trajectories
+    from rise_batch.agent.run_config import load_run_config
+
+    out = root / name
+    opts = dict(
+        queries=str(queries),
+        system="rise",
+        out=str(out),
+        docs=str(docs),
+        index=str(docs / "index"),
+        workers=2,
+        index_backend="numpy",
+        progress=False,
+        llm_base_url=base_url,
+        llm_model="gpt-5.4-mini",
+        llm_rpm=10_000_000,
+        llm_tpm=10**11,
+        llm_concurrency=256,
+    )
+    opts.update(over)
+    t0 = time.monotonic()
+    run_trajectories(load_run_config(None, **opts))
+    return time.monotonic() - t0, out
+
+
+def read_run(out: Path) -> tuple[list[dict], list[dict]]:
+    trajectories = [json.loads(p.read_text()) for p in (out / "trajectories").glob("*.json")]
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    return trajectories, events
+
+
+def throughput(root, docs, titles, server, levels: list[int], latency_s: float) -> list[dict]:
+    rows = []
+    for c in levels:
+        n = max(3 * c, 12)
+        q = write_queries(root / f"tp{c}.jsonl", titles, n, tag=f"c{c}-")
+        total, out = run(root, f"tp{c}", docs, q, server.base_url, concurrency=c)
+        trajectories, events = read_run(out)
+        starts = [e["t"] for e in events if e["event"] == "start"]
+        ends = [e["t"] for e in events if e["event"] == "end"]
+        span = max(ends) - min(starts)
+        ok = sum(t["stop_reason"] == "answered" for t in trajectories)
+        per_traj = [t["elapsed_s"] for t in trajectories]
+        ideal = 60.0 / (5 * latency_s) * c  # 5 model calls of pure latency per trajectory
+        rows.append(
+            {
+                "concurrency": c,
+                "trajectories": n,
+                "answered": ok,
+                "trajectories_per_min": round(n / span * 60, 1),
+                "ideal_per_min_model_bound": round(ideal, 1),
+                "trajectory_s": stats(per_traj),
+                "startup_and_teardown_s": round(total - span, 2),
+            }
+        )
+        print(
+            f"  concurrency {c:>3}: {n:>4} trajectories, {rows[-1]['trajectories_per_min']:>7.1f}/min "
+            f"(model-bound ideal {ideal:.1f}/min), trajectory p50 {rows[-1]['trajectory_s']['p50']} s, "
+            f"start-up+teardown {rows[-1]['startup_and_teardown_s']} s",
+            flush=True,
+        )
+    return rows
+
+
+def overhead(out: Path, latency_s: float) -> dict:
+    trajectories, events = read_run(out)
+    model_calls = [e for e in events if e["event"] == "model_call"]
+    tool_calls = [e for e in events if e["event"] == "tool_call"]
+    per_model = [e["seconds"] - latency_s for e in model_calls]
+    by_tool: dict[str, list[float]] = {}
+    for e in tool_calls:
+        by_tool.setdefault(e["tool"], []).append(e["seconds"])
+    walls, model_share, tool_share, loop_share, harness_share = [], [], [], [], []
+    for t in trajectories:
+        wall = t["elapsed_s"]
+        model_wait = t["model_calls"] * latency_s
+        model_over = t["timing"]["model_s"] - model_wait
+        tools = t["timing"]["tool_s"]
+        loop = wall - t["timing"]["model_s"] - tools
+        walls.append(wall)
+        model_share.append(model_wait / wall)
+        tool_share.append(tools / wall)
+        loop_share.append(loop / wall)
+        harness_share.append((model_over + loop) / wall)
+    return {
+        "model_call_overhead_ms": stats(per_model, 1000, 1),
+        "tool_call_ms": {k: stats(v, 1000, 1) for k, v in sorted(by_tool.items())},
+        "share_of_wall": {
+            "model_latency": round(statistics.mean(model_share), 4),
+            "tools": round(statistics.mean(tool_share), 4),
+            "harness_model_call_overhead_plus_loop": round(statistics.mean(harness_share), 4),
+            "loop_bookkeeping": round(statistics.mean(loop_share), 4),
+            "everything_but_model_latency": round(1 - statistics.mean(model_share), 4),
+        },
+        "trajectory_wall_s": stats(walls),
+    }
+
+
+def overshoot(root, docs, titles, server, budget_s: float, n: int, concurrency: int) -> dict:
+    markers = ["[fake:hang=600]", "[fake:tool-sleep=600]", "[fake:never-answer] [fake:sleep=0.7]"]
+    rows = []
+    q = root / "overshoot.jsonl"
+    for i in range(n):
+        docid, title = titles[i % len(titles)]
+        query = f"What does the article on '{title}' say about it? {markers[i % len(markers)]}"
+        rows.append({"query_id": f"o{i:04d}", "query": query, "gold_doc_ids": [docid]})
+    q.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _, out = run(root, "overshoot", docs, q, server.base_url, concurrency=concurrency, wall_clock_s=budget_s)
+    trajectories, events = read_run(out)
+    start = {e["query_id"]: e["t"] for e in events if e["event"] == "start"}
+    end = {e["query_id"]: e["t"] for e in events if e["event"] == "end"}
+    kinds = {r["query_id"]: markers.index(next(m for m in markers if m in r["query"])) for r in rows}
+    by_kind: dict[str, list[float]] = {}
+    worker_side = []
+    for qid in end:
+        over = end[qid] - start[qid] - budget_s
+        worker_side.append(over)
+        by_kind.setdefault(["server hang", "sleeping tool", "slow never-answering model"][kinds[qid]], []).append(over)
+    reasons = sorted({t["stop_reason"] for t in trajectories})
+    return {
+        "budget_s": budget_s,
+        "trajectories": len(trajectories),
+        "stop_reasons": reasons,
+        "overshoot_s": stats(worker_side, 1, 3),
+        "by_kind_s": {k: stats(v, 1, 3) for k, v in by_kind.items()},
+        "loop_reported_overshoot_s": stats([t["elapsed_s"] - budget_s for t in trajectories], 1, 3),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--latency-ms", type=float, default=1000.0)
+    ap.add_argument("--concurrency", default="1,4,16,64")
+    ap.add_argument("--budget-s", type=float, default=5.0)
+    ap.add_argument("--overshoot-n", type=int, default=48)
+    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "trajectories.json"))
+    args = ap.parse_args()
+    import ray
+
+    levels = [int(x) for x in args.concurrency.split(",")]
+    latency_s = args.latency_ms / 1000
+    root = Path(tempfile.mkdtemp(prefix="rise-bench-traj-"))
+    os.chmod(root, 0o755)
+    server = FakeServer(args.latency_ms)
+    try:
+        t0 = time.monotonic()
+        docs, titles = build_world(root)
+        print(f"world: 100 structured docs + BM25 index in {time.monotonic() - t0:.1f} s", flush=True)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        print(f"throughput at {args.latency_ms:g} ms model latency (Ray, 2 actors):", flush=True)
+        tp = throughput(root, docs, titles, server, levels, latency_s)
+        print("harness overhead:", flush=True)
+        oh = {"concurrency_1": overhead(root / f"tp{levels[0]}", latency_s)}
+        busiest = max(levels)
+        oh[f"concurrency_{busiest}"] = overhead(root / f"tp{busiest}", latency_s)
+        for k, v in oh.items():
+            s = v["share_of_wall"]
+            print(
+                f"  {k}: model call +{v['model_call_overhead_ms']['p50']} ms p50 "
+                f"(p99 {v['model_call_overhead_ms']['p99']} ms); tools "
+                + ", ".join(f"{t} {x['p50']} ms" for t, x in v["tool_call_ms"].items())
+                + f"; share of wall: harness {s['harness_model_call_overhead_plus_loop']:.1%}, "
+                f"tools {s['tools']:.1%}, model latency {s['model_latency']:.1%}",
+                flush=True,
+            )
+        server.configure(latency_ms=200.0)
+        print(f"overshoot at a {args.budget_s:g} s budget ({args.overshoot_n} trajectories, 16 in flight):")
+        os_ = overshoot(root, docs, titles, server, args.budget_s, args.overshoot_n, 16)
+        o = os_["overshoot_s"]
+        print(f"  overshoot p50 {o['p50']} s, p99 {o['p99']} s, max {o['max']} s; stop reasons {os_['stop_reasons']}")
+        for k, v in os_["by_kind_s"].items():
+            print(f"    {k}: p50 {v['p50']} s, max {v['max']} s")
+    finally:
+        server.close()
+        ray.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+    share = oh["concurrency_1"]["share_of_wall"]["harness_model_call_overhead_plus_loop"]
+    result = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
+        "latency_ms": args.latency_ms,
+        "throughput": tp,
+        "overhead": oh,
+        "overshoot": os_,
+        "targets": {
+            "harness_share_of_wall": TARGET_OVERHEAD_SHARE,
+            "harness_share_met": share < TARGET_OVERHEAD_SHARE,
+            "overshoot_p99_s": TARGET_OVERSHOOT_P99_S,
+            "overshoot_met": os_["overshoot_s"]["p99"] <= TARGET_OVERSHOOT_P99_S,
+        },
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
