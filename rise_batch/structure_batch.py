@@ -130,6 +130,7 @@ class BatchDriver:
         self.counts: Counter[str] = Counter()
         self._online = None
         self._online_chat = None
+        self.done_at_start: set[int] = set()
 
     # -- documents ------------------------------------------------------------------------------------------------
     async def online_chat(self, messages: list[dict]) -> Reply:
@@ -263,9 +264,9 @@ class BatchDriver:
         packs = self.packs()
         assigned = {sid for groups in packs.values() for sid in self.runner.meta(groups[0])["shards"]}
         todo = deque(s for s in self.plan.shards if not self.store.is_done(s.shard_id) and s.shard_id not in assigned)
-        for s in self.plan.shards:
-            if self.store.is_done(s.shard_id):
-                self.bar.update(self.store.shard_stats(s.shard_id).get("docs_total", 0))
+        self.done_at_start = {s.shard_id for s in self.plan.shards if self.store.is_done(s.shard_id)}
+        for sid in self.done_at_start:
+            self.bar.update(self.store.shard_stats(sid).get("docs_total", 0))
         active = [k for k, groups in packs.items() if not all(self.store.is_done(s) for s in self._shards(groups))]
         stop: BudgetExceeded | None = None
         limit = self.cfg.batch.max_active
@@ -332,8 +333,9 @@ def run_batch(cfg: StructureConfig, plan: Any, bar: Any) -> tuple[list[dict], li
         finally:
             await driver.aclose()
             await client.close()
-        store = driver.store
-        return [store.shard_stats(s.shard_id) for s in plan.shards], [driver.transport()]
+        stats = [driver.store.shard_stats(s.shard_id) for s in plan.shards]
+        resumed = [{"resumed_done": 1} if s.shard_id in driver.done_at_start else {} for s in plan.shards]
+        return [a | b for a, b in zip(stats, resumed, strict=True)], [driver.transport()]
 
     return asyncio.run(main())
 

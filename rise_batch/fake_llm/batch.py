@@ -26,6 +26,15 @@ from rise_batch.fake_llm.faults import draw
 from rise_batch.fake_llm.server import FakeLLMServer, HttpRequest, HttpResponse, json_response
 
 ENDPOINTS = ("/v1/chat/completions",)
+COUNTERS = (
+    "files_uploaded",
+    "batches_created",
+    "batches_cancelled",
+    "batch_polls",
+    "content_downloads",
+    "lines_answered",
+    "lines_failed",
+)
 
 
 @dataclass(frozen=True)
@@ -59,7 +68,8 @@ class BatchAPI:
     def stats(self) -> dict[str, Any]:
         with self.lock:
             by_status = Counter(b["status"] for b in self.batches.values())
-            return dict(self.counts) | {"by_status": dict(by_status), "settings": dataclasses.asdict(self.settings)}
+            counts = dict.fromkeys(COUNTERS, 0) | dict(self.counts)
+            return counts | {"by_status": dict(by_status), "settings": dataclasses.asdict(self.settings)}
 
     def new_id(self, prefix: str) -> str:
         return f"{prefix}-fake{next(self._ids):06d}"
