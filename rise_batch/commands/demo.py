@@ -29,10 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rise_batch.commands.workspace import sample_walk
     from rise_batch.config import load_structure_config
     from rise_batch.job import run_structure, summary_line
-
-    from rise_batch.commands.workspace import sample_walk
 
     cfg = load_structure_config(None, corpus=str(sample_corpus()), out=args.out, backend="heuristic", index=True)
     stats = run_structure(cfg)
@@ -54,4 +53,7 @@ def run(args: argparse.Namespace) -> int:
         f"--workspace {out / 'workspace'} {args.query!r}"
     )
     sample_walk(out / "index", out, out / "workspace", [args.query], "rg -l -i proudhon | head -5", k=20)
+    from rise_batch.agent.demo_run import demo_trajectories
+
+    demo_trajectories(out, out / "runs")
     return 0

@@ -36,6 +36,7 @@ _NOT_BODY = re.compile(r"^(title:|url:|- L\d+\u2013|## |---)")
 _PREVIEW_PATH = re.compile(r"^\s+\d+\. \[[\d.]+\] (\S.*\.txt)$", re.MULTILINE)
 _TOC_ENTRY = re.compile(r"^\s*\d+\t- L(\d+)\u2013(\d+): ", re.MULTILINE)
 _NUMBERED = re.compile(r"^\s*(\d+)\t(.*)$", re.MULTILINE)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 _DOCID = re.compile(r"^\[\d+\] docid: (\S+)", re.MULTILINE)
 _STOP = frozenset(
     "what which when where who whom whose with from that this these those there their about into over under "
@@ -147,9 +148,8 @@ def answer_text(term: str, steps: list[Step]) -> str:
         for line in lines:
             low = line.lower()
             if needle in low and not line.lstrip().startswith(("- L", "## ", "title:", "url:", "docid:")):
-                words = line.split()
-                at = next((i for i, w in enumerate(words) if needle.split()[0] in w.lower()), 0)
-                exact = " ".join(words[max(0, at - 4) : at + 8]).strip(" .,;:")
+                sentence = next((x for x in _SENTENCE.split(line) if needle in x.lower()), line)
+                exact = " ".join(sentence.split()[:40]).strip(" .,;:")  # the sentence that names the term
                 where = s.arguments.get("path") or s.arguments.get("docid") or "the document"
                 return f"Explanation: {where} says: {line.strip()[:300]}\nExact Answer: {exact}\nConfidence: 85%"
     return f"Explanation: no document I read mentions {term!r}.\nExact Answer: unknown\nConfidence: 5%"
