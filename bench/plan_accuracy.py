@@ -1,0 +1,168 @@
+"""How good is `rise-batch plan`? Estimate, then structure the whole corpus through the Batch API path on the fake
+server and compare with the tokens the server counted; then price the 1M-document run both ways.
+
+Corpus: wiki2015 (../shared/data/wiki2015, 26,887 Wikipedia articles, 15.2k chars mean) stands in for
+BrowseComp-Plus, whose documents are not available here; the 1M projection scales its sample to 1,000,000 docs.
+Token counts are the project's chars/4 estimate, which is exactly what the fake server bills: the figures measure
+the *sampling* and the *output model* error, not a tokenizer's (no tokenizer offline).
+
+    python bench/plan_accuracy.py [--corpus PATH] [--samples 250 1000 4000] [--seeds 3] [--limit N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from rise_batch.config import load_structure_config
+from rise_batch.fake_llm import FakeLLMServer
+from rise_batch.job import run_structure
+from rise_batch.plan import format_plan, make_plan
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CORPUS = REPO.parent / "shared" / "data" / "wiki2015"
+MODEL = "gpt-5.4-nano"
+# Online limits the 1M projection is priced at: the CLI defaults, and a high-tier account (an assumption: check the
+# limits page of your own organisation).
+LIMITS = {"cli-default": (500, 2_000_000), "high-tier": (30_000, 180_000_000)}
+
+
+def structure_on_fake(corpus: Path, limit: int | None) -> dict:
+    os.environ.setdefault("OPENAI_API_KEY", "")
+    with tempfile.TemporaryDirectory() as tmp, FakeLLMServer() as server:
+        cfg = load_structure_config(
+            None,
+            corpus=str(corpus),
+            out=str(Path(tmp) / "out"),
+            backend="llm",
+            mode="batch",
+            limit=limit,
+            progress=False,
+            llm_base_url=server.base_url,
+            batch_poll_s=0.05,
+        )
+        t0 = time.monotonic()
+        stats = run_structure(cfg)
+        wall = time.monotonic() - t0
+        counted = server.stats()
+        batches = server.batch_api.stats()
+    from rise_batch.llm.pricing import PriceTable
+
+    # The fake server caches any repeated system prompt; OpenAI caches only prefixes of >= 1024 tokens, and this
+    # prompt is ~620, so the plan prices no cached tokens. Its dollars are compared with the counted tokens priced
+    # the same way; what the fake billed (with its cache) is reported too.
+    no_cache = PriceTable.load().cost(MODEL, counted["prompt_tokens"], 0, counted["completion_tokens"], batch=True)
+    return {
+        "usd_batch_no_cache": no_cache,
+        "docs": stats["docs_total"],
+        "requests": counted["requests"],
+        "prompt_tokens": counted["prompt_tokens"],
+        "completion_tokens": counted["completion_tokens"],
+        "cost_usd_batch_as_billed_by_fake": stats["cost_usd"],
+        "docs_with_toc": stats["docs_with_toc"],
+        "batches_created": batches["batches_created"],
+        "wall_seconds": round(wall, 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    ap.add_argument("--samples", type=int, nargs="+", default=[250, 1000, 4000])
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--limit", type=int, help="structure only the first N docs (then plans sample those only)")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "plan_accuracy.json")
+    args = ap.parse_args()
+    corpus = args.corpus
+    if args.limit:  # plan and run must see the same documents
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from rise_batch.corpus import iter_docs
+
+        docs = [d for _, d in zip(range(args.limit), iter_docs(corpus), strict=False)]
+        corpus = Path(tempfile.mkdtemp()) / "subset.parquet"
+        pq.write_table(pa.table({"docid": [d.docid for d in docs], "text": [d.text for d in docs]}), corpus)
+
+    truth = structure_on_fake(corpus, None)
+    print(f"fake server counted over {truth['docs']:,} docs ({truth['wall_seconds']} s, batch path): "
+          f"{truth['prompt_tokens']:,} prompt + {truth['completion_tokens']:,} completion tokens")  # fmt: skip
+
+    runs = []
+    for n in args.samples:
+        for seed in range(args.seeds):
+            t0 = time.monotonic()
+            p = make_plan(corpus, MODEL, sample=n, seed=seed)
+            runs.append(
+                {
+                    "sample": n,
+                    "seed": seed,
+                    "plan_seconds": round(time.monotonic() - t0, 2),
+                    "input_error": p["input_tokens"] / truth["prompt_tokens"] - 1,
+                    "output_error": p["output_tokens"] / truth["completion_tokens"] - 1,
+                    "cost_error": p["usd_batch"] / truth["usd_batch_no_cache"] - 1,
+                }
+            )
+    summary = {}
+    for n in args.samples:
+        rows = [r for r in runs if r["sample"] == n]
+        summary[n] = {
+            k: {"mean_abs": statistics.fmean(abs(r[k]) for r in rows), "max_abs": max(abs(r[k]) for r in rows)}
+            for k in ("input_error", "output_error", "cost_error")
+        }
+        s = summary[n]
+        cells = "  ".join(f"{k[:-6]} {s[k]['mean_abs']:.1%}/{s[k]['max_abs']:.1%}" for k in s)
+        print(f"sample {n:>5}: |error| mean/max over {args.seeds} seeds: {cells}")
+
+    projection = {}
+    for name, (rpm, tpm) in LIMITS.items():
+        projection[name] = make_plan(corpus, MODEL, sample=1000, n_docs=1_000_000, rpm=rpm, tpm=tpm)
+    print(format_plan(projection["cli-default"], "online"))
+    hi = projection["high-tier"]
+    print(f"1M docs with {MODEL}: online ${hi['usd_online']:,.0f}, batch ${hi['usd_batch']:,.0f}; online hours "
+          f"{projection['cli-default']['hours_online']:,.1f} at 500 rpm / 2M tpm, {hi['hours_online']:,.2f} at "
+          f"30k rpm / 180M tpm")  # fmt: skip
+    result = {
+        "corpus": str(args.corpus),
+        "corpus_note": "wiki2015 stands in for BrowseComp-Plus (not available here); 1M = its sample scaled",
+        "limit": args.limit,
+        "model": MODEL,
+        "token_count": "chars/4 estimate (no tokenizer offline), identical to the fake server's billing",
+        "truth": truth,
+        "runs": runs,
+        "summary": summary,
+        "projection_1m": {
+            name: {
+                k: p[k]
+                for k in (
+                    "requests",
+                    "input_tokens",
+                    "output_tokens",
+                    "usd_online",
+                    "usd_batch",
+                    "usd_per_doc_online",
+                    "usd_per_doc_batch",
+                    "hours_online",
+                    "rpm",
+                    "tpm",
+                    "batch_files",
+                    "llm_share",
+                )
+            }  # fmt: skip
+            for name, p in projection.items()
+        },
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
