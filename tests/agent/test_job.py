@@ -12,8 +12,9 @@ from rise_batch.agent.job import run_trajectories
 from rise_batch.agent.systems import SYSTEMS
 from rise_batch.cli import main
 from rise_batch.config import ConfigError
-from rise_batch.space.workspace import read_manifest
-from tests.agent.helpers import read_trajectories, run_config, run_dir, title_query, write_queries
+from rise_batch.space.workspace import DocStore, read_manifest
+from tests.agent.helpers import N_DOCS, read_trajectories, run_config, run_dir, title_query, write_queries
+from tests.conftest import sample_rows
 
 TRAJECTORY_KEYS = {
     "query_id", "query", "system", "model", "config_hash", "final_text", "exact_answer", "confidence",
@@ -60,7 +61,9 @@ def test_structured_and_original_files(agent_world, fake_server):
         heads[system] = next(s["output"] for s in t["steps"] if s["tool"] == "read")
     assert "## Table of Contents" in heads["rise"]
     assert "## Table of Contents" not in heads["rise-bm25"]
-    assert (agent_world.docs / "original" / "corpus").is_dir()
+    originals = DocStore(agent_world.docs / "original")
+    for row in sample_rows(N_DOCS):  # the TOC-free twin is the corpus text, byte for byte
+        assert originals.path(row["docid"]).read_bytes() == row["text"].encode()
 
 
 def test_rerun_skips_and_changed_config_is_refused(agent_world, fake_server):
