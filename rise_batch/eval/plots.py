@@ -20,15 +20,20 @@ def system_name(system: Any) -> str:
     return SYSTEM_NAMES.get(str(system), str(system))
 
 
-def run_label(s: dict[str, Any]) -> str:
-    label = f"{system_name(s.get('system'))} / {s.get('model')}"
-    if s.get("k") is not None:
-        label += f" / K={s['k']}"
-    if s.get("corpus"):
-        label += f" / {s['corpus']}"
-    if s.get("repeat") is not None:
-        label += f" #{s['repeat']}"
-    return label
+def run_labels(summaries: Sequence[dict[str, Any]]) -> list[str]:
+    """System / model, plus K, corpus and repeat where they differ between the runs shown."""
+    varies = {key: len({repr(s.get(key)) for s in summaries}) > 1 for key in ("k", "corpus", "repeat")}
+    labels = []
+    for s in summaries:
+        label = f"{system_name(s.get('system'))} / {s.get('model')}"
+        if varies["k"]:
+            label += f" / K={s.get('k')}"
+        if varies["corpus"]:
+            label += f" / {s.get('corpus')}"
+        if varies["repeat"]:
+            label += f" #{s.get('repeat')}"
+        labels.append(label)
+    return labels
 
 
 def _pyplot() -> Any:
@@ -65,16 +70,17 @@ def plot_frontier(summaries: Sequence[dict[str, Any]], path: Path) -> Path | Non
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     pts = [(float(s["agent_usd_per_query"]), 100 * float(s["accuracy"])) for s in rows]
-    for s, (x, y) in zip(rows, pts, strict=True):
+    for s, (x, y), label in zip(rows, pts, run_labels(rows), strict=True):
         ci = s.get("accuracy_ci95")
         yerr = [[y - 100 * ci[0]], [100 * ci[1] - y]] if ci else None
-        ax.errorbar(x, y, yerr=yerr, fmt="o", capsize=3, label=run_label(s))
+        ax.errorbar(x, y, yerr=yerr, fmt="o", capsize=3, label=label)
     front = pareto_front(pts)
     ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], "k--", lw=1, label="frontier")
     costs = [x for x, _ in pts if x > 0]
     if costs and max(costs) / min(costs) > 10 and len(costs) == len(pts):
         ax.set_xscale("log")
     ax.set_xlabel("agent cost per query (USD)")
+    ax.set_ylim(-2, 102)
     ax.set_ylabel("accuracy (%)")
     ax.set_title("Accuracy vs cost per query (bars: bootstrap 95% CI)")
     ax.legend(fontsize=7, loc="best")
@@ -88,7 +94,8 @@ def plot_tool_calls(summaries: Sequence[dict[str, Any]], path: Path) -> Path | N
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(rows) + 2), 4.5))
     ax.boxplot([s["tool_calls_per_query"] for s in rows], showmeans=True)
-    ax.set_xticks(range(1, len(rows) + 1), [run_label(s) for s in rows], rotation=30, ha="right", fontsize=7)
+    ax.set_xticks(range(1, len(rows) + 1), run_labels(rows), rotation=30, ha="right", fontsize=7)
+    ax.set_ylim(bottom=0)
     ax.set_ylabel("tool calls per query")
     ax.set_title("Tool calls per query (box: quartiles, triangle: mean)")
     return _save(fig, path)
@@ -126,7 +133,11 @@ def plot_sweep(summaries: Sequence[dict[str, Any]], key: str, path: Path) -> Pat
     for label, pts in sorted(series.items()):
         ax.plot([x for x, _ in pts], [y for _, y in pts], "o-", label=label)
     ax.set_xscale("log")
+    xs = sorted({x for pts in series.values() for x, _ in pts})
+    ax.set_xticks(xs, [f"{x:,.0f}" for x in xs])
+    ax.minorticks_off()
     ax.set_xlabel({"k": "K (documents per sub-query)", "corpus_docs": "corpus size (documents)"}[key])
+    ax.set_ylim(-2, 102)
     ax.set_ylabel("accuracy (%)")
     ax.set_title("Accuracy vs " + {"k": "K", "corpus_docs": "corpus size"}[key])
     ax.legend(fontsize=7)
