@@ -97,3 +97,22 @@ def test_sweep_report_draws_k_and_corpus_size_plots(tmp_path: Path) -> None:
 def test_pareto_front() -> None:
     pts = [(0.1, 30.0), (0.2, 25.0), (0.3, 50.0), (0.05, 10.0), (0.3, 40.0)]
     assert pareto_front(pts) == [3, 0, 2]
+
+
+def test_retrieval_only_report_from_a_real_eval_retrieval_run(tmp_path: Path, capsys) -> None:
+    from tests.agent.helpers import title_query, world, write_queries
+
+    w = world()
+    queries = write_queries(tmp_path / "q.jsonl", [title_query(d, t) for d, t in list(w.titles.items())[:5]])
+    results = tmp_path / "bm25_sample.json"
+    argv = ["eval-retrieval", "--index", str(w.index), "--queries", str(queries), "--k", "1,5,20"]
+    assert main([*argv, "--out", str(results)]) == 0
+    recall = json.loads(results.read_text())["summary"]["recall"]
+    assert main(["report", "--retrieval", str(results), "--out", str(tmp_path / "r")]) == 0
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "## Retrieval only" in md and "### bm25_sample" in md and "5 queries with gold documents" in md
+    assert "| recall@1 % | recall@5 % | recall@20 % |" in md
+    assert "| " + " | ".join(f"{100 * recall[k]:.1f}" for k in ("1", "5", "20")) + " |" in md
+    assert "| System |" not in md  # no runs given
+    assert_png(tmp_path / "r" / "recall_bm25_sample.png")
+    capsys.readouterr()

@@ -1,0 +1,79 @@
+"""Query files in the shapes users bring: BrowseComp-Plus decrypted JSONL, SQuAD-style answers lists, TSV."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from rise_batch.eval.queries import Query, QueryFileError, answers_by_id, read_queries
+
+SQUAD = Path("/work/shared/data/squad_wiki/queries.jsonl")
+
+
+def write(path: Path, rows: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def test_browsecomp_plus_style_rows_with_gold_doc_objects(tmp_path: Path) -> None:
+    row = {
+        "query_id": 769,
+        "query": "Which painter ...?",
+        "answer": "Jan Steen",
+        "evidence_docs": [{"docid": "1", "text": "..."}],
+        "gold_docs": [{"docid": "17", "url": "u", "text": "..."}, {"docid": "4"}, {"docid": "17"}],
+        "negative_docs": [{"docid": "9"}],
+    }
+    [q] = read_queries(write(tmp_path / "bcp.jsonl", [row, ""]))
+    assert q == Query("769", "Which painter ...?", ("Jan Steen",), ("17", "4"))
+    assert q.answer == "Jan Steen"
+
+
+def test_squad_style_answers_lists_and_plain_gold_ids(tmp_path: Path) -> None:
+    rows = [
+        {"query_id": "a", "query": "q1", "answers": ["nine", "nine", " ", "9"], "gold_doc_ids": [48139]},
+        {"id": "b", "question": "q2", "answers": [{"text": "x", "answer_start": 3}]},
+        {"query_id": "c", "query": "q3"},
+    ]
+    path = tmp_path / "sq.jsonl.gz"
+    path.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    qs = read_queries(path)
+    assert qs[0] == Query("a", "q1", ("nine", "9"), ("48139",))
+    assert qs[1] == Query("b", "q2", ("x",), ())
+    assert qs[2].answer is None and qs[2].gold_doc_ids == ()
+    assert answers_by_id(path) == {"a": ("nine", "9"), "b": ("x",)}
+    assert answers_by_id(None) == {} and answers_by_id(tmp_path / "missing.jsonl") == {}
+    assert [q.query_id for q in read_queries(path, limit=2)] == ["a", "b"]
+
+
+def test_tsv_queries(tmp_path: Path) -> None:
+    path = tmp_path / "queries.tsv"
+    path.write_text("1\tWho wrote it?\n2\tWhen?\n")
+    assert read_queries(path) == [Query("1", "Who wrote it?"), Query("2", "When?")]
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        (["{not json"], "line 1: invalid JSON"),
+        ([{"query_id": "a"}], "line 1: missing string field 'query'"),
+        ([{"query": "q"}], "missing 'query_id'"),
+        ([{"query_id": "a", "query": "q"}, {"query_id": "a", "query": "r"}], "duplicate query_id 'a'"),
+        ([{"query_id": "a", "query": "q", "gold_doc_ids": "d1"}], "gold documents must be a list"),
+        ([{"query_id": "a", "query": "q", "gold_docs": [{"url": "u"}]}], "a gold document has no docid"),
+        ([{"query_id": "a", "query": "q", "answers": [["x"]]}], "'answers' must be a string or a list"),
+    ],
+)
+def test_bad_rows_name_file_and_line(tmp_path: Path, rows: list, message: str) -> None:
+    with pytest.raises(QueryFileError, match=message):
+        read_queries(write(tmp_path / "q.jsonl", rows))
+
+
+@pytest.mark.skipif(not SQUAD.exists(), reason="the shared SQuAD-on-wiki2015 queries are not on this machine")
+def test_the_shared_squad_queries() -> None:
+    qs = read_queries(SQUAD)
+    assert len(qs) > 4000 and all(q.answers and q.gold_doc_ids for q in qs)
+    assert len({q.query_id for q in qs}) == len(qs)
