@@ -237,7 +237,8 @@ def main() -> None:
         big_index = load_index(big)
         triples = query_triples(args.calls + 3)
         only = None if args.full_1m else {d for q in triples for h in big_index.search(q, 1000) for d in h.docids}
-        big_store = materialize_docs(Path(meta["corpus"]["path"]), scratch / f"{big.name}_docs", only)
+        big_corpus = Path(meta["corpus"]["path"])
+        big_store = materialize_docs(big_corpus, scratch / f"{big_corpus.name}_docs", only)
         result["1M"] = {
             "index": str(big),
             "n_docs": len(big_index),

@@ -192,7 +192,10 @@ class RiseTools(ToolSet):
             schemas.read_schema(MAX_READ_LINES),
         ]
 
-    def search(self, queries: Any) -> ToolResult:
+    def search(self, queries: Any = None, query: Any = None) -> ToolResult:
+        if queries is None and query is not None:  # models trained on single-query tools send `query`
+            res = search_into(self.index, self.ws, query, self.k, self.preview)
+            return res._replace(text="Note: read `query` as `queries`.\n" + res.text)
         return search_into(self.index, self.ws, queries, self.k, self.preview)
 
     def bash(self, command: Any) -> ToolResult:

@@ -193,7 +193,7 @@ class Workspace:
         if key not in _FALLBACK_NOTICES:
             _FALLBACK_NOTICES.add(key)
             log.warning(
-                "workspace %s: cannot hardlink from %s (%s); copying files instead (slower, uses disk)",
+                "workspace %s: cannot hardlink from %s (%s); copying files instead (slower, and takes space)",
                 self.path,
                 self.store.corpus_dir,
                 why,

@@ -83,6 +83,17 @@ def test_search_accepts_the_forms_models_send(indexed, ws):
     assert search_into(index, ws, ["   "], k=2).error
 
 
+def test_rise_search_tool_takes_a_query_key_too(indexed, ws_root, bwrap_ok):
+    from rise_batch.space.tools import RiseTools
+
+    docs, _, index = indexed
+    with Workspace(ws_root / "alias", DocStore(docs)) as w:
+        tools = RiseTools(index, w, k=3)
+        res = tools.call("search", {"query": "autism"})
+        assert res.text.startswith("Note: read `query` as `queries`.") and len(w) == len(res.retrieved) > 0
+        assert tools.call("search", {}).error
+
+
 def test_retrieval_agent_tools(indexed):
     docs, relpaths, index = indexed
     tools = RetrievalTools(index, DocStore(docs))
