@@ -19,6 +19,7 @@ from rise_batch.commands.structure import add_structure_flags, config_from_args 
 from rise_batch.config import ConfigError  # noqa: E402
 from rise_batch.corpus import CorpusError  # noqa: E402
 from rise_batch.job import run_structure, summary_line  # noqa: E402
+from rise_batch.llm.budget import EXIT_BUDGET, BudgetExceeded  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, CorpusError) as e:
         print(f"structure_corpus: error: {e}", file=sys.stderr)
         return 2
+    except BudgetExceeded as e:
+        print(f"structure_corpus: {e}", file=sys.stderr)
+        return EXIT_BUDGET
     print(json.dumps(stats, sort_keys=True))
     print(summary_line(stats, cfg.out))
     return 0

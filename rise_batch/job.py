@@ -154,7 +154,8 @@ def make_backend(cfg: StructureConfig, prompt_text: str, limiter=None):
         from rise_batch.llm.budget import CostBudget, checkpoint_cost, structuring_estimator
 
         spent = checkpoint_cost(cfg.out)
-        budget = CostBudget(spent + (cfg.max_cost_usd - spent) / max(cfg.n_workers, 1), spent)
+        share = spent + (cfg.max_cost_usd - spent) / cfg.n_workers if cfg.n_workers > 1 else None
+        budget = CostBudget(cfg.max_cost_usd, spent, share)
         estimate = structuring_estimator(cfg.llm.model, client.prices, max_output_tokens=cfg.llm.max_output_tokens)
         chat = budget.guard(chat, estimate)
     backend = LLMBackend(chat, prompt_text, reask=cfg.llm.reask, max_input_chars=cfg.llm.max_input_chars)

@@ -14,6 +14,7 @@ import ray
 
 from rise_batch.config import StructureConfig, config_from_dict, config_to_dict
 from rise_batch.corpus import ShardSpec
+from rise_batch.llm.budget import BudgetExceeded
 
 MAX_SHARD_ATTEMPTS = 3
 
@@ -71,6 +72,7 @@ def run_on_ray(cfg: StructureConfig, plan, bar) -> tuple[list[dict], list[dict]]
     inflight: dict[Any, tuple[int, ShardSpec]] = {}  # ref -> (actor slot, shard)
     load = [0] * n_workers
     results: list[dict] = []
+    stopped: BudgetExceeded | None = None
     while queue or inflight:
         for slot in range(n_workers):
             while queue and load[slot] < per_actor:
@@ -84,6 +86,10 @@ def run_on_ray(cfg: StructureConfig, plan, bar) -> tuple[list[dict], list[dict]]
             load[slot] -= 1
             try:
                 stats = ray.get(ref)
+            except BudgetExceeded as e:  # --max-cost (Ray re-raises it as a subclass): no new shards, let the
+                stopped = stopped or getattr(e, "cause", e)  # running ones stop with rows flushed, then stop
+                queue.clear()
+                continue
             except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError) as e:
                 if attempts[spec.shard_id] >= MAX_SHARD_ATTEMPTS:
                     raise RuntimeError(
@@ -99,6 +105,8 @@ def run_on_ray(cfg: StructureConfig, plan, bar) -> tuple[list[dict], list[dict]]
     for a in actors:
         ray.kill(a)
     del limiter  # held until every shard is done
+    if stopped is not None:
+        raise stopped
     return results, transport
 
 

@@ -26,29 +26,32 @@ EXIT_BUDGET = 3
 
 
 class BudgetExceeded(BaseException):
-    def __init__(self, limit: float, spent: float, next_cost: float) -> None:
-        super().__init__(limit, spent, next_cost)
-        self.limit, self.spent, self.next_cost = limit, spent, next_cost
+    def __init__(self, limit: float, spent: float, next_cost: float, share: float | None = None) -> None:
+        super().__init__(limit, spent, next_cost, share)
+        self.limit, self.spent, self.next_cost, self.share = limit, spent, next_cost, share
 
     def __str__(self) -> str:
+        whose = "the run has" if self.share is None else f"this worker (a share up to ${self.share:,.4f}) has"
         return (
-            f"stopped before the cost limit: the run has spent ${self.spent:,.4f} and the next request (about "
+            f"stopped before the cost limit: {whose} spent ${self.spent:,.4f} and the next request (up to "
             f"${self.next_cost:,.4f}) would pass --max-cost ${self.limit:,.4f}. The checkpoint is intact; re-run the "
             "same command with a higher --max-cost to continue."
         )
 
 
 class CostBudget:
-    """Spent + reserved dollars against a limit (one per process; not shared across Ray actors)."""
+    """Spent + reserved dollars against a limit, in one process. Ray actors each get a `share` of what the run has
+    left (the sum of shares is the limit), so no actor needs to ask another before sending a request."""
 
-    def __init__(self, limit_usd: float, spent_usd: float = 0.0) -> None:
-        self.limit, self.spent, self.reserved = limit_usd, spent_usd, 0.0
+    def __init__(self, limit_usd: float, spent_usd: float = 0.0, share: float | None = None) -> None:
+        self.limit, self.spent, self.reserved, self.share = limit_usd, spent_usd, 0.0, share
         self.tripped: BudgetExceeded | None = None
 
     def reserve(self, estimate: float, *, force: bool = False) -> None:
         if not force:
-            if self.tripped is None and self.spent + self.reserved + estimate > self.limit:
-                self.tripped = BudgetExceeded(self.limit, self.spent + self.reserved, estimate)
+            cap = self.limit if self.share is None else self.share
+            if self.tripped is None and self.spent + self.reserved + estimate > cap:
+                self.tripped = BudgetExceeded(self.limit, self.spent + self.reserved, estimate, self.share)
             if self.tripped is not None:
                 raise self.tripped
         self.reserved += estimate
