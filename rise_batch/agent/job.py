@@ -63,6 +63,11 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
             print(f"rise-batch run: previous run moved to {dest}", file=sys.stderr)
     if not Path(cfg.docs).is_dir():
         raise ConfigError(f"docs directory {cfg.docs} does not exist")
+    if system.tools != "retrieval" and not cfg.allow_unsandboxed:
+        from rise_batch.space.sandbox import probe
+
+        if not probe().ok:  # refuse up front rather than fail every trajectory
+            raise ConfigError(f"{probe().reason}; the {system.name} agent's bash needs it (or --unsandboxed)")
     if system.docs == ORIGINAL and not cfg.original_docs:
         from rise_batch.agent.originals import original_docs
 

@@ -7,6 +7,7 @@ trajectory file written under another hash is not reused.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -17,7 +18,9 @@ from rise_batch.agent.loop import Budget
 from rise_batch.config import ConfigError, LLMConfig, _build
 
 # An agent turn of a reasoning model can think for minutes and spend thousands of tokens before a tool call.
-AGENT_LLM_DEFAULTS: dict[str, Any] = {"timeout_s": 600.0, "max_output_tokens": 16384, "concurrency": 16}
+# llm.concurrency (model calls in flight per worker) defaults to the worker's share of `concurrency`, since each
+# trajectory has at most one call in flight.
+AGENT_LLM_DEFAULTS: dict[str, Any] = {"timeout_s": 600.0, "max_output_tokens": 16384}
 APIS = ("chat",)
 
 
@@ -129,6 +132,9 @@ def load_run_config(path: str | Path | None = None, **overrides: Any) -> RunConf
     data.update({k: v for k, v in overrides.items() if not k.startswith("llm_") and v is not None})
     data["llm"] = {**AGENT_LLM_DEFAULTS, **(data.get("llm") or {}), **llm_over}
     cfg = _build(RunConfig, data, "")
+    if "concurrency" not in data["llm"] and cfg.concurrency > 0:
+        per_worker = -(-cfg.concurrency // max(cfg.workers, 1))
+        cfg = dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, concurrency=per_worker))
     cfg.validate()
     return cfg
 
