@@ -31,6 +31,8 @@ OUTPUTS = (
     "stats.json",
     MANIFEST,
     "index",
+    "batches.json",
+    "batches",
 )
 
 

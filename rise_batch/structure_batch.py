@@ -219,6 +219,7 @@ class BatchDriver:
                 raise BudgetExceeded(self.cfg.max_cost_usd, spent, estimate)
         group = f"pack-{pack:05d}.r{rnd}"
         meta = {"pack": pack, "round": rnd, "shards": shards, "requests": len(requests), "estimate_usd": estimate}
+        meta["run_hash"] = self.plan.run_hash
         ids = await self.runner.submit(group, requests, meta)
         self.counts["requests_submitted"] += len(requests)
         _say(f"{group}: {len(requests):,} requests in {len(ids)} batch(es) {', '.join(ids)} (est. ${estimate:,.4f})")
@@ -261,6 +262,9 @@ class BatchDriver:
         return True
 
     async def run(self) -> None:
+        stale = {self.runner.meta(g).get("run_hash") for g in self.runner.groups} - {self.plan.run_hash}
+        if stale:  # prepare_run already refused a mismatched run; this is a manifest copied from elsewhere
+            raise ConfigError(f"{self.out / MANIFEST} belongs to another run ({', '.join(map(str, stale))})")
         packs = self.packs()
         assigned = {sid for groups in packs.values() for sid in self.runner.meta(groups[0])["shards"]}
         todo = deque(s for s in self.plan.shards if not self.store.is_done(s.shard_id) and s.shard_id not in assigned)

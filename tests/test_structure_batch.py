@@ -116,7 +116,8 @@ def test_an_expired_batch_is_finished_online(tmp_path, sample_path, reference) -
     out = tmp_path / "out"
     with FakeLLMServer() as server:
         server.batch_api.configure(expire_after=4)
-        stats = run_structure(config(out, sample_path, server, mode="batch", batch_max_requests=10))
+        cfg = config(out, sample_path, server, mode="batch", batch_max_requests=10, batch_max_active=1)
+        stats = run_structure(cfg)
         assert server.batch_api.stats()["by_status"] == {"expired": 3}
         assert server.stats()["by_path"]["/v1/chat/completions"] == N_DOCS - 3 * 4
     assert outputs(out) == reference[0]
@@ -255,3 +256,15 @@ def test_long_documents_are_cut_to_the_input_budget_and_the_cut_is_recorded(tmp_
         assert ("input-truncated" in row.parse_note) == (len(texts[docid]) > 5000)
         if row.outcome == "toc":
             assert max(line for _, _, line in json.loads(row.sections_json)) <= texts[docid][:5000].count("\n")
+
+
+def test_new_run_moves_the_batch_manifest_aside(tmp_path, sample_path) -> None:
+    out = tmp_path / "out"
+    with FakeLLMServer() as server:
+        run_structure(config(out, sample_path, server, mode="batch", limit=10))
+        first = json.loads((out / "batches.json").read_text())
+        run_structure(config(out, sample_path, server, mode="batch", limit=20, new_run=True))
+        assert server.batch_api.stats()["batches_created"] == 2
+    (old,) = out.glob("superseded-*/batches.json")
+    assert json.loads(old.read_text()) == first
+    assert json.loads((out / "batches.json").read_text())["groups"]["pack-00000.r0"]["meta"]["shards"] == [0, 1]
