@@ -173,6 +173,31 @@ def run_metrics(
     }
 
 
+def per_query_rows(
+    trajectories: dict[str, dict[str, Any]], judgments: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """One row per query (for paired comparisons between runs in report.json): None where not judged."""
+    rows = []
+    for stem, t in trajectories.items():
+        j = judgments.get(stem)
+        j = j if j is not None and judges(j, t) else None
+        rows.append(
+            {
+                "query_id": t.get("query_id"),
+                "correct": None if j is None else bool(j.get("correct")),
+                "method": None if j is None else j.get("method"),
+                "stop_reason": t.get("stop_reason"),
+                "model_calls": t.get("model_calls"),
+                "tool_calls": sum((t.get("tool_calls") or {}).values()),
+                "agent_usd": t.get("cost_usd"),
+                "judge_usd": None if j is None else j.get("cost_usd"),
+                "gold_R": gold_fraction(t.get("gold_doc_ids") or (), t.get("retrieved_docids") or ()),
+                "cov": gold_fraction(t.get("gold_doc_ids") or (), t.get("surfaced_docids") or ()),
+            }
+        )
+    return rows
+
+
 def _confidence(trajectory: dict[str, Any], judgment: dict[str, Any]) -> float:
     """The grader's reading of the stated confidence, else the agent's own parse, else 100 (the grader's rule
     for a response that states none)."""

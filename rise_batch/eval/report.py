@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rise_batch.eval.metrics import CALIBRATION_BIN, run_metrics
+from rise_batch.eval.metrics import CALIBRATION_BIN, per_query_rows, run_metrics
 from rise_batch.eval.plots import plot_frontier, plot_recall, plot_sweep, plot_tool_calls, system_name
 from rise_batch.eval.rundir import load_run, read_json, write_json_atomic
 
@@ -24,6 +24,7 @@ def summarize_run(run_dir: str | Path, *, bin_size: int = CALIBRATION_BIN) -> di
     if (run.path / "cell.json").is_file():
         meta.update(read_json(run.path / "cell.json"))
     summary = run_metrics(meta, run.trajectories, run.judgments, bin_size=bin_size)
+    summary["per_query"] = per_query_rows(run.trajectories, run.judgments)
     summary["run_dir"] = str(run.path)
     summary["unreadable_files"] = list(run.unreadable)
     return summary
@@ -138,7 +139,8 @@ def render_markdown(
         ]
         for i, s in enumerate(summaries, 1):
             out.append(
-                f"{i}. `{s.get('run_dir')}`" + (" (incomplete judging)" if s["n_judged"] < s["n_queries"] else "")
+                f"{i}. `{s.get('run_dir')}`"
+                + (f" ({s['n_judged']} of {s['n_queries']} queries judged)" if s["n_judged"] < s["n_queries"] else "")
             )
         out.append("")
     if retrieval:

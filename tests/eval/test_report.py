@@ -116,3 +116,21 @@ def test_retrieval_only_report_from_a_real_eval_retrieval_run(tmp_path: Path, ca
     assert "| System |" not in md  # no runs given
     assert_png(tmp_path / "r" / "recall_bm25_sample.png")
     capsys.readouterr()
+
+
+def test_report_json_keeps_per_query_rows(tmp_path: Path) -> None:
+    report = write_report([known_run(tmp_path / "a")], tmp_path / "out")
+    rows = {r["query_id"]: r for r in report["runs"][0]["per_query"]}
+    assert rows["q1"] == {
+        "query_id": "q1",
+        "correct": True,
+        "method": "exact",
+        "stop_reason": "answered",
+        "model_calls": 7,
+        "tool_calls": 6,
+        "agent_usd": 0.01,
+        "judge_usd": 0.0,
+        "gold_R": 1.0,
+        "cov": 0.5,
+    }
+    assert rows["q5"]["gold_R"] is None and rows["q3"]["method"] == "empty"
