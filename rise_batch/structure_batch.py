@@ -31,7 +31,7 @@ from typing import Any
 from rise_batch.checkpoint import CheckpointStore
 from rise_batch.config import ConfigError, StructureConfig
 from rise_batch.corpus import ShardSpec, read_shard
-from rise_batch.llm.batch import BatchResult, reply_from_body
+from rise_batch.llm.batch import BatchResult, reply_from_body, request_line
 from rise_batch.llm.budget import BudgetExceeded
 from rise_batch.pipeline import materialize_shard, summarize
 from rise_batch.types import Doc, DocResult, Reply
@@ -230,13 +230,14 @@ class BatchDriver:
         shards: list[int] = []
         requests: list[tuple[str, dict]] = []
         size = 0
-        while todo and len(requests) < self.cfg.batch.max_requests and size < self.cfg.batch.max_bytes:
+        b = self.cfg.batch
+        while todo and len(requests) < b.max_requests and size < b.max_bytes * 0.9:  # ~one input file per pack
             spec = todo.popleft()
             got = await self.process(spec, {})
             if got:
                 shards.append(spec.shard_id)
                 requests.extend(got)
-                size += sum(len(m["content"]) + 200 for _, body in got for m in body["messages"])
+                size += sum(len(request_line(cid, body)) for cid, body in got)
         if not requests:
             return None
         await self._submit(pack, 0, shards, requests)
