@@ -18,8 +18,9 @@ from rise_batch.checkpoint import CheckpointStore
 from rise_batch.config import StructureConfig
 from rise_batch.corpus import ShardSpec, read_shard
 from rise_batch.llm.budget import BudgetExceeded
-from rise_batch.types import OUTCOME_TOC, Doc, DocResult
+from rise_batch.types import OUTCOME_TOC, DocResult
 
+RETAIN_CHARS = 100_000_000  # rendered text kept per shard for materialize; past it, docs are re-read and re-rendered
 STAT_SUMS = (
     "anchors_proposed",
     "anchors_exact",
@@ -78,27 +79,46 @@ def shard_relpaths(out_dir: Path, shard_id: int) -> dict[str, str]:
     return dict(zip(table.column("docid").to_pylist(), table.column("relpath").to_pylist(), strict=True))
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _write_atomic(path: Path, text: str, made: set[Path] | None = None) -> None:
+    if made is None or path.parent not in made:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if made is not None:
+            made.add(path.parent)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8", newline="")
     tmp.replace(path)
 
 
-def materialize_shard(out_dir: Path, spec: ShardSpec, max_chars: int, rows: list[DocResult] | None = None) -> int:
-    """Write corpus/<relpath> for every checkpointed doc of a shard: structured text, or the original text."""
+def materialize_shard(
+    out_dir: Path,
+    spec: ShardSpec,
+    max_chars: int,
+    rows: list[DocResult] | None = None,
+    rendered: dict[str, str] | None = None,
+) -> int:
+    """Write corpus/<relpath> for every checkpointed doc of a shard: structured text, or the original text.
+
+    `rendered` holds texts the backend already rendered in this process; only docs missing from it (checkpointed
+    by an earlier, interrupted run) cost a re-read of the shard and a re-render from their checkpoint row.
+    """
     from rise_batch.structure.backends import render_result
 
     store = CheckpointStore(out_dir)
     by_id = {r.docid: r for r in (rows if rows is not None else store.read_rows(spec.shard_id))}
     rel = shard_relpaths(out_dir, spec.shard_id)
+    rendered = rendered or {}
+    made: set[Path] = set()
     n = 0
-    for doc in read_shard(spec, max_chars):
-        row = by_id.get(doc.docid)
-        if row is None:
-            continue
-        _write_atomic(out_dir / "corpus" / rel[doc.docid], render_result(doc.text, row))
+    for docid in by_id.keys() & rendered.keys():
+        _write_atomic(out_dir / "corpus" / rel[docid], rendered[docid], made)
         n += 1
+    if len(by_id) > n:
+        for doc in read_shard(spec, max_chars):
+            row = by_id.get(doc.docid)
+            if row is None or doc.docid in rendered:
+                continue
+            _write_atomic(out_dir / "corpus" / rel[doc.docid], render_result(doc.text, row), made)
+            n += 1
     return n
 
 
@@ -118,6 +138,8 @@ async def structure_shard(
     done = store.done_docids(spec.shard_id)
     concurrency = cfg.llm.concurrency if backend.name == "llm" else 1
     buffer: list[DocResult] = []
+    rendered: dict[str, str] = {}  # written by materialize without re-reading or re-rendering the shard
+    retained = 0
     last_flush = time.monotonic()
     skipped = 0
 
@@ -127,8 +149,13 @@ async def structure_shard(
         buffer.clear()
         last_flush = time.monotonic()
 
-    def finished(res: DocResult) -> None:
+    def finished(result: tuple[DocResult, str]) -> None:
+        nonlocal retained
+        res, text = result
         buffer.append(res)
+        if retained < RETAIN_CHARS:
+            rendered[res.docid] = text
+            retained += len(text)
         if on_doc is not None:
             on_doc(1)
         if len(buffer) >= cfg.flush_docs or time.monotonic() - last_flush >= cfg.flush_seconds:
@@ -154,9 +181,9 @@ async def structure_shard(
                     on_doc(1)
                 continue
             if concurrency == 1:
-                finished((await backend.structure(doc, run_hash))[0])
+                finished(await backend.structure(doc, run_hash))
                 continue
-            pending.add(asyncio.create_task(_one(backend, doc, run_hash)))
+            pending.add(asyncio.create_task(backend.structure(doc, run_hash)))
             if len(pending) >= concurrency:
                 complete, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 take(complete)
@@ -173,11 +200,9 @@ async def structure_shard(
         raise
     flush()
     rows = store.read_rows(spec.shard_id)
-    materialize_shard(out, spec, cfg.max_doc_chars, rows)
+    # file writes block for ~1 ms each: off the event loop, so the requests of other shards keep flowing
+    await asyncio.to_thread(materialize_shard, out, spec, cfg.max_doc_chars, rows, rendered)
+    rendered.clear()
     stats = summarize(rows) | {"resumed_docs": skipped, "shard_seconds": time.monotonic() - t0}
     store.mark_done(spec.shard_id, stats)
     return stats
-
-
-async def _one(backend, doc: Doc, run_hash: str) -> DocResult:
-    return (await backend.structure(doc, run_hash))[0]
