@@ -31,6 +31,11 @@ from rise_batch.space.tools import ToolResult, ToolSet
 STOP_REASONS = ("answered", "max_calls", "wall_clock", "api_error", "context_overflow")
 STEP_OUTPUT_CHARS = 2000  # what a trajectory file keeps of each tool output
 TOOL_SLACK_S = 0.5  # a tool killed at the deadline needs a moment to report back
+# The HTTP timeout of a model call is set this much past the deadline, so that the deadline (our cancel) always
+# fires first: when httpx's own timeout (an anyio cancel scope) fires at the same instant as an asyncio cancel,
+# anyio can swallow the latter, and the client then retries past the budget.
+HTTP_TIMEOUT_MARGIN_S = 1.0
+CANCEL_GRACE_S = 1.0  # how long a cancelled call may take to unwind before the loop stops waiting for it
 _BASE_LIMITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # sandbox -> its own limits (cap per call)
 _OVERFLOW_HINTS = ("context_length_exceeded", "maximum context length", "context window", "prompt is too long")
 
@@ -167,6 +172,35 @@ class _Context:
                     msg["content"] = CLEARED
 
 
+async def _within(coro: Any, seconds: float) -> Any:
+    """Await `coro` for at most `seconds` (TimeoutError after), however its cancellation goes.
+
+    Unlike asyncio.wait_for, this does not wait for a cancelled call without bound: a call whose cancellation
+    is swallowed by a library is cancelled once more and then left to finish in the background.
+    """
+    task = asyncio.ensure_future(coro)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=max(seconds, 0.0))
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if done:
+        return task.result()
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=CANCEL_GRACE_S)
+    if not done:
+        task.cancel()
+        task.add_done_callback(_quiet)
+    elif not task.cancelled() and task.exception() is None:
+        return task.result()  # it finished just in time
+    raise TimeoutError
+
+
+def _quiet(task: asyncio.Task) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved, so asyncio does not log "exception was never retrieved"
+
+
 async def _call_tool(
     tools: ToolSet, name: str, arguments: str, remaining: float, executor: Executor | None
 ) -> ToolResult | None:
@@ -228,10 +262,8 @@ async def _turns(client, tools, budget, run, ctx, params, executor, emit, clock,
         run.model_calls += 1
         t0 = clock()
         try:
-            done = await asyncio.wait_for(
-                client.complete(messages, timeout=min(remaining, budget.call_timeout_s), tools=tools.schemas, **params),
-                remaining,
-            )
+            timeout = min(remaining + HTTP_TIMEOUT_MARGIN_S, budget.call_timeout_s)
+            done = await _within(client.complete(messages, timeout=timeout, tools=tools.schemas, **params), remaining)
         except TimeoutError:
             run.model_s += clock() - t0
             return run.end("wall_clock")
