@@ -29,9 +29,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
+
+import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "rise_batch" / "data" / "enwiki_sample.jsonl.gz"
@@ -143,13 +146,51 @@ def read_run(out: Path) -> tuple[list[dict], list[dict]]:
     return trajectories, events
 
 
+class CpuMeter(threading.Thread):
+    """CPU seconds used by the trajectory workers (and the sandboxes they reaped) while a run lasts.
+
+    CPU time does not depend on how busy the machine is, so it says what the harness costs where wall-clock
+    figures on a shared machine cannot.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.seen: dict[int, float] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.25):
+            for p in psutil.process_iter(["cmdline"]):
+                if "TrajectoryWorker" in " ".join(p.info["cmdline"] or []):
+                    try:
+                        t = p.cpu_times()
+                        self.seen[p.pid] = t.user + t.system + t.children_user + t.children_system
+                    except psutil.Error:
+                        pass
+
+    def seconds(self) -> float:
+        self.stop.set()
+        self.join()
+        return sum(self.seen.values())
+
+
+def server_cpu(server) -> float:
+    t = psutil.Process(server.proc.pid).cpu_times()
+    return t.user + t.system
+
+
 def throughput(root, docs, titles, server, levels: list[int], latency_s: float) -> list[dict]:
     rows = []
     for c in levels:
         n = max(3 * c, 12)
         q = write_queries(root / f"tp{c}.jsonl", titles, n, tag=f"c{c}-")
+        meter, server_before = CpuMeter(), server_cpu(server)
+        meter.start()
         total, out = run(root, f"tp{c}", docs, q, server.base_url, concurrency=c)
+        worker_cpu, server_s = meter.seconds(), server_cpu(server) - server_before
         trajectories, events = read_run(out)
+        calls = sum(t["model_calls"] for t in trajectories)
+        tools = sum(sum(t["tool_calls"].values()) for t in trajectories)
         starts = [e["t"] for e in events if e["event"] == "start"]
         ends = [e["t"] for e in events if e["event"] == "end"]
         span = max(ends) - min(starts)
@@ -165,12 +206,19 @@ def throughput(root, docs, titles, server, levels: list[int], latency_s: float) 
                 "ideal_per_min_model_bound": round(ideal, 1),
                 "trajectory_s": stats(per_traj),
                 "startup_and_teardown_s": round(total - span, 2),
+                "worker_cpu_s": round(worker_cpu, 2),
+                "worker_cpu_ms_per_trajectory": round(worker_cpu / n * 1000, 1),
+                "worker_cpu_ms_per_call": round(worker_cpu / (calls + tools) * 1000, 2),
+                "fake_server_cpu_ms_per_request": round(server_s / max(calls, 1) * 1000, 2),
+                "load_avg_1m": round(os.getloadavg()[0], 2),
             }
         )
         print(
             f"  concurrency {c:>3}: {n:>4} trajectories, {rows[-1]['trajectories_per_min']:>7.1f}/min "
             f"(model-bound ideal {ideal:.1f}/min), trajectory p50 {rows[-1]['trajectory_s']['p50']} s, "
-            f"start-up+teardown {rows[-1]['startup_and_teardown_s']} s",
+            f"start-up+teardown {rows[-1]['startup_and_teardown_s']} s; worker CPU "
+            f"{rows[-1]['worker_cpu_ms_per_call']} ms per model/tool call (incl. actor start-up), fake server "
+            f"{rows[-1]['fake_server_cpu_ms_per_request']} ms/request",
             flush=True,
         )
     return rows
@@ -263,6 +311,19 @@ def main() -> int:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         print(f"throughput at {args.latency_ms:g} ms model latency (Ray, 2 actors):", flush=True)
         tp = throughput(root, docs, titles, server, levels, latency_s)
+        lo, hi = tp[0], tp[-1]
+        marginal = (hi["worker_cpu_s"] - lo["worker_cpu_s"]) / max(hi["trajectories"] - lo["trajectories"], 1)
+        cpu = {
+            "worker_cpu_ms_per_trajectory_marginal": round(marginal * 1000, 1),
+            "worker_cpu_ms_per_step_marginal": round(marginal * 1000 / 9, 2),  # 5 model calls + 4 tool calls
+            "note": "marginal = CPU difference between the largest and smallest run over their trajectory "
+            "difference, so actor start-up cancels out; includes the sandbox processes of bash calls",
+        }
+        print(
+            f"worker CPU (marginal, start-up excluded): {cpu['worker_cpu_ms_per_trajectory_marginal']} ms per "
+            f"trajectory = {cpu['worker_cpu_ms_per_step_marginal']} ms per model/tool call",
+            flush=True,
+        )
         print("harness overhead:", flush=True)
         oh = {"concurrency_1": overhead(root / f"tp{levels[0]}", latency_s)}
         busiest = max(levels)
@@ -293,6 +354,7 @@ def main() -> int:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
         "latency_ms": args.latency_ms,
         "throughput": tp,
+        "worker_cpu": cpu,
         "overhead": oh,
         "overshoot": os_,
         "targets": {
