@@ -21,7 +21,7 @@ from rise_batch.config import ConfigError, LLMConfig, _build
 # llm.concurrency (model calls in flight per worker) defaults to the worker's share of `concurrency`, since each
 # trajectory has at most one call in flight.
 AGENT_LLM_DEFAULTS: dict[str, Any] = {"timeout_s": 600.0, "max_output_tokens": 16384}
-APIS = ("chat",)
+APIS = ("chat", "responses")  # chat completions, or the Responses API (gpt-5-class reference harnesses)
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,12 @@ class WorkerContext:
         self.run_dir = Path(cfg.out)
         self.store = DocStore(system_docs(cfg))
         self.client = client_from_config(cfg.llm, limiter=limiter)
+        self.params: dict[str, Any] = {}
+        if cfg.api == "responses":
+            from rise_batch.agent.responses import use_responses_api
+
+            use_responses_api(self.client)
+            self.params["prompt_cache_key"] = f"rise-batch:{self.system.name}:{config_hash}"
         self.limits = SandboxLimits(timeout_s=cfg.bash_timeout_s, max_output_chars=cfg.bash_max_output_chars)
         self.executor = ThreadPoolExecutor(max_workers=2 * cfg.concurrency + 4, thread_name_prefix="tool")
         self.events = EventLog(self.run_dir / EVENTS)
@@ -178,6 +184,7 @@ async def run_query(ctx: WorkerContext, query: Query, attempt: int = 1) -> dict[
             ctx.budget,
             run=run,
             context=ctx.system.context,
+            params=ctx.params,
             executor=ctx.executor,
             on_event=emit,
         )

@@ -48,6 +48,7 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", dest="llm_model", help="model name (default gpt-5.4-nano)")
     g.add_argument("--base-url", dest="llm_base_url", help="OpenAI-compatible base URL (e.g. http://127.0.0.1:8765/v1)")
     g.add_argument("--api-key-env", dest="llm_api_key_env", help="variable holding the key (default OPENAI_API_KEY)")
+    g.add_argument("--api", choices=["chat", "responses"], help="chat completions (default) or the Responses API")
     g.add_argument("--reasoning-effort", dest="llm_reasoning_effort")
     g.add_argument("--max-output-tokens", dest="llm_max_output_tokens", type=int)
     g.add_argument("--timeout", dest="llm_timeout_s", type=float, help="cap of one model call in seconds (600)")

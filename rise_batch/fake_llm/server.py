@@ -70,6 +70,9 @@ class FakeLLMServer:
         from rise_batch.fake_llm.batch import install as install_batch_api  # files + batches (imports this module)
 
         install_batch_api(self)
+        from rise_batch.fake_llm.responses import install as install_responses_api  # POST /v1/responses
+
+        install_responses_api(self)
         self._httpd = _HTTPServer((host, port), _Handler)
         self._httpd.fake = self
         self.host, self.port = host, self._httpd.server_address[1]
