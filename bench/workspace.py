@@ -216,31 +216,9 @@ def find_big_index(min_docs: int = 500_000) -> tuple[Path | None, str]:
     return None, f"no index of >= {min_docs:,} documents under {SCRATCH}"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--corpus", type=Path, default=DATA / "wiki2015")
-    ap.add_argument("--scratch", type=Path, default=SCRATCH / "workspace_bench")
-    ap.add_argument("--calls", type=int, default=40)
-    ap.add_argument("--bash-runs", type=int, default=60)
-    ap.add_argument("--full-1m", action="store_true", help="write all 1M docs' files, not just the retrieved ones")
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "workspace.json")
-    args = ap.parse_args()
-
+def bench_searches(args, result: dict, store: DocStore, scratch: Path, ws_parent: Path) -> None:
     from rise_batch.index import load_index
 
-    scratch = args.scratch
-    scratch.mkdir(parents=True, exist_ok=True)
-    ws_parent = scratch / "ws"
-    shutil.rmtree(ws_parent, ignore_errors=True)
-    ws_parent.mkdir()
-    os.chmod(ws_parent, 0o755)
-    result: dict = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "loadavg_start": os.getloadavg()},
-        "targets": {"search_materialize_p50_ms_at_1M": TARGET_SEARCH_MS, "sandbox_overhead_ms": TARGET_SANDBOX_MS},
-    }
-
-    print(f"wiki2015: docs dir and index under {scratch}")
-    store = materialize_docs(args.corpus, scratch / "wiki2015_docs")
     index = load_index(ensure_index(args.corpus, scratch / "wiki2015_index"))
     print(f"  {len(index):,} docs indexed, backend={index.backend}")
     result["wiki2015"] = {
@@ -293,6 +271,34 @@ def main() -> None:
             f"whole tool call p50 {r['search_tool_total_ms']['p50_ms']} / p99 {r['search_tool_total_ms']['p99_ms']} ms "
             f"(target p50 <= {TARGET_SEARCH_MS:.0f} ms)"
         )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--corpus", type=Path, default=DATA / "wiki2015")
+    ap.add_argument("--scratch", type=Path, default=SCRATCH / "workspace_bench")
+    ap.add_argument("--calls", type=int, default=40)
+    ap.add_argument("--bash-runs", type=int, default=60)
+    ap.add_argument("--sandbox-only", action="store_true", help="only the sandbox overhead (quick re-runs)")
+    ap.add_argument("--full-1m", action="store_true", help="write all 1M docs' files, not just the retrieved ones")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "workspace.json")
+    args = ap.parse_args()
+
+    scratch = args.scratch
+    scratch.mkdir(parents=True, exist_ok=True)
+    ws_parent = scratch / "ws"
+    shutil.rmtree(ws_parent, ignore_errors=True)
+    ws_parent.mkdir()
+    os.chmod(ws_parent, 0o755)
+    result: dict = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "loadavg_start": os.getloadavg()},
+        "targets": {"search_materialize_p50_ms_at_1M": TARGET_SEARCH_MS, "sandbox_overhead_ms": TARGET_SANDBOX_MS},
+    }
+
+    print(f"wiki2015: docs dir and index under {scratch}")
+    store = materialize_docs(args.corpus, scratch / "wiki2015_docs")
+    if not args.sandbox_only:
+        bench_searches(args, result, store, scratch, ws_parent)
 
     print("sandbox overhead (3,000-file workspace)")
     result["sandbox"] = bench_sandbox(store, ws_parent, args.bash_runs)
