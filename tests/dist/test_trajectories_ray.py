@@ -95,8 +95,8 @@ def test_mixed_behaviours_over_two_actors(agent_world, fake_server, ray_local): 
     assert Counter(expected.values()) == Counter(stats["stop_reasons"])
     events = [json.loads(line) for line in (out / "run" / "events.jsonl").read_text().splitlines()]
     assert sum(e["event"] == "worker_replaced" for e in events) == 2
-    for qid in ("q38", "q39"):  # the crash queries ran again after their actor died
-        assert max(e["attempt"] for e in events if e.get("query_id") == qid) == 2
+    for qid in ("q38", "q39"):  # the crash queries ran again after their actor died (twice if both hit one)
+        assert max(e["attempt"] for e in events if e.get("query_id") == qid) >= 2
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie" for pid in hunter.hit.values())
     # every trajectory ended within its wall-clock budget (plus the kill and report slack)
     assert max(t["elapsed_s"] for t in read_trajectories(out / "run").values()) < 4.0 + 2.0
@@ -109,7 +109,7 @@ def test_mixed_behaviours_over_two_actors(agent_world, fake_server, ray_local): 
 
 def test_watchdog_kills_a_frozen_actor(agent_world, fake_server, ray_local):  # noqa: F811
     out = run_dir("ray-frozen")
-    items = list(agent_world.titles.items())[:6]
+    items = list(agent_world.titles.items())[:4]
     rows = [title_query(d, t) for d, t in items]
     rows[1] = title_query(items[1][0], items[1][1], "[fake:tool-sleep=2.53]")
     queries = write_queries(out / "q.jsonl", rows)
@@ -136,7 +136,7 @@ def test_watchdog_kills_a_frozen_actor(agent_world, fake_server, ray_local):  # 
     frozen = trajectories[items[1][0]]
     assert frozen["stop_reason"] == "wall_clock" and "watchdog" in frozen["error"]
     assert all(t["stop_reason"] == "answered" for q, t in trajectories.items() if q != items[1][0])
-    assert stats["trajectories"] == 6
+    assert stats["trajectories"] == 4
     events = [json.loads(line) for line in (out / "run" / "events.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events if e["event"].startswith(("watchdog", "worker", "driver"))] == [
         "watchdog_cancel",
