@@ -23,6 +23,8 @@ from rise_batch.index.tokenize import TokenizerSettings
 if TYPE_CHECKING:
     from rise_batch.corpus import ShardSpec
     from rise_batch.index.shards import ShardRunner
+    from rise_batch.index.tokenize import ShardPostings
+    from rise_batch.types import BadRow
 
 META_FILE = "meta.json"
 DOCIDS_FILE = "docids.json"
@@ -86,12 +88,10 @@ def build_index(
     `shards` lets a caller that already planned the corpus (the structure job's scan) reuse that plan; otherwise
     shards of about `shard_docs` rows are cut from file metadata. Bad rows and duplicate docids raise
     (`on_bad_row="error"`) or are left out and counted in meta.json ("skip"; the first of duplicates is kept).
-    `runner` defaults to `workers` local processes (forkserver: as with any multiprocessing, a script calling this
+    `runner` defaults to `workers` spawned local processes (as with any multiprocessing, a script calling this
     with workers > 1 needs an `if __name__ == "__main__":` guard); rise_batch.dist.index_tasks.RayShardRunner
     runs the same per-shard function as Ray tasks.
     """
-    import bm25s
-
     from rise_batch.index.merge import GlobalStats, assemble
     from rise_batch.index.plan import plan_index_shards
     from rise_batch.index.shards import ProcessShardRunner
@@ -120,6 +120,8 @@ def build_index(
         n_chars = run.merger.n_chars
         del run.merger
         data, indices = assemble(stats, lambda i: run.fetchers[i](), use_numba=use_numba)
+        import bm25s  # only now: it imports numba and scipy, which the tokenizing phase does not need
+
         model = bm25s.BM25(k1=K1, b=B, method=METHOD)
         model.scores = {"data": data, "indices": indices, "indptr": stats.indptr, "num_docs": stats.n_docs}
         model.vocab_dict = stats.vocab_dict
@@ -177,13 +179,15 @@ class _Run:
         from rise_batch.index.merge import VocabMerger
 
         self.merger = VocabMerger()
-        self.fetchers: list = []
+        self.fetchers: list[Callable[[], ShardPostings]] = []
         self.content = hashlib.sha256()
-        self.bad_rows: list = []
+        self.bad_rows: list[BadRow] = []
         self.duplicates: list[tuple[int, int]] = []  # (shard index, source row) of later copies
 
 
-def _tokenize_all(shards, runner, settings, on_bad_row: str, spill: Path) -> _Run:
+def _tokenize_all(
+    shards: list[ShardSpec], runner: ShardRunner, settings: TokenizerSettings, on_bad_row: str, spill: Path
+) -> _Run:
     from rise_batch.corpus import CorpusError
 
     run = _Run()
@@ -206,7 +210,7 @@ def _tokenize_all(shards, runner, settings, on_bad_row: str, spill: Path) -> _Ru
     return run
 
 
-def _with_skipped(shards, duplicates: list[tuple[int, int]]) -> list:
+def _with_skipped(shards: list[ShardSpec], duplicates: list[tuple[int, int]]) -> list[ShardSpec]:
     extra: dict[int, list[int]] = {}
     for i, row in duplicates:
         extra.setdefault(i, []).append(row)

@@ -20,9 +20,6 @@ if TYPE_CHECKING:
 
 Fetch = Callable[[], ShardPostings]
 
-# Imported once in the forkserver, so each worker starts warm (bm25s pulls in numba and scipy at import).
-_PRELOAD = ["rise_batch.index.tokenize", "rise_batch.index.plan", "bm25s.tokenization", "Stemmer", "pyarrow.parquet"]
-
 
 class ShardRunner(Protocol):
     """Runs the per-shard function; yields (summary, fetch-postings) in the order of `shards`."""
@@ -60,11 +57,15 @@ def tokenize_shard_to_disk(
 
 
 class ProcessShardRunner:
-    """`workers` processes (forkserver), at most `2 * workers` shards in flight; workers <= 1 runs inline."""
+    """`workers` processes, at most `2 * workers` shards in flight; workers <= 1 runs inline.
+
+    Workers are spawned (not forked: the parent may hold threads, e.g. pyarrow's) and not from a forkserver,
+    whose own resident memory would add to the build's; they import only the tokenizer, pyarrow and PyStemmer.
+    """
 
     name = "process"
 
-    def __init__(self, workers: int = 2, start_method: str = "forkserver") -> None:
+    def __init__(self, workers: int = 2, start_method: str = "spawn") -> None:
         self.workers = max(1, int(workers))
         self.start_method = start_method
 
@@ -81,8 +82,6 @@ class ProcessShardRunner:
         import multiprocessing as mp
 
         ctx = mp.get_context(self.start_method)
-        if self.start_method == "forkserver":
-            ctx.set_forkserver_preload(_PRELOAD)
         window = 2 * self.workers
         with ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx) as pool:
             pending: dict[int, Future] = {}

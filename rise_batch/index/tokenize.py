@@ -16,11 +16,15 @@ Stemmer objects (PyStemmer) do not pickle, so they are built inside the worker f
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import re
+import types
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -53,7 +57,9 @@ class TokenizerSettings:
         return cls(**{k: d[k] for k in ("lower", "token_pattern", "stopwords", "stemmer") if k in d})
 
     def stopword_set(self) -> frozenset[str]:
-        from bm25s.tokenization import _infer_stopwords
+        if self.stopwords in ("en", "english"):
+            return frozenset(_bm25s_stopwords().STOPWORDS_EN)
+        from bm25s.tokenization import _infer_stopwords  # other languages / lists: bm25s's own resolution
 
         return frozenset(_infer_stopwords(self.stopwords))
 
@@ -64,6 +70,22 @@ class TokenizerSettings:
 
         # PyStemmer's own LRU cache costs more than it saves here; callers cache per distinct word.
         return Stemmer.Stemmer(self.stemmer, 0).stemWord
+
+
+@functools.cache
+def _bm25s_stopwords() -> types.ModuleType:
+    """bm25s's stopwords module, loaded from its file without running `bm25s/__init__`.
+
+    The package import pulls in numba and scipy: 80 MB and 1-2 s in every tokenizer worker, for one word list.
+    """
+    spec = importlib.util.find_spec("bm25s")
+    assert spec is not None and spec.submodule_search_locations
+    path = Path(spec.submodule_search_locations[0]) / "stopwords.py"
+    mod_spec = importlib.util.spec_from_file_location("_rise_batch_bm25s_stopwords", path)
+    assert mod_spec is not None and mod_spec.loader is not None
+    module = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(module)
+    return module
 
 
 def query_tokenizer(settings: TokenizerSettings) -> Callable[[str], list[str]]:
@@ -163,6 +185,9 @@ class _ShardVocab(dict):
         return cid
 
 
+BLOCK_DOCS = 256  # documents per numpy pass: bounds the temporaries whatever the shard size
+
+
 def tokenize_docs(
     docs: Iterable[Doc], settings: TokenizerSettings, shard_id: int = 0
 ) -> tuple[ShardSummary, ShardPostings]:
@@ -177,6 +202,7 @@ def tokenize_docs(
     ids_buf: list[int] = []
     cnt_buf: list[int] = []
     ndist: list[int] = []
+    parts: list[tuple[np.ndarray, ...]] = []
     n_chars = 0
     for doc in docs:
         docids.append(doc.docid)
@@ -189,28 +215,44 @@ def tokenize_docs(
         ids_buf.extend(map(lookup, counts))
         cnt_buf.extend(counts.values())
         ndist.append(len(counts))
+        if len(ndist) == BLOCK_DOCS:
+            parts.append(_block_postings(ids_buf, cnt_buf, ndist, len(docids) - len(ndist), sv))
+            ids_buf, cnt_buf, ndist = [], [], []
+    parts.append(_block_postings(ids_buf, cnt_buf, ndist, len(docids) - len(ndist), sv))
+    rows, terms, tfs, lengths = (np.concatenate(x) for x in zip(*parts, strict=True))
+    del parts
+    df = np.bincount(terms, minlength=len(sv.vocab)).astype(np.int64)
+    summary = ShardSummary(
+        shard_id, docids, lengths, sv.vocab, df, bytes(digests), n_chars, np.array(source_rows, np.int64), []
+    )
+    return summary, ShardPostings(rows, terms, tfs)
 
-    n_docs = len(docids)
-    ids = np.array(ids_buf, dtype=np.int32)
-    cnts = np.array(cnt_buf, dtype=np.int32)
-    del ids_buf, cnt_buf
+
+def _block_postings(
+    ids_buf: list[int], cnt_buf: list[int], ndist: list[int], first_row: int, sv: _ShardVocab
+) -> tuple[np.ndarray, ...]:
+    """(rows, terms, tfs, lengths) of a block of documents from their per-chunk term ids and counts."""
+    import numpy as np
+
+    n_docs = len(ndist)
+    ids = np.array(ids_buf, dtype=np.int64)
+    cnts = np.array(cnt_buf, dtype=np.int64)
     rows = np.repeat(np.arange(n_docs, dtype=np.int64), np.array(ndist, dtype=np.int64))
     if sv.multi:
         rows, ids, cnts = _expand_multi(rows, ids, cnts, sv.multi)
     keep = ids >= 0
-    rows, ids, cnts = rows[keep], ids[keep].astype(np.int64), cnts[keep]
+    rows, ids, cnts = rows[keep], ids[keep], cnts[keep]
     lengths = np.bincount(rows, weights=cnts, minlength=n_docs).astype(np.int64)
     v = max(len(sv.vocab), 1)
     # Several chunks of a document may map to one term (e.g. "run", "runs"): sum them per (row, term).
     keys, inverse = np.unique(rows * v + ids, return_inverse=True)
     tfs = np.bincount(inverse, weights=cnts, minlength=len(keys)).astype(np.int32)
-    terms = (keys % v).astype(np.int32)
-    postings = ShardPostings((keys // v).astype(np.int32), terms, tfs)
-    df = np.bincount(terms, minlength=len(sv.vocab)).astype(np.int64)
-    summary = ShardSummary(
-        shard_id, docids, lengths, sv.vocab, df, bytes(digests), n_chars, np.array(source_rows, np.int64), []
+    return (
+        (keys // v + first_row).astype(np.int32),
+        (keys % v).astype(np.int32),
+        tfs,
+        lengths,
     )
-    return summary, postings
 
 
 def _expand_multi(rows: np.ndarray, ids: np.ndarray, cnts: np.ndarray, multi: list[list[int]]):
@@ -226,8 +268,8 @@ def _expand_multi(rows: np.ndarray, ids: np.ndarray, cnts: np.ndarray, multi: li
             extra_cnts.append(cnts[i])
     return (
         np.concatenate([rows, np.asarray(extra_rows, np.int64)]),
-        np.concatenate([ids, np.asarray(extra_ids, np.int32)]),
-        np.concatenate([cnts, np.asarray(extra_cnts, np.int32)]),
+        np.concatenate([ids, np.asarray(extra_ids, np.int64)]),
+        np.concatenate([cnts, np.asarray(extra_cnts, np.int64)]),
     )
 
 

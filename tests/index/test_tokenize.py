@@ -80,3 +80,10 @@ def test_docids_digests_and_source_rows_are_per_document():
     assert summary.lengths.tolist() == [2, 0, 1]
     assert len(summary.digests) == 48 and summary.digests[:16] != summary.digests[32:]
     assert summary.df.tolist() == [2, 1]  # alpha in 2 docs, beta in 1
+
+
+def test_stopwords_read_without_bm25s_package_are_bm25s_own():
+    from bm25s.tokenization import _infer_stopwords
+
+    assert TokenizerSettings().stopword_set() == frozenset(_infer_stopwords("en"))
+    assert TokenizerSettings(stopwords="de").stopword_set() == frozenset(_infer_stopwords("de"))
