@@ -325,9 +325,7 @@ def main() -> int:
             flush=True,
         )
         print("harness overhead:", flush=True)
-        oh = {"concurrency_1": overhead(root / f"tp{levels[0]}", latency_s)}
-        busiest = max(levels)
-        oh[f"concurrency_{busiest}"] = overhead(root / f"tp{busiest}", latency_s)
+        oh = {f"concurrency_{c}": overhead(root / f"tp{c}", latency_s) for c in levels}
         for k, v in oh.items():
             s = v["share_of_wall"]
             print(
@@ -349,7 +347,7 @@ def main() -> int:
         server.close()
         ray.shutdown()
         shutil.rmtree(root, ignore_errors=True)
-    share = oh["concurrency_1"]["share_of_wall"]["harness_model_call_overhead_plus_loop"]
+    share = oh[f"concurrency_{levels[0]}"]["share_of_wall"]["harness_model_call_overhead_plus_loop"]
     result = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
         "latency_ms": args.latency_ms,
