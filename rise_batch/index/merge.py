@@ -43,7 +43,7 @@ class VocabMerger:
         new = [t for t in s.vocab if t not in ids]
         ids.update(zip(new, range(len(self.order), len(self.order) + len(new)), strict=True))
         self.order.extend(new)
-        m = np.fromiter(map(ids.__getitem__, s.vocab), dtype=np.int64, count=len(s.vocab))
+        m = np.fromiter(map(ids.__getitem__, s.vocab), dtype=np.int32, count=len(s.vocab))
         if len(self.order) > len(self.df):
             self.df = np.concatenate([self.df, np.zeros(max(len(self.order), 2 * len(self.df)), np.int64)])
         self.df[m] += s.df  # m is injective: one local term, one global term
@@ -71,7 +71,7 @@ class GlobalStats:
         del vocab
         self.n_vocab = len(self.vocab_dict)
         self.first_to_final = np.fromiter(
-            map(self.vocab_dict.__getitem__, merger.order), dtype=np.int64, count=self.n_vocab
+            map(self.vocab_dict.__getitem__, merger.order), dtype=np.int32, count=self.n_vocab
         )
         df = np.zeros(self.n_vocab, dtype=np.int64)
         df[self.first_to_final] = merger.df[: self.n_vocab]
@@ -81,7 +81,9 @@ class GlobalStats:
         self.indptr = np.zeros(self.n_vocab + 1, dtype=np.int64)
         np.cumsum(df, out=self.indptr[1:])
         self.n_postings = int(self.indptr[-1])
-        self.local_maps = [self.first_to_final[m] for m in merger.local_maps]
+        self.local_maps = merger.local_maps  # local id -> final id, converted in place (they add up to GBs at 1M docs)
+        for i, m in enumerate(self.local_maps):
+            self.local_maps[i] = self.first_to_final[m]
         self.row_offsets = np.concatenate([[0], np.cumsum([len(x) for x in merger.lengths])]).astype(np.int64)
         if "" not in self.vocab_dict:  # stock `index(create_empty_token=True)`: a term with no column
             self.vocab_dict[""] = self.n_vocab
