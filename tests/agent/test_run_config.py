@@ -1,0 +1,55 @@
+"""Run configuration: YAML + flags, validation at the edge, and what the config hash covers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rise_batch.agent.run_config import config_hash, load_run_config
+from rise_batch.config import ConfigError
+
+JOBS = Path(__file__).resolve().parents[2] / "jobs"
+BASE = dict(queries="q.jsonl", out="o", docs="d", index="i", llm_base_url="http://127.0.0.1:9/v1")
+
+
+def test_example_configs_load():
+    cfg = load_run_config(JOBS / "run_rise_fake.yaml")
+    assert cfg.system == "rise" and cfg.workers == 2 and cfg.llm.model == "gpt-5.4-mini"
+    assert cfg.llm.timeout_s == 600.0  # agent defaults survive a partial llm: section
+    over = load_run_config(JOBS / "run_rise_fake.yaml", system="dci", llm_model="gpt-5.4-nano")
+    assert over.system == "dci" and over.llm.model == "gpt-5.4-nano" and over.budget().max_calls == 300
+
+
+def test_bad_configs_are_refused(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("run:\n  queries: q\n  sistem: rise\n")
+    with pytest.raises(ConfigError, match="sistem"):
+        load_run_config(bad)
+    with pytest.raises(ConfigError, match="unknown system"):
+        load_run_config(None, **{**BASE, "system": "rise-2"})
+    with pytest.raises(ConfigError, match="index"):
+        load_run_config(None, **{**BASE, "index": None, "system": "retrieval-agent"})
+    assert load_run_config(None, **{**BASE, "index": None, "system": "dci"}).index is None
+    with pytest.raises(ConfigError, match="wall_clock_s"):
+        load_run_config(None, **BASE, wall_clock_s=0.0)
+
+
+def test_budgets_and_per_worker_llm_concurrency():
+    cfg = load_run_config(None, **BASE, concurrency=64, workers=4)
+    assert cfg.llm.concurrency == 16 and cfg.budget().max_calls == 100 and cfg.budget().wall_clock_s == 3600
+    assert load_run_config(None, **BASE, concurrency=64, llm_concurrency=5).llm.concurrency == 5
+    assert load_run_config(None, **BASE, max_calls=7, wall_clock_s=9.5).budget() == (
+        load_run_config(None, **BASE).budget().__class__(max_calls=7, wall_clock_s=9.5, call_timeout_s=600.0)
+    )
+
+
+def test_config_hash_covers_what_changes_a_trajectory():
+    base = config_hash(load_run_config(None, **BASE), "prompt")
+    same = [dict(workers=7, concurrency=3, llm_rpm=5, ray_address="x", out="elsewhere", docs="moved")]
+    for over in same:
+        assert config_hash(load_run_config(None, **{**BASE, **over}), "prompt") == base
+    for over in [dict(system="rise-bm25"), dict(llm_model="gpt-5.4"), dict(k=100), dict(max_calls=5),
+                 dict(api="responses"), dict(llm_reasoning_effort="high"), dict(bash_timeout_s=5.0)]:  # fmt: skip
+        assert config_hash(load_run_config(None, **{**BASE, **over}), "prompt") != base, over
+    assert config_hash(load_run_config(None, **BASE), "another prompt") != base
