@@ -147,7 +147,7 @@ class Progress:
         self.bar.close()
 
 
-async def run_local(plan: RunPlan, progress: Progress) -> None:
+async def run_local(plan: RunPlan, progress: Progress) -> list[dict[str, Any]]:
     """Every pending query in this process, `concurrency` at a time (workers=0: debugging, small runs)."""
     ctx = WorkerContext(plan.cfg, plan.config_hash)
     slots = asyncio.Semaphore(plan.cfg.concurrency)
@@ -165,6 +165,7 @@ async def run_local(plan: RunPlan, progress: Progress) -> None:
         await asyncio.gather(*(one(q) for q in plan.pending))
     finally:
         await ctx.aclose()
+    return [ctx.client.stats.as_dict()]
 
 
 def summarize(run_dir: str | Path, queries: list[Query], config_hash: str) -> dict[str, Any]:
@@ -208,16 +209,22 @@ def run_trajectories(cfg: RunConfig) -> dict[str, Any]:
     t0 = time.monotonic()
     plan = prepare_run(cfg)
     progress = Progress(len(plan.queries), len(plan.queries) - len(plan.pending), cfg.progress)
+    transport: list[dict[str, Any]] = []
     try:
         if plan.pending and cfg.workers == 0:
-            asyncio.run(run_local(plan, progress))
+            transport = asyncio.run(run_local(plan, progress))
         elif plan.pending:
             from rise_batch.dist.trajectories import run_on_ray
 
-            run_on_ray(plan, progress)
+            transport = run_on_ray(plan, progress)
     finally:
         progress.close()
     stats = summarize(cfg.out, plan.queries, plan.config_hash)
+    if transport:  # this invocation's HTTP traffic: attempts, retries, 429s, timeouts (per-worker sums)
+        from rise_batch.pipeline import merge_stats
+
+        keep = ("calls", "attempts", "retries", "rate_limited", "server_errors", "timeouts", "failures")
+        stats["transport"] = {k: v for k, v in merge_stats(transport).items() if k in keep}
     stats.update(
         system=cfg.system,
         model=cfg.llm.model,

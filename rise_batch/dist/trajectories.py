@@ -242,8 +242,11 @@ class Dispatcher:
     def close(self) -> list[dict[str, Any]]:
         stats = []
         for s in self.slots:
+            if s.pid is None:
+                ray.kill(s.actor, no_restart=True)  # a replacement that never got work: nothing to report
+                continue
             try:
-                stats.append(ray.get(s.actor.transport_stats.remote(), timeout=10))
+                stats.append(ray.get(s.actor.transport_stats.remote(), timeout=5))
             except Exception:  # noqa: BLE001 - a dead or stuck actor has no stats to give
                 pass
             ray.kill(s.actor, no_restart=True)
