@@ -4,11 +4,21 @@ Every worker's AsyncLimiter keeps its own concurrency slots but asks this actor 
 and tokens per minute hold across all actors of a job, a 429 seen by one worker cools down all of them, and usage
 reported by a reply trues up the shared budget. The actor is tiny (num_cpus=0) and named after the run, so a
 resubmitted driver or a replacement worker finds the same one.
+
+Admission is batched: a Ray call costs a millisecond or more of CPU on each side, which at one call (or three)
+per request made the limiter the busiest process of a job and capped a single actor at a few hundred requests per
+second. A worker asks for as many leases as it will use within HOLD_S (its recent grant rate), hands them out
+locally, and gives back the ones it did not use in time; settlements and the latest `x-ratelimit-*` headers ride
+along with its next call. Leases are counted when granted and used up to HOLD_S later, so the actor's window is
+WINDOW_SLACK_S longer than the provider's: grants shifted by that much still never put more than the limit into
+any window of the provider's length.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import ray
@@ -18,6 +28,9 @@ from rise_batch.llm.limiter import AsyncLimiter
 from rise_batch.llm.ratelimit import Lease, RateLimiter, RateLimits
 
 NAMESPACE = "rise_batch"
+HOLD_S = 0.1  # a worker uses a granted lease within this long, or gives it back (its request count stays spent)
+WINDOW_SLACK_S = 0.25  # HOLD_S plus grant-to-arrival delays
+MAX_BATCH = 64
 
 
 @ray.remote(num_cpus=0, max_restarts=-1)
@@ -27,6 +40,29 @@ class LimiterActor:
 
     def reserve(self, est_tokens: int) -> Lease | float:
         return self.rate.reserve(est_tokens)
+
+    def reserve_many(
+        self,
+        n: int,
+        est_tokens: int,
+        settled: list[tuple[Lease, int]] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> list[Lease] | float:
+        """Up to `n` leases granted now (at least one), or the seconds to wait; applies what rode along first."""
+        self.settle_many(settled, headers)
+        leases: list[Lease] = []
+        for _ in range(max(n, 1)):
+            got = self.rate.reserve(est_tokens)
+            if not isinstance(got, Lease):
+                return leases or got
+            leases.append(got)
+        return leases
+
+    def settle_many(self, settled: list[tuple[Lease, int]] | None, headers: Mapping[str, str] | None) -> None:
+        for lease, actual in settled or ():
+            self.rate.settle(lease, actual)
+        if headers:
+            self.rate.observe(headers)
 
     def settle(self, lease: Lease, actual_tokens: int) -> None:
         self.rate.settle(lease, actual_tokens)
@@ -41,23 +77,84 @@ class LimiterActor:
         return self.rate.snapshot()
 
 
-class _RemoteRate:
-    """The RateLimiter interface, answered by the actor (ObjectRefs are awaitable, AsyncLimiter awaits them)."""
+class BatchedRate:
+    """A worker's side of the job's limiter: the RateLimiter interface, served from leases fetched in batches.
 
-    def __init__(self, actor: Any) -> None:
-        self.actor = actor
+    `reserve` returns a held lease at once, or an awaitable that fetches a batch (AsyncLimiter awaits it under its
+    queue lock, so a worker has at most one fetch in flight). `actor` is the LimiterActor handle; tests pass an
+    object with the same `.method.remote(...)` shape.
+    """
 
-    def reserve(self, est_tokens: int):
-        return self.actor.reserve.remote(est_tokens)
+    def __init__(
+        self,
+        actor: Any,
+        max_batch: int = MAX_BATCH,
+        hold_s: float = HOLD_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.actor, self.hold_s, self.clock = actor, hold_s, clock
+        self.max_batch = max(1, min(max_batch, MAX_BATCH))
+        self._held: deque[tuple[float, Lease]] = deque()  # (local time of the grant, lease), oldest first
+        self._settled: list[tuple[Lease, int]] = []
+        self._headers: dict[str, str] | None = None
+        self._grants: deque[float] = deque(maxlen=64)  # when leases were handed out: the demand estimate
+        self._ests: deque[int] = deque(maxlen=64)
+        self._last_sent = clock()
+        self.fetches = 0  # actor calls made for admission (for tests and benchmarks)
 
-    def settle(self, lease: Lease, actual_tokens: int):
-        return self.actor.settle.remote(lease, actual_tokens)
+    def reserve(self, est_tokens: int) -> Any:
+        now = self.clock()
+        self._ests.append(est_tokens)
+        self._expire(now)
+        for i, (_, lease) in enumerate(self._held):
+            if lease.tokens >= est_tokens:
+                del self._held[i]
+                return self._grant(lease, now)
+        return self._fetch(est_tokens)
+
+    async def _fetch(self, est_tokens: int) -> Lease | float:
+        now = self.clock()
+        span = now - self._grants[0] if len(self._grants) > 1 else 0.0
+        rate = (len(self._grants) - 1) / span if span > 0 else 0.0
+        n = min(self.max_batch, 1 + int(rate * self.hold_s))
+        per_lease = max(est_tokens, *self._ests) if n > 1 else est_tokens  # held leases must fit later requests
+        settled, headers = self._pending()
+        self.fetches += 1
+        got = await self.actor.reserve_many.remote(n, per_lease, settled, headers)
+        if not isinstance(got, list):
+            return got
+        t = self.clock()
+        self._held.extend((t, lease) for lease in got[1:])
+        return self._grant(got[0], t)
+
+    def _grant(self, lease: Lease, now: float) -> Lease:
+        self._grants.append(now)
+        return lease
+
+    def _expire(self, now: float) -> None:
+        while self._held and self._held[0][0] + self.hold_s < now:
+            self._settled.append((self._held.popleft()[1], 0))  # frees its tokens; the request stays counted
+
+    def _pending(self) -> tuple[list[tuple[Lease, int]], dict[str, str] | None]:
+        settled, headers = self._settled, self._headers
+        self._settled, self._headers, self._last_sent = [], None, self.clock()
+        return settled, headers
+
+    def settle(self, lease: Lease, actual_tokens: int) -> None:
+        self._settled.append((lease, actual_tokens))
+        if len(self._settled) >= 256 or self.clock() - self._last_sent > 1.0:  # idle workers still true up
+            self.actor.settle_many.remote(*self._pending())
 
     def penalize(self, seconds: float):
+        """A 429: every worker must stop at once, and leases held here must not be spent into it."""
+        self._settled.extend((lease, 0) for _, lease in self._held)
+        self._held.clear()
         return self.actor.penalize.remote(seconds)
 
-    def observe(self, headers: Mapping[str, str] | None):
-        return self.actor.observe.remote(dict(headers) if headers else None)
+    def observe(self, headers: Mapping[str, str] | None) -> None:
+        limits = {k: v for k, v in (headers or {}).items() if k.lower().startswith("x-ratelimit-")}
+        if limits:
+            self._headers = limits
 
 
 def limiter_name(run_hash: str) -> str:
@@ -71,7 +168,7 @@ def start_limiter(llm: LLMConfig, run_hash: str) -> tuple[str, Any]:
     """
     name = limiter_name(run_hash)
     handle = LimiterActor.options(name=name, namespace=NAMESPACE, get_if_exists=True).remote(
-        RateLimits(rpm=llm.rpm, tpm=llm.tpm, window_s=llm.limit_window_s, adapt=True)
+        RateLimits(rpm=llm.rpm, tpm=llm.tpm, window_s=llm.limit_window_s + WINDOW_SLACK_S, adapt=True)
     )
     ray.get(handle.snapshot.remote())  # started before any worker looks it up
     return name, handle
@@ -80,4 +177,4 @@ def start_limiter(llm: LLMConfig, run_hash: str) -> tuple[str, Any]:
 def RemoteLimiter(name: str, concurrency: int = 32) -> AsyncLimiter:  # noqa: N802 - reads as a type at call sites
     """A worker-side limiter: local concurrency slots, cluster-wide rate admission."""
     actor = ray.get_actor(name, namespace=NAMESPACE)
-    return AsyncLimiter(concurrency=concurrency, rate=_RemoteRate(actor))
+    return AsyncLimiter(concurrency=concurrency, rate=BatchedRate(actor, max_batch=concurrency))
