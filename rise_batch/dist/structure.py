@@ -44,6 +44,14 @@ class StructureWorker:
 
         return transport_stats(self.backend)
 
+    async def close(self) -> dict:
+        """The transport stats, then the client closed in this actor's own event loop (its aiohttp session's)."""
+        stats = self.transport_stats()
+        client = getattr(self.backend, "client", None)
+        if client is not None:
+            await client.aclose()
+        return stats
+
 
 def init_ray(address: str | None) -> None:
     """Connect to `address`, to the cluster of a `ray job submit` (RAY_ADDRESS), or start a local Ray."""
@@ -101,7 +109,7 @@ def run_on_ray(cfg: StructureConfig, plan, bar) -> tuple[list[dict], list[dict]]
                 continue
             results.append(stats)
             bar.update(stats.get("docs_total", 0))
-    transport = ray.get([a.transport_stats.remote() for a in actors])
+    transport = ray.get([a.close.remote() for a in actors])
     for a in actors:
         ray.kill(a)
     del limiter  # held until every shard is done
