@@ -159,9 +159,10 @@ class CpuMeter(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
+        me = psutil.Process()
         while not self.stop.wait(0.25):
-            for p in psutil.process_iter(["cmdline"]):
-                if "TrajectoryWorker" in " ".join(p.info["cmdline"] or []):
+            for p in me.children(recursive=True):  # this benchmark's own Ray instance only
+                if "TrajectoryWorker" in " ".join(_cmdline(p)):
                     try:
                         t = p.cpu_times()
                         self.seen[p.pid] = t.user + t.system + t.children_user + t.children_system
@@ -172,6 +173,13 @@ class CpuMeter(threading.Thread):
         self.stop.set()
         self.join()
         return sum(self.seen.values())
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
 
 
 def server_cpu(server) -> float:

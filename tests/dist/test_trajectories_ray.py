@@ -51,8 +51,12 @@ class ProcessHunter(threading.Thread):
 
 
 def _actor_of(p: psutil.Process) -> psutil.Process | None:
+    """The trajectory actor `p` runs under, if that actor belongs to this test process's own Ray instance."""
     try:
-        return next((a for a in p.parents() if "TrajectoryWorker" in " ".join(a.cmdline())), None)
+        parents = p.parents()
+        if os.getpid() not in {a.pid for a in parents}:  # another test run on the same machine: not ours
+            return None
+        return next((a for a in parents if "TrajectoryWorker" in " ".join(a.cmdline())), None)
     except psutil.Error:
         return None
 
