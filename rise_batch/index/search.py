@@ -26,11 +26,14 @@ class Hits(NamedTuple):
 class BM25Index:
     """A built index: `search(queries, k)`, `docids` (row order), `len(index)`, `meta`.
 
-    backend "numba" (the default when numba is installed) runs bm25s's numba kernel single-threaded and without
-    the GIL, so searches from several threads run in parallel; "numpy" is bm25s's pure numpy path.
+    backend "numba" (the default when numba is installed) runs bm25s's numba kernel without the GIL: the queries
+    of one call run on up to `threads` threads, and searches from several caller threads run side by side.
+    "numpy" is bm25s's pure numpy path.
     """
 
-    def __init__(self, index_dir: str | Path, backend: str = "auto", warmup: bool = True):
+    def __init__(self, index_dir: str | Path, backend: str = "auto", warmup: bool = True, threads: int = 0):
+        import os
+
         import bm25s
 
         self.path = Path(index_dir)
@@ -43,6 +46,8 @@ class BM25Index:
         if backend == "auto":
             backend = "numba" if bm25s.NUMBA_AVAILABLE else "numpy"
         self.backend = backend
+        self.threads = max(1, threads or min(4, os.cpu_count() or 1))
+        self._pool = None
         # bm25s's own retrieve is only used for "numpy"; loading as numpy skips compiling its numba dispatchers.
         self._model = bm25s.BM25.load(self.path, mmap=True, backend="numpy", show_progress=False)
         self.docids: list[str] = json.loads((self.path / DOCIDS_FILE).read_text())
@@ -86,7 +91,15 @@ class BM25Index:
 
     def _retrieve(self, ids: list[list[int]], k: int):
         if self.backend == "numba":
-            return _serial_numba_retrieve(self._model.scores, ids, k)
+            scores = self._model.scores
+            if len(ids) == 1 or self.threads == 1:
+                return _serial_numba_retrieve(scores, ids, k)
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="bm25")
+            parts = list(self._pool.map(lambda q: _serial_numba_retrieve(scores, [q], k), ids))
+            return [p[0][0] for p in parts], [p[1][0] for p in parts]
         return self._model.retrieve(ids, k=k, sorted=True, show_progress=False, n_threads=0, return_as="tuple")
 
 
