@@ -34,3 +34,14 @@ def write_parquet(path: Path, rows: list[dict], row_group_size: int | None = Non
 @pytest.fixture(scope="session")
 def sample_path() -> Path:
     return SAMPLE
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One real local Ray for the whole session (2 CPUs, like CI): starting Ray costs 10-20 s, so tests share it."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False)
+    yield
+    ray.shutdown()

@@ -4,21 +4,11 @@ from __future__ import annotations
 
 import bisect
 
-import pytest
-import ray
-
 from rise_batch.checkpoint import CheckpointStore
 from rise_batch.config import load_structure_config
 from rise_batch.fake_llm import FakeLLMServer
 from rise_batch.job import run_structure
 from rise_batch.types import OUTCOMES
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
 
 
 def max_in_window(times: list[float], window: float) -> int:

@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-import ray
-
 from rise_batch.checkpoint import CheckpointStore
 from rise_batch.config import load_structure_config
 from rise_batch.job import run_structure
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
 
 
 def rows(out) -> list[dict]:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import ray
 import yaml
 
 from rise_batch.fake_llm import FakeLLMServer
@@ -26,13 +25,6 @@ def eval_sweep_main(argv: list[str]) -> int:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.main(argv)
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
 
 
 def agent_requests(server: FakeLLMServer) -> list[dict[str, Any]]:
