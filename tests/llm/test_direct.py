@@ -28,8 +28,8 @@ def client_for(server: FakeLLMServer, backend: str, **overrides: Any) -> LLMClie
     return LLMClient(LLMConfig(**options), backoff_initial_s=0.01, backoff_max_s=0.05)
 
 
-def test_direct_is_the_default_and_answers_like_the_sdk_transports() -> None:
-    assert LLMConfig().http_backend == "direct"
+def test_direct_answers_like_the_sdk_transports_which_stay_the_default() -> None:
+    assert LLMConfig().http_backend == "httpx"  # the openai SDK's AsyncOpenAI is the reference path
     docs = [DOC + f"\nPart {i}: a closing paragraph of ordinary prose number {i}.\n" for i in range(5)]
     seen: dict[str, list[tuple]] = {}
     for backend in ("httpx", "aiohttp", "direct"):
