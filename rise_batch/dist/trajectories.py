@@ -13,7 +13,9 @@ query cannot stall a sweep. All actors share the job's rate limiter actor.
 from __future__ import annotations
 
 import math
+import os
 import shutil
+import signal
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -49,8 +51,6 @@ class TrajectoryWorker:
     """Builds its LLM client, document store and index once, then runs trajectories concurrently on request."""
 
     def __init__(self, cfg: dict[str, Any], config_hash: str, limiter_name: str | None) -> None:
-        import os
-
         self.cfg = run_config_from_dict(cfg)
         limiter = None
         if limiter_name:
@@ -58,15 +58,15 @@ class TrajectoryWorker:
 
             limiter = RemoteLimiter(limiter_name, self.cfg.llm.concurrency)
         self.ctx = WorkerContext(self.cfg, config_hash, limiter)
-        self.pid = os.getpid()
+        self.where = (os.getpid(), ray.get_runtime_context().get_node_id())
 
     async def ready(self) -> int:
-        """Load the index before the first trajectory starts its clock; returns the worker's pid."""
+        """Load the index before the first trajectory starts its clock; returns (pid, node id)."""
         import asyncio
 
         if self.ctx.system.uses_index:
             await asyncio.get_running_loop().run_in_executor(self.ctx.executor, self.ctx.index)
-        return self.pid
+        return self.where
 
     async def run(self, query: Query, attempt: int) -> dict[str, Any]:
         return await run_query(self.ctx, query, attempt)
@@ -89,6 +89,7 @@ class Slot:
     actor: Any
     ready_ref: Any
     pid: int | None = None
+    node: str | None = None
     load: int = 0
     generation: int = 0
 
@@ -118,10 +119,15 @@ class Dispatcher:
         )
         return Slot(actor, actor.ready.remote())
 
-    def _respawn(self, i: int, why: str) -> None:
+    def _respawn(self, i: int, why: str, hard: bool = False) -> None:
         old = self.slots[i]
         self.events.write({"event": "worker_replaced", "slot": i, "pid": old.pid, "why": why})
         ray.kill(old.actor, no_restart=True)
+        if hard and old.pid is not None and old.node == ray.get_runtime_context().get_node_id():
+            try:  # ray.kill asks the worker to exit; a frozen process never answers, so make sure
+                os.kill(old.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.slots[i] = self._spawn()
         self.slots[i].generation = old.generation + 1
 
@@ -161,7 +167,7 @@ class Dispatcher:
 
     def _on_ready(self, i: int, ref: Any) -> None:
         try:
-            self.slots[i].pid = ray.get(ref)
+            self.slots[i].pid, self.slots[i].node = ray.get(ref)
         except _DIED + (ray.exceptions.RayTaskError,) as e:
             self.init_failures += 1
             if self.init_failures >= MAX_INIT_FAILURES:
@@ -229,7 +235,7 @@ class Dispatcher:
                 shutil.rmtree(self.cfg.workspace_dir / safe_name(f.query.query_id), ignore_errors=True)
             else:
                 self.queue.appendleft((f.query, f.attempt + 1))
-        self._respawn(i, "stuck past its trajectories' wall-clock budget")
+        self._respawn(i, "stuck past its trajectories' wall-clock budget", hard=True)
 
     def _record_if_missing(self, f: Flight, reason: str, error: str, elapsed: float) -> None:
         """Count a query as done, writing its trajectory file unless its worker already did."""
