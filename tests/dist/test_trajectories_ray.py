@@ -10,19 +10,10 @@ import threading
 from collections import Counter
 
 import psutil
-import pytest
-import ray
 
 from rise_batch.agent.job import run_trajectories
 from tests.agent.conftest import agent_world, fake_server  # noqa: F401 - fixtures shared with tests/agent
 from tests.agent.helpers import read_trajectories, run_config, run_dir, title_query, write_queries
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
 
 
 class ProcessHunter(threading.Thread):
