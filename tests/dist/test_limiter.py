@@ -129,13 +129,6 @@ async def _resolve(value: Any) -> Any:
     return await value if hasattr(value, "__await__") else value
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
-
-
 def test_two_workers_share_one_real_actor(ray_local) -> None:
     """Two workers' limiters (as in two actors) against one LimiterActor: the shared limit holds by use time."""
     from rise_batch.config import LLMConfig
