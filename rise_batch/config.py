@@ -231,17 +231,24 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     raise ConfigError(f"{key} must be {getattr(base, '__name__', base)}, got {value!r}")
 
 
+def read_yaml_section(path: str | Path | None, section: str) -> dict[str, Any]:
+    """A config file's `section:` mapping, or the whole file when it has no such key; {} without a file."""
+    if not path:
+        return {}
+    import yaml
+
+    try:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"cannot read config {path}: {e}") from e
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings, got {type(loaded).__name__}")
+    return dict(loaded.get(section, loaded))
+
+
 def load_structure_config(path: str | Path | None = None, **overrides: Any) -> StructureConfig:
     """YAML file (optional) then CLI overrides (None means 'not given'), then validation."""
-    data: dict[str, Any] = {}
-    if path:
-        import yaml
-
-        try:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise ConfigError(f"cannot read config {path}: {e}") from e
-        data.update(loaded.get("structure", loaded) if isinstance(loaded, dict) else {"": loaded})
+    data = read_yaml_section(path, "structure")
     nested = ("llm_", "batch_")  # flag dests `llm_rpm`, `batch_retry` ... override keys of the nested sections
     data.update({k: v for k, v in overrides.items() if not k.startswith(nested) and v is not None})
     for prefix in nested:

@@ -6,7 +6,9 @@ from rise_batch.corpus import CorpusError, iter_docs, list_sources, read_shard
 from rise_batch.scan import scan_corpus
 from tests.conftest import sample_rows, write_jsonl, write_parquet
 
-ROWS = [{"docid": f"d{i}", "text": f"---\ntitle: T{i}\n---\nbody {i}\n", "url": f"https://ex.org/{i}"} for i in range(7)]
+ROWS = [
+    {"docid": f"d{i}", "text": f"---\ntitle: T{i}\n---\nbody {i}\n", "url": f"https://ex.org/{i}"} for i in range(7)
+]
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "jsonl.gz", "parquet", "parquet-dir"])

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rise_batch.agent.loop import Budget
-from rise_batch.config import ConfigError, LLMConfig, _build
+from rise_batch.config import ConfigError, LLMConfig, _build, read_yaml_section
 
 # An agent turn of a reasoning model can think for minutes and spend thousands of tokens before a tool call.
 # llm.concurrency (model calls in flight per worker) defaults to the worker's share of `concurrency`, since each
@@ -117,17 +117,7 @@ def config_hash(cfg: RunConfig, prompt_text: str) -> str:
 
 def load_run_config(path: str | Path | None = None, **overrides: Any) -> RunConfig:
     """YAML (optional; a top-level `run:` mapping or the mapping itself), then flags (None = not given)."""
-    data: dict[str, Any] = {}
-    if path:
-        import yaml
-
-        try:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise ConfigError(f"cannot read config {path}: {e}") from e
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: expected a mapping")
-        data.update(loaded.get("run", loaded))
+    data = read_yaml_section(path, "run")
     llm_over = {k[4:]: v for k, v in overrides.items() if k.startswith("llm_") and v is not None}
     data.update({k: v for k, v in overrides.items() if not k.startswith("llm_") and v is not None})
     data["llm"] = {**AGENT_LLM_DEFAULTS, **(data.get("llm") or {}), **llm_over}
