@@ -338,12 +338,14 @@ def main() -> int:
         return {"name": name, "corpus": args.corpus, "out": str(SCRATCH / name), "limit": n, "config": config,
                 "expected_requests": expected, **extra}  # fmt: skip
 
+    direct = {"llm_http_backend": "direct"}
     configs = [
-        ("in-process, SDK httpx", {"workers": 0, "llm_http_backend": "httpx"}),
+        ("in-process, SDK httpx (default)", {"workers": 0, "llm_http_backend": "httpx"}),
         ("in-process, SDK aiohttp", {"workers": 0, "llm_http_backend": "aiohttp"}),
-        ("in-process, direct", {"workers": 0}),
-        ("2 Ray workers, direct", {"workers": 2}),
-        ("2 Ray workers, direct, 64 in flight each", {"workers": 2, "llm_concurrency": 64}),
+        ("in-process, direct", {"workers": 0, **direct}),
+        ("2 Ray workers, direct", {"workers": 2, **direct}),
+        ("2 Ray workers, direct, 64 in flight each", {"workers": 2, "llm_concurrency": 64, **direct}),
+        ("2 Ray workers, SDK httpx", {"workers": 2, "llm_http_backend": "httpx"}),
     ]
     if "compare" not in skip:
         for i, (name, config) in enumerate(configs):
@@ -386,7 +388,7 @@ def main() -> int:
             spec(
                 "limit",
                 n,
-                {"workers": 2, "llm_rpm": args.limit_rpm, "llm_tpm": 10**12, "llm_concurrency": 32},
+                {"workers": 2, "llm_rpm": args.limit_rpm, "llm_tpm": 10**12, "llm_concurrency": 32, **direct},
                 server={"latency_ms": args.limit_latency_ms, "rpm_limit": args.limit_rpm},
                 log=True,
                 expected_requests=0,
