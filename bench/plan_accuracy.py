@@ -67,6 +67,8 @@ def structure_on_fake(corpus: Path, limit: int | None) -> dict:
         "cost_usd_batch_as_billed_by_fake": stats["cost_usd"],
         "docs_with_toc": stats["docs_with_toc"],
         "batches_created": batches["batches_created"],
+        "checkpoint": {k: stats[k] for k in ("input_tokens", "cached_input_tokens", "output_tokens", "llm_calls")},
+        "transport": stats.get("transport", {}),
         "wall_seconds": round(wall, 1),
     }
 
