@@ -92,7 +92,10 @@ class Replay:
         last = tries[-1] if tries else None
         if last is not None and not last.ok and not last.retryable:
             raise LLMError(last.describe(), kind="client", status=last.status_code, attempts=len(tries))
-        if d.cfg.batch.retry == "online" and (last is not None or call > 0):
+        # A batch that failed as a whole (validation, enqueued-token limit) cost nothing: its lines go into a new
+        # batch round whatever the policy, never silently online at twice the price.
+        whole_batch_failed = last is not None and last.error_code == "batch_failed"
+        if d.cfg.batch.retry == "online" and (last is not None or call > 0) and not whole_batch_failed:
             d.counts["online_calls"] += 1
             return await d.online_chat(messages)
         if last is not None and len(tries) >= d.cfg.batch.max_rounds:
@@ -250,6 +253,9 @@ class BatchDriver:
             await self.runner.submit(latest, [])  # a kill between packing and creating: finish the submission
             if not await self.runner.refresh(latest):
                 return False
+            for f in self.runner.groups[latest]["files"]:
+                if f["status"] == "failed":
+                    _say(f"batch {f['batch_id']} ({f['name']}) FAILED: {'; '.join(f.get('errors') or ['no reason'])}")
         results: dict[str, BatchResult] = {}
         for g in groups:
             results.update((k, _slim(v)) for k, v in self.runner.results(g).items())

@@ -268,3 +268,20 @@ def test_new_run_moves_the_batch_manifest_aside(tmp_path, sample_path) -> None:
     (old,) = out.glob("superseded-*/batches.json")
     assert json.loads(old.read_text()) == first
     assert json.loads((out / "batches.json").read_text())["groups"]["pack-00000.r0"]["meta"]["shards"] == [0, 1]
+
+
+def test_a_failed_batch_goes_to_a_new_round_never_online(tmp_path, sample_path, capfd) -> None:
+    """A batch refused as a whole (here: the enqueued-token limit) costs nothing; paying for it online would
+    silently double the bill, so its lines wait for a new batch round, and end as errors after the last."""
+    out = tmp_path / "out"
+    with FakeLLMServer() as server:
+        server.batch_api.configure(fail_code="token_limit_exceeded")
+        run_structure(config(out, sample_path, server, mode="batch", limit=10, batch_max_rounds=2))
+        assert server.stats()["by_path"].get("/v1/chat/completions", 0) == 0
+        assert server.batch_api.stats()["batches_created"] == 2
+    assert "FAILED: token_limit_exceeded" in capfd.readouterr().err
+    rows = rows_of(out)
+    assert len(rows) == 10
+    assert all(
+        r.outcome == "error" and "batch_failed" in r.error and "after 2 batch rounds" in r.error for r in rows.values()
+    )

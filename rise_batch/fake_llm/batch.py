@@ -43,6 +43,7 @@ class BatchSettings:
     hold: bool = False  # True: batches stay in_progress (until set back to False)
     p_line_error: float = 0.0  # share of lines answered with a 500 (error file)
     expire_after: int | None = None  # every batch expires after answering its first N lines
+    fail_code: str | None = None  # every batch fails validation with this error code (e.g. token_limit_exceeded)
     seed: int = 0
 
 
@@ -257,6 +258,8 @@ def _advance(server: FakeLLMServer, b: BatchAPI, batch: dict[str, Any]) -> None:
         batch.update(status="cancelled", cancelled_at=now)
     elif batch["status"] == "validating":
         lines, errors = _validate(b.files[batch["input_file_id"]]["data"], batch["endpoint"])
+        if b.settings.fail_code:
+            errors.append({"code": b.settings.fail_code, "line": None, "message": "(fake) refused", "param": None})
         if errors:
             batch.update(status="failed", failed_at=now, errors={"object": "list", "data": errors})
         else:
@@ -276,7 +279,9 @@ def _validate(data: bytes, endpoint: str) -> tuple[list[dict[str, Any]], list[di
     errors: list[dict[str, Any]] = []
     seen: set[str] = set()
     models: set[str] = set()
-    for n, raw in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+    for n, raw in enumerate(data.decode("utf-8", "replace").split("\n"), 1):  # lines end at \n only, as JSONL's do
+        if not raw.strip():
+            continue
         try:
             rec = json.loads(raw)
         except json.JSONDecodeError:

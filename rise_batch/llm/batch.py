@@ -50,10 +50,20 @@ class BatchResult(NamedTuple):
         return f"batch line {self.custom_id}: {where}{self.error_code or 'error'}: {self.error_message}"[:500]
 
 
+# Characters that some line splitters (Python's str.splitlines, JavaScript) take for line ends; JSON may carry them
+# raw inside strings, so a document holding one would break its request line in two for such a reader.
+_LINE_BREAKERS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
+
+
 def request_line(custom_id: str, body: dict[str, Any], url: str = ENDPOINT) -> bytes:
-    """One input line. Non-ASCII stays UTF-8 (not \\u escapes): a third less bytes on non-English corpora."""
+    """One input line. Non-ASCII stays UTF-8 (not \\u escapes: a third less bytes on non-English corpora), except
+    the Unicode line separators, which are escaped so that the line is one line for every reader."""
     line = {"custom_id": custom_id, "method": "POST", "url": url, "body": body}
-    return json.dumps(line, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    text = json.dumps(line, ensure_ascii=False, separators=(",", ":"))
+    if any(c in text for c in _LINE_BREAKERS):
+        for raw, escaped in _LINE_BREAKERS.items():
+            text = text.replace(raw, escaped)
+    return text.encode("utf-8") + b"\n"
 
 
 def pack_lines(
@@ -76,6 +86,8 @@ def pack_lines(
     for custom_id, body in requests:
         if custom_id in seen:
             raise ValueError(f"duplicate custom_id {custom_id!r} in one batch")
+        if not custom_id or "\n" in custom_id:
+            raise ValueError(f"custom_id {custom_id!r} must be non-empty and hold no line break")
         seen.add(custom_id)
         line = request_line(custom_id, body, url)
         if len(line) > max_bytes:
@@ -96,7 +108,7 @@ def line_custom_id(line: bytes) -> str:
 def parse_results(data: bytes | str) -> Iterator[BatchResult]:
     """Every line of an output or error file; a line that is not JSON is an error of the file, not skipped."""
     text = data.decode("utf-8") if isinstance(data, bytes) else data
-    for n, raw in enumerate(text.splitlines(), 1):
+    for n, raw in enumerate(text.split("\n"), 1):  # not splitlines(): U+2028 and friends may sit inside a string
         if not raw.strip():
             continue
         try:

@@ -120,7 +120,7 @@ class BatchRunner:
             name = f"{group}.f{i}"
             _write_atomic(self.dir / f"{name}.jsonl", b"".join(lines))
             ids = "".join(line_custom_id(x) + "\n" for x in lines)
-            _write_atomic(self.dir / f"{name}.ids", ids.encode())
+            _write_atomic(self.dir / f"{name}.ids", ids.encode("utf-8"))
             files.append({"name": name, "n": len(lines), "bytes": sum(map(len, lines)), "status": "packed"})
         self.groups[group] = {"meta": meta, "created": _now(), "files": files}
         self._save()  # the group exists from here on: a resume uploads these files, it never re-packs
@@ -223,7 +223,7 @@ class BatchRunner:
         """The results of a finished group, read from local files; requests with no result line are failures."""
         out: dict[str, BatchResult] = {}
         for entry in self.groups[group]["files"]:
-            ids = (self.dir / f"{entry['name']}.ids").read_text().split()
+            ids = self._ids(entry)
             got: dict[str, BatchResult] = {}
             for kind in ("error", "output"):  # output last: a line reported in both counts as answered
                 path = self.dir / f"{entry['name']}.{kind}.jsonl"
@@ -235,7 +235,11 @@ class BatchRunner:
         return out
 
     def custom_ids(self, group: str) -> list[str]:
-        return [cid for e in self.groups[group]["files"] for cid in (self.dir / f"{e['name']}.ids").read_text().split()]
+        return [cid for e in self.groups[group]["files"] for cid in self._ids(e)]
+
+    def _ids(self, entry: dict[str, Any]) -> list[str]:
+        text = (self.dir / f"{entry['name']}.ids").read_text(encoding="utf-8")
+        return [x for x in text.split("\n") if x]  # custom_ids hold no "\n" (pack_lines refuses them)
 
     async def cancel(self, group: str) -> None:
         for entry in self.groups[group]["files"]:

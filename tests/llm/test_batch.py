@@ -192,3 +192,21 @@ def test_a_file_that_breaks_the_rules_fails_the_batch(tmp_path: Path) -> None:
         manifest = json.loads((tmp_path / "batches.json").read_text())
         assert manifest["groups"]["g"]["files"][0]["status"] == "failed"
         assert any("mixed_models" in e for e in manifest["groups"]["g"]["files"][0]["errors"])
+
+
+def test_unicode_line_separators_in_documents_survive_the_round_trip(tmp_path: Path) -> None:
+    """Wikipedia text holds U+2028, U+2029 and U+0085: JSONL splits on \\n only, on both sides of the wire."""
+    prose = "A sentence of ordinary prose that runs on for a while to make a paragraph. " * 8
+    texts = [f"Heading\u2028one\n{prose}\nMore\x85text\n{prose}", f"Para\u2029graph\n{prose}", prose]
+    reqs = [(f"doc {i}", body(t)) for i, t in enumerate(texts)]  # a space in a custom_id is fine too
+    line = request_line("x", body(texts[0]))
+    assert len(line.split(b"\n")) == 2 and len(line.decode().splitlines()) == 1
+    assert json.loads(line)["body"] == body(texts[0])
+    with FakeLLMServer() as server:
+        results = run(_run(server, tmp_path, "g", reqs))
+    assert sorted(results) == ["doc 0", "doc 1", "doc 2"] and all(r.ok for r in results.values())
+    answer = {"custom_id": "y", "response": {"status_code": 200, "body": {"text": "a\u2028b\x85c"}}}
+    (parsed,) = parse_results(json.dumps(answer, ensure_ascii=False).encode() + b"\n")  # raw inside a string
+    assert parsed.body == {"text": "a\u2028b\x85c"}
+    with pytest.raises(ValueError, match="no line break"):
+        list(pack_lines([("a\nb", body("x"))]))
