@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     from rise_batch.config import ConfigError
-    from rise_batch.corpus import CorpusError
+    from rise_batch.corpus.readers import CorpusError
 
     try:
         return int(args.func(args) or 0)

@@ -214,14 +214,14 @@ def run_trajectories(cfg: RunConfig) -> dict[str, Any]:
         if plan.pending and cfg.workers == 0:
             transport = asyncio.run(run_local(plan, progress))
         elif plan.pending:
-            from rise_batch.dist.trajectories import run_on_ray
+            from rise_batch.executor.trajectories import run_on_ray
 
             transport = run_on_ray(plan, progress)
     finally:
         progress.close()
     stats = summarize(cfg.out, plan.queries, plan.config_hash)
     if transport:  # this invocation's HTTP traffic: attempts, retries, 429s, timeouts (per-worker sums)
-        from rise_batch.pipeline import merge_stats
+        from rise_batch.structuring.shard import merge_stats
 
         keep = ("calls", "attempts", "retries", "rate_limited", "server_errors", "timeouts", "failures")
         stats["transport"] = {k: v for k, v in merge_stats(transport).items() if k in keep}

@@ -91,7 +91,7 @@ class WorkerContext:
         self.client = client_from_config(cfg.llm, limiter=limiter)
         self.params: dict[str, Any] = {}
         if cfg.api == "responses":
-            from rise_batch.agent.responses import use_responses_api
+            from rise_batch.llm.responses import use_responses_api
 
             use_responses_api(self.client)
             self.params["prompt_cache_key"] = f"rise-batch:{self.system.name}:{config_hash}"

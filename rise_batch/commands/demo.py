@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rise_batch.commands.workspace import sample_walk
     from rise_batch.config import load_structure_config
-    from rise_batch.job import run_structure, summary_line
+    from rise_batch.structuring.job import run_structure, summary_line
 
     cfg = load_structure_config(None, corpus=str(sample_corpus()), out=args.out, backend="heuristic", index=True)
     stats = run_structure(cfg)

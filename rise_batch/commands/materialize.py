@@ -19,9 +19,9 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from rise_batch.job import MANIFEST, progress_bar
-    from rise_batch.pipeline import materialize_shard
-    from rise_batch.scan import shards_from_json
+    from rise_batch.corpus.scan import shards_from_json
+    from rise_batch.structuring.job import MANIFEST, progress_bar
+    from rise_batch.structuring.shard import materialize_shard
 
     out = Path(args.out)
     manifest = json.loads((out / MANIFEST).read_text())

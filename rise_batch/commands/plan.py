@@ -38,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from rise_batch.plan import OutputModel, format_plan, make_plan
+    from rise_batch.structuring.plan import OutputModel, format_plan, make_plan
 
     output = OutputModel(reasoning_tokens=args.reasoning_tokens)
     if args.tokens_per_section is not None:

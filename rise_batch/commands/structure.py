@@ -104,12 +104,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rise_batch.job import run_structure, summary_line
+    from rise_batch.structuring.job import run_structure, summary_line
 
     want_json = args.json
     del args.json
     cfg = config_from_args(args)
-    from rise_batch.llm.budget import EXIT_BUDGET, BudgetExceeded
+    from rise_batch.structuring.budget import EXIT_BUDGET, BudgetExceeded
 
     try:
         stats = run_structure(cfg)

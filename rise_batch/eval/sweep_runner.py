@@ -45,8 +45,8 @@ class _JudgeLimiter:
         self._handle: Any = None
         self.concurrency = llm.concurrency
         if uses_ray:
-            from rise_batch.dist.limiter import start_limiter
-            from rise_batch.dist.structure import init_ray
+            from rise_batch.executor.structure import init_ray
+            from rise_batch.llm.limiter_actor import start_limiter
 
             init_ray(cfg.run.get("ray_address"))
             key = hashlib.sha256(f"judge\0{cfg.name}\0{cfg.out}\0{llm.model}".encode()).hexdigest()[:16]
@@ -55,7 +55,7 @@ class _JudgeLimiter:
     def limiter(self) -> Any:
         if self.name is None:
             return None
-        from rise_batch.dist.limiter import RemoteLimiter
+        from rise_batch.llm.limiter_actor import RemoteLimiter
 
         return RemoteLimiter(self.name, self.concurrency)
 

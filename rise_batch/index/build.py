@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from rise_batch.index.tokenize import TokenizerSettings
 
 if TYPE_CHECKING:
-    from rise_batch.corpus import ShardSpec
+    from rise_batch.corpus.readers import ShardSpec
     from rise_batch.index.shards import ShardRunner
     from rise_batch.index.tokenize import ShardPostings
     from rise_batch.types import BadRow
@@ -83,13 +83,13 @@ def build_index(
     use_numba: bool | None = None,
     log: Callable[[str], None] | None = None,
 ) -> IndexMeta:
-    """Build the BM25 index of a corpus (Parquet / JSONL[.gz], see rise_batch.corpus) into `out_dir`.
+    """Build the BM25 index of a corpus (Parquet / JSONL[.gz], see rise_batch.corpus.readers) into `out_dir`.
 
     `shards` lets a caller that already planned the corpus (the structure job's scan) reuse that plan; otherwise
     shards of about `shard_docs` rows are cut from file metadata. Bad rows and duplicate docids raise
     (`on_bad_row="error"`) or are left out and counted in meta.json ("skip"; the first of duplicates is kept).
     `runner` defaults to `workers` spawned local processes (as with any multiprocessing, a script calling this
-    with workers > 1 needs an `if __name__ == "__main__":` guard); rise_batch.dist.index_tasks.RayShardRunner
+    with workers > 1 needs an `if __name__ == "__main__":` guard); rise_batch.executor.index_tasks.RayShardRunner
     runs the same per-shard function as Ray tasks.
     """
     from rise_batch.index.merge import GlobalStats, assemble
@@ -188,7 +188,7 @@ class _Run:
 def _tokenize_all(
     shards: list[ShardSpec], runner: ShardRunner, settings: TokenizerSettings, on_bad_row: str, spill: Path
 ) -> _Run:
-    from rise_batch.corpus import CorpusError
+    from rise_batch.corpus.readers import CorpusError
 
     run = _Run()
     first: dict[str, tuple[int, int]] = {}  # docid -> (shard index, source row) of its first occurrence

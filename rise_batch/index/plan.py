@@ -1,6 +1,6 @@
 """Cut a corpus into index shards without reading its text, and read a shard under a bad-row policy.
 
-`rise_batch.scan.scan_corpus` checks every row and assigns relpaths in one sequential pass: right for the
+`rise_batch.corpus.scan.scan_corpus` checks every row and assigns relpaths in one sequential pass: right for the
 structure job, but for indexing alone it is a serial read of the whole corpus before any parallel work starts
 (20 s for the 0.4 GB wiki2015, minutes at 1M documents). Here shards come from Parquet metadata (whole row groups,
 so no worker decodes rows it then throws away) or from line offsets of plain JSONL; rows are checked by the
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from rise_batch.corpus import BAD_ROW_POLICIES, CorpusError, ShardSpec, _format, iter_rows, list_sources
+from rise_batch.corpus.readers import BAD_ROW_POLICIES, CorpusError, ShardSpec, _format, iter_rows, list_sources
 from rise_batch.types import BadRow, Doc
 
 

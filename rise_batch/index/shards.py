@@ -2,7 +2,7 @@
 
 Workers write their postings to a spill directory and send back only the small summary, so neither the pipe nor
 the parent ever holds more than a few shards' postings; the merge reads them back one shard at a time. The Ray
-runner (rise_batch/dist/index_tasks.py) has the same `map` shape and keeps postings in the object store instead.
+runner (rise_batch/executor/index_tasks.py) has the same `map` shape and keeps postings in the object store instead.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 from rise_batch.index.tokenize import ShardPostings, ShardSummary, TokenizerSettings, tokenize_shard
 
 if TYPE_CHECKING:
-    from rise_batch.corpus import ShardSpec
+    from rise_batch.corpus.readers import ShardSpec
 
 Fetch = Callable[[], ShardPostings]
 

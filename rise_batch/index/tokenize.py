@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     import numpy as np
 
-    from rise_batch.corpus import ShardSpec
+    from rise_batch.corpus.readers import ShardSpec
     from rise_batch.types import BadRow, Doc
 
 DEFAULT_TOKEN_PATTERN = r"(?u)\b\w\w+\b"

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from rise_batch.corpus.scan import dump_json
 from rise_batch.llm.batch import (
     ENDPOINT,
     MAX_BYTES,
@@ -37,7 +38,6 @@ from rise_batch.llm.batch import (
     pack_lines,
     parse_results,
 )
-from rise_batch.scan import dump_json
 
 log = logging.getLogger(__name__)
 TERMINAL = ("completed", "failed", "expired", "cancelled")

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-from rise_batch.docmap import frontmatter_title
+from rise_batch.corpus.docmap import frontmatter_title
 from rise_batch.structure.anchors import body_start
 from rise_batch.structure.render import TOC_HEADER, one_line
 

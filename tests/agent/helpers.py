@@ -35,7 +35,7 @@ def world() -> World:
     """The shared docs + index (built on first use in this process)."""
     if "w" not in _BUILT:
         from rise_batch.config import load_structure_config
-        from rise_batch.job import run_structure
+        from rise_batch.structuring.job import run_structure
 
         root = Path(tempfile.mkdtemp(prefix="rise-agent-test-"))
         os.chmod(root, 0o755)

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from rise_batch.corpus import CorpusError
+from rise_batch.corpus.readers import CorpusError
 from rise_batch.index import build_index, load_index
 from tests.conftest import sample_rows, write_jsonl, write_parquet
 from tests.index.conftest import (

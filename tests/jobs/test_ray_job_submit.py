@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rise_batch.checkpoint import CheckpointStore
 from rise_batch.fake_llm import FakeLLMServer
+from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.types import OUTCOMES
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rise_batch.docmap import RelpathAssigner, frontmatter_title
+from rise_batch.corpus.docmap import RelpathAssigner, frontmatter_title
 from rise_batch.space.sandbox import SandboxLimits, probe
 from rise_batch.structure.anchors import body_start_line
 from rise_batch.structure.render import render

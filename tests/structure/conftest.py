@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rise_batch.corpus import iter_docs
+from rise_batch.corpus.readers import iter_docs
 from rise_batch.types import Doc
 
 SAMPLE = Path(__file__).resolve().parents[2] / "rise_batch" / "data" / "enwiki_sample.jsonl.gz"

@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rise_batch.checkpoint import CheckpointStore
 from rise_batch.config import ConfigError, load_structure_config
 from rise_batch.fake_llm import FakeLLMServer
-from rise_batch.job import run_structure
-from rise_batch.llm.budget import EXIT_BUDGET, BudgetExceeded
+from rise_batch.structuring.budget import EXIT_BUDGET, BudgetExceeded
+from rise_batch.structuring.checkpoint import CheckpointStore
+from rise_batch.structuring.job import run_structure
 from tests.conftest import sample_rows
-from tests.test_kill_resume import OUTPUT_FIELDS, doc_key, outputs
+from tests.structuring.test_kill_resume import OUTPUT_FIELDS, doc_key, outputs
 
 N_DOCS = 30
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from rise_batch.checkpoint import CheckpointStore
 from rise_batch.fake_llm import FakeLLMServer
+from rise_batch.structuring.checkpoint import CheckpointStore
 from tests.conftest import sample_rows
 
 OUTPUT_FIELDS = (

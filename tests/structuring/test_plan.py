@@ -10,8 +10,8 @@ import pytest
 from rise_batch.cli import main
 from rise_batch.config import load_structure_config
 from rise_batch.fake_llm import FakeLLMServer
-from rise_batch.job import run_structure
-from rise_batch.plan import make_plan, sample_docs
+from rise_batch.structuring.job import run_structure
+from rise_batch.structuring.plan import make_plan, sample_docs
 from tests.conftest import sample_rows, write_jsonl
 
 

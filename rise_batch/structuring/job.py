@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from rise_batch.checkpoint import CheckpointStore
 from rise_batch.config import ConfigError, StructureConfig, config_to_dict, run_hash
-from rise_batch.corpus import ShardSpec
-from rise_batch.pipeline import merge_stats, structure_shard
-from rise_batch.scan import dump_json, scan_corpus, shards_from_json, shards_to_json, write_bad_rows
-from rise_batch.structure_batch import refuse_if_batches_open
+from rise_batch.corpus.readers import ShardSpec
+from rise_batch.corpus.scan import dump_json, scan_corpus, shards_from_json, shards_to_json, write_bad_rows
+from rise_batch.structuring.batch import refuse_if_batches_open
+from rise_batch.structuring.checkpoint import CheckpointStore
+from rise_batch.structuring.shard import merge_stats, structure_shard
 
 MANIFEST = "manifest.json"
 OUTPUTS = (
@@ -73,9 +73,9 @@ def _supersede(out: Path) -> Path:
 
 def prepare_run(cfg: StructureConfig) -> RunPlan:
     """Scan the corpus (or reuse the manifest's scan) and pin the run; refuse a mismatched resume."""
-    from rise_batch.corpus import list_sources
+    from rise_batch.corpus.readers import list_sources
+    from rise_batch.corpus.scan import corpus_fingerprint
     from rise_batch.prompts import load_prompt
-    from rise_batch.scan import corpus_fingerprint
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -153,7 +153,7 @@ def make_backend(cfg: StructureConfig, prompt_text: str, limiter=None):
     client = client_from_config(cfg.llm, limiter=limiter)
     chat = client.chat
     if cfg.max_cost_usd is not None:  # each Ray actor guards an equal share of what is left
-        from rise_batch.llm.budget import CostBudget, checkpoint_cost, structuring_estimator
+        from rise_batch.structuring.budget import CostBudget, checkpoint_cost, structuring_estimator
 
         spent = checkpoint_cost(cfg.out)
         share = spent + (cfg.max_cost_usd - spent) / cfg.n_workers if cfg.n_workers > 1 else None
@@ -196,13 +196,13 @@ def run_structure(cfg: StructureConfig) -> dict:
         refuse_if_batches_open(cfg.out)
     with progress_bar(plan.n_docs, f"structure[{cfg.backend}]", cfg.progress) as bar:
         if cfg.mode == "batch":  # one driver process: the provider does the parallel work
-            from rise_batch.structure_batch import run_batch
+            from rise_batch.structuring.batch import run_batch
 
             shard_stats, transport = run_batch(cfg, plan, bar)
         elif cfg.n_workers == 0:
             shard_stats, transport = asyncio.run(_run_local(cfg, plan, bar))
         else:
-            from rise_batch.dist.structure import run_on_ray
+            from rise_batch.executor.structure import run_on_ray
 
             shard_stats, transport = run_on_ray(cfg, plan, bar)
     stats = merge_stats(shard_stats)
@@ -241,7 +241,7 @@ def build_job_index(cfg: StructureConfig, plan: RunPlan) -> str:
         return str(out)
     runner = None
     if cfg.n_workers > 0:
-        from rise_batch.dist.index_tasks import RayShardRunner
+        from rise_batch.executor.index_tasks import RayShardRunner
 
         runner = RayShardRunner(cfg.ray_address)
     build_index(

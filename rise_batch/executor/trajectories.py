@@ -54,7 +54,7 @@ class TrajectoryWorker:
         self.cfg = run_config_from_dict(cfg)
         limiter = None
         if limiter_name:
-            from rise_batch.dist.limiter import RemoteLimiter
+            from rise_batch.llm.limiter_actor import RemoteLimiter
 
             limiter = RemoteLimiter(limiter_name, self.cfg.llm.concurrency)
         self.ctx = WorkerContext(self.cfg, config_hash, limiter)
@@ -262,8 +262,8 @@ class Dispatcher:
 
 def run_on_ray(plan: RunPlan, progress: Progress) -> list[dict[str, Any]]:
     """Run every pending query of `plan` on `workers` actors; returns the actors' transport stats."""
-    from rise_batch.dist.limiter import start_limiter
-    from rise_batch.dist.structure import init_ray
+    from rise_batch.executor.structure import init_ray
+    from rise_batch.llm.limiter_actor import start_limiter
 
     init_ray(plan.cfg.ray_address)
     limiter_name, limiter = start_limiter(plan.cfg.llm, plan.config_hash)

@@ -120,7 +120,7 @@ def sample_docs(corpus: str | Path, n: int, seed: int = 0, chunks: int = 200) ->
     reads a fraction of it. Runs are short (n / chunks rows): neighbouring rows are alike (same source, same crawl
     stretch), and long runs made the estimate of wiki2015's total tokens swing twice as much as single rows did.
     """
-    from rise_batch.corpus import iter_rows, list_sources
+    from rise_batch.corpus.readers import iter_rows, list_sources
 
     sources = list_sources(corpus)
     sizes = [count_rows(s) for s in sources]

@@ -28,12 +28,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rise_batch.checkpoint import CheckpointStore
 from rise_batch.config import ConfigError, StructureConfig
-from rise_batch.corpus import ShardSpec, read_shard
+from rise_batch.corpus.readers import ShardSpec, read_shard
 from rise_batch.llm.batch import BatchResult, reply_from_body, request_line
-from rise_batch.llm.budget import BudgetExceeded
-from rise_batch.pipeline import materialize_shard, summarize
+from rise_batch.structuring.budget import BudgetExceeded
+from rise_batch.structuring.checkpoint import CheckpointStore
+from rise_batch.structuring.shard import materialize_shard, summarize
 from rise_batch.types import Doc, DocResult, Reply
 
 MANIFEST = "batches.json"
@@ -143,7 +143,7 @@ class BatchDriver:
             self._online = client_from_config(self.cfg.llm)
             self._online_chat = self._online.chat
             if self.cfg.max_cost_usd is not None:
-                from rise_batch.llm.budget import CostBudget, checkpoint_cost, structuring_estimator
+                from rise_batch.structuring.budget import CostBudget, checkpoint_cost, structuring_estimator
 
                 budget = CostBudget(self.cfg.max_cost_usd, checkpoint_cost(self.out) + self._committed())
                 model, worst = self.cfg.llm.model, self.cfg.llm.max_output_tokens
@@ -208,14 +208,14 @@ class BatchDriver:
         )
 
     def _estimate(self, requests: list[tuple[str, dict]]) -> float:
-        from rise_batch.plan import request_cost
+        from rise_batch.structuring.plan import request_cost
 
         return sum(request_cost(b["messages"], self.cfg.llm.model, self.prices, batch=True) for _, b in requests)
 
     async def _submit(self, pack: int, rnd: int, shards: list[int], requests: list[tuple[str, dict]]) -> None:
         estimate = self._estimate(requests)
         if self.cfg.max_cost_usd is not None:
-            from rise_batch.llm.budget import checkpoint_cost
+            from rise_batch.structuring.budget import checkpoint_cost
 
             spent = checkpoint_cost(self.out) + self._committed()
             if spent + estimate > self.cfg.max_cost_usd:

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from rise_batch.corpus import (
+from rise_batch.corpus.docmap import RelpathAssigner, frontmatter_title
+from rise_batch.corpus.readers import (
     BAD_ROW_POLICIES,
     DEFAULT_MAX_DOC_CHARS,
     CorpusError,
@@ -22,7 +23,6 @@ from rise_batch.corpus import (
     iter_rows,
     list_sources,
 )
-from rise_batch.docmap import RelpathAssigner, frontmatter_title
 from rise_batch.types import BadRow
 
 

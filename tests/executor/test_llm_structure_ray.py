@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import bisect
 
-from rise_batch.checkpoint import CheckpointStore
 from rise_batch.config import load_structure_config
 from rise_batch.fake_llm import FakeLLMServer
-from rise_batch.job import run_structure
+from rise_batch.structuring.checkpoint import CheckpointStore
+from rise_batch.structuring.job import run_structure
 from rise_batch.types import OUTCOMES
 
 

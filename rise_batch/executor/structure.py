@@ -13,8 +13,8 @@ from typing import Any
 import ray
 
 from rise_batch.config import StructureConfig, config_from_dict, config_to_dict
-from rise_batch.corpus import ShardSpec
-from rise_batch.llm.budget import BudgetExceeded
+from rise_batch.corpus.readers import ShardSpec
+from rise_batch.structuring.budget import BudgetExceeded
 
 MAX_SHARD_ATTEMPTS = 3
 
@@ -24,23 +24,23 @@ class StructureWorker:
     """Builds its backend (and LLM client) once, then structures whole shards on request."""
 
     def __init__(self, cfg: dict[str, Any], prompt_text: str, limiter_name: str | None) -> None:
-        from rise_batch.job import make_backend
+        from rise_batch.structuring.job import make_backend
 
         self.cfg: StructureConfig = config_from_dict(cfg)
         limiter = None
         if limiter_name:
-            from rise_batch.dist.limiter import RemoteLimiter
+            from rise_batch.llm.limiter_actor import RemoteLimiter
 
             limiter = RemoteLimiter(limiter_name, self.cfg.llm.concurrency)
         self.backend = make_backend(self.cfg, prompt_text, limiter)
 
     async def run_shard(self, spec: ShardSpec, run_hash: str) -> dict:
-        from rise_batch.pipeline import structure_shard
+        from rise_batch.structuring.shard import structure_shard
 
         return await structure_shard(self.cfg, spec, self.backend, run_hash)
 
     def transport_stats(self) -> dict:
-        from rise_batch.job import transport_stats
+        from rise_batch.structuring.job import transport_stats
 
         return transport_stats(self.backend)
 
@@ -64,7 +64,7 @@ def run_on_ray(cfg: StructureConfig, plan, bar) -> tuple[list[dict], list[dict]]
     init_ray(cfg.ray_address)
     limiter_name, limiter = None, None
     if cfg.backend == "llm":
-        from rise_batch.dist.limiter import start_limiter
+        from rise_batch.llm.limiter_actor import start_limiter
 
         limiter_name, limiter = start_limiter(cfg.llm, plan.run_hash)
     cfg_dict = config_to_dict(cfg)

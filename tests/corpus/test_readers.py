@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from rise_batch.corpus import CorpusError, iter_docs, list_sources, read_shard
-from rise_batch.scan import scan_corpus
+from rise_batch.corpus.readers import CorpusError, iter_docs, list_sources, read_shard
+from rise_batch.corpus.scan import scan_corpus
 from tests.conftest import sample_rows, write_jsonl, write_parquet
 
 ROWS = [

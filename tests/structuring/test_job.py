@@ -7,10 +7,10 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from rise_batch.checkpoint import CheckpointStore
 from rise_batch.config import ConfigError, load_structure_config
-from rise_batch.job import run_structure
 from rise_batch.structure.render import strip_structure
+from rise_batch.structuring.checkpoint import CheckpointStore
+from rise_batch.structuring.job import run_structure
 from tests.conftest import sample_rows, write_jsonl
 
 STATS_KEYS = {

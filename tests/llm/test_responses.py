@@ -1,13 +1,9 @@
-"""The Responses API path: request/reply translation, and whole trajectories over `POST /v1/responses`."""
+"""The Responses API translation, both ways (whole trajectories: tests/agent/test_responses_api.py)."""
 
 from __future__ import annotations
 
-import pytest
-
-from rise_batch.agent.job import run_trajectories
-from rise_batch.agent.responses import chat_to_responses, responses_to_chat
 from rise_batch.fake_llm.responses import to_chat_request, to_responses_reply
-from tests.agent.helpers import read_trajectories, run_config, run_dir, title_query, write_queries
+from rise_batch.llm.responses import chat_to_responses, responses_to_chat
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "d", "parameters": {"type": "object"}}}]
 CHAT = {
@@ -64,24 +60,3 @@ def test_reply_translation_round_trip():
     assert message["tool_calls"] == CHAT["messages"][2]["tool_calls"] and message["content"] == "thinking aloud"
     assert again["usage"]["prompt_tokens"] == 10 and again["usage"]["prompt_tokens_details"]["cached_tokens"] == 4
     assert list(carried) == ["c1"] and carried["c1"][0]["encrypted_content"].startswith("fake-")
-
-
-@pytest.mark.parametrize("http_backend", ["direct", "httpx"])
-def test_trajectories_over_the_responses_api(agent_world, fake_server, http_backend):
-    out = run_dir(f"responses-{http_backend}")
-    items = list(agent_world.titles.items())[:3]
-    queries = write_queries(out / "q.jsonl", [title_query(d, t) for d, t in items])
-    cfg = run_config(
-        out / "run",
-        queries,
-        fake_server.base_url,
-        api="responses",
-        llm_reasoning_effort="low",
-        llm_http_backend=http_backend,
-    )
-    stats = run_trajectories(cfg)
-    assert stats["stop_reasons"] == {"answered": 3}
-    for qid, t in read_trajectories(out / "run").items():
-        assert qid in t["surfaced_docids"] and t["exact_answer"] and t["usage"]["output_tokens"] > 0
-    paths = {e["path"] for e in fake_server.log()}
-    assert paths == {"/v1/responses"}

@@ -5,7 +5,7 @@ spends. Online, before a document's first request is sent its worst-case cost (e
 `max_output_tokens`) is reserved; if spent + reserved + that would pass the limit, the budget trips and every later
 first request is refused. A follow-up request of a document already paid for (the re-ask) is never refused, so no
 paid reply is thrown away; only re-asks in flight when it trips can take the total past the limit. In batch mode a
-whole pack is committed at once at its *expected* cost (rise_batch.plan.request_cost): a pack that would pass the
+whole pack is committed at once at its *expected* cost (structuring.plan.request_cost): a pack that would pass the
 limit is not submitted (smaller packs, `--batch-max-requests`, give finer control).
 
 `BudgetExceeded` derives from BaseException on purpose: the structuring backend turns any `Exception` of a
@@ -81,7 +81,7 @@ def checkpoint_cost(out_dir: str | Path) -> float:
     """Dollars already recorded in a run's checkpoint (all shards)."""
     import pyarrow.parquet as pq
 
-    from rise_batch.checkpoint import CheckpointStore
+    from rise_batch.structuring.checkpoint import CheckpointStore
 
     parts = CheckpointStore(out_dir).parts()
     return float(sum(sum(pq.read_table(p, columns=["cost_usd"]).column("cost_usd").to_pylist()) for p in parts))
@@ -92,6 +92,6 @@ def structuring_estimator(
 ) -> Callable[[list[dict]], float]:
     """Cost of a request before it is sent: with `max_output_tokens`, the worst case (online reservations, so the
     limit is never passed by requests in flight); without, the expected output (a batch pack's estimate)."""
-    from rise_batch.plan import request_cost
+    from rise_batch.structuring.plan import request_cost
 
     return lambda messages: request_cost(messages, model, prices, batch=batch, output_tokens=max_output_tokens)

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import ray
 
-from rise_batch.dist.limiter import HOLD_S, WINDOW_SLACK_S, BatchedRate, LimiterActor
 from rise_batch.llm.limiter import AsyncLimiter
+from rise_batch.llm.limiter_actor import HOLD_S, WINDOW_SLACK_S, BatchedRate, LimiterActor
 from rise_batch.llm.ratelimit import RateLimiter, RateLimits
 from tests.llm.test_limiter import VirtualTime
 
@@ -132,7 +132,7 @@ async def _resolve(value: Any) -> Any:
 def test_two_workers_share_one_real_actor(ray_local) -> None:
     """Two workers' limiters (as in two actors) against one LimiterActor: the shared limit holds by use time."""
     from rise_batch.config import LLMConfig
-    from rise_batch.dist.limiter import RemoteLimiter, start_limiter
+    from rise_batch.llm.limiter_actor import RemoteLimiter, start_limiter
 
     name, handle = start_limiter(LLMConfig(rpm=60, tpm=10**9, limit_window_s=1.0), "test-batched")
     limiters = [RemoteLimiter(name, concurrency=16) for _ in range(2)]

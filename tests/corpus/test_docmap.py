@@ -3,7 +3,7 @@ from __future__ import annotations
 import random
 import string
 
-from rise_batch.docmap import RelpathAssigner, frontmatter_title, is_safe_relpath
+from rise_batch.corpus.docmap import RelpathAssigner, frontmatter_title, is_safe_relpath
 
 
 def test_readable_host_and_title():

@@ -20,7 +20,7 @@ def ray_local():
 
 
 def test_ray_build_equals_local_build(tmp_path, ray_local):
-    from rise_batch.dist.index_tasks import RayShardRunner
+    from rise_batch.executor.index_tasks import RayShardRunner
 
     write_parquet(tmp_path / "c.parquet", sample_rows(), row_group_size=10)
     local = build_index(tmp_path / "c.parquet", tmp_path / "local", workers=2, shard_docs=10)
@@ -35,8 +35,8 @@ def test_ray_build_equals_local_build(tmp_path, ray_local):
 
 
 def test_ray_task_errors_name_the_row(tmp_path, ray_local):
-    from rise_batch.corpus import CorpusError
-    from rise_batch.dist.index_tasks import RayShardRunner
+    from rise_batch.corpus.readers import CorpusError
+    from rise_batch.executor.index_tasks import RayShardRunner
 
     rows = sample_rows(12)
     rows[7]["text"] = ""

@@ -14,10 +14,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from rise_batch.checkpoint import CheckpointStore
 from rise_batch.config import StructureConfig
-from rise_batch.corpus import ShardSpec, read_shard
-from rise_batch.llm.budget import BudgetExceeded
+from rise_batch.corpus.readers import ShardSpec, read_shard
+from rise_batch.structuring.budget import BudgetExceeded
+from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.types import OUTCOME_TOC, DocResult
 
 RETAIN_CHARS = 100_000_000  # rendered text kept per shard for materialize; past it, docs are re-read and re-rendered

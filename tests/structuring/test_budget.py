@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from rise_batch.checkpoint import CheckpointStore
-from rise_batch.llm.budget import BudgetExceeded, CostBudget, checkpoint_cost
+from rise_batch.structuring.budget import BudgetExceeded, CostBudget, checkpoint_cost
+from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.types import DocResult, Reply
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import ray
 
-from rise_batch.corpus import ShardSpec
+from rise_batch.corpus.readers import ShardSpec
 from rise_batch.index.tokenize import ShardPostings, ShardSummary, TokenizerSettings, tokenize_shard
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import ray
 
-from rise_batch.checkpoint import CheckpointStore
 from rise_batch.config import load_structure_config
 from rise_batch.fake_llm import FakeLLMServer
-from rise_batch.job import run_structure
-from rise_batch.llm.budget import BudgetExceeded
+from rise_batch.structuring.budget import BudgetExceeded
+from rise_batch.structuring.checkpoint import CheckpointStore
+from rise_batch.structuring.job import run_structure
 
 
 @pytest.fixture(scope="module")

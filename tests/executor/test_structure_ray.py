@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rise_batch.checkpoint import CheckpointStore
 from rise_batch.config import load_structure_config
-from rise_batch.job import run_structure
+from rise_batch.structuring.checkpoint import CheckpointStore
+from rise_batch.structuring.job import run_structure
 
 
 def rows(out) -> list[dict]:

@@ -1,1 +1,0 @@
-"""dist layer of rise_batch."""
