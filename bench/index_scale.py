@@ -133,7 +133,7 @@ def child_stock_build(corpus: str, out: str) -> None:
     import bm25s
     import Stemmer
 
-    from rise_batch.corpus import iter_docs
+    from rise_batch.corpus.readers import iter_docs
 
     t0 = time.perf_counter()
     docids, texts = [], []

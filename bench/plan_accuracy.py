@@ -22,8 +22,8 @@ from pathlib import Path
 
 from rise_batch.config import load_structure_config
 from rise_batch.fake_llm import FakeLLMServer
-from rise_batch.job import run_structure
-from rise_batch.plan import format_plan, make_plan
+from rise_batch.structuring.job import run_structure
+from rise_batch.structuring.plan import format_plan, make_plan
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = REPO.parent / "shared" / "data" / "wiki2015"
@@ -87,7 +87,7 @@ def main() -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from rise_batch.corpus import iter_docs
+        from rise_batch.corpus.readers import iter_docs
 
         docs = [d for _, d in zip(range(args.limit), iter_docs(corpus), strict=False)]
         corpus = Path(tempfile.mkdtemp()) / "subset.parquet"

@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from rise_batch.corpus import iter_docs
+from rise_batch.corpus.readers import iter_docs
 from rise_batch.structure.anchors import LOCATED, body_start_line, validate_anchors
 from rise_batch.structure.backends import HeuristicBackend
 from rise_batch.structure.heuristic import propose_heuristic

@@ -137,7 +137,7 @@ def max_in_window(times: list[float], window: float) -> int:
 def measure(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one structure job as `spec` says; the engine in this process, the fake server in its own."""
     from rise_batch.config import load_structure_config
-    from rise_batch.job import run_structure
+    from rise_batch.structuring.job import run_structure
 
     server, url = start_server(spec.get("server", {}))
     try:
@@ -241,7 +241,7 @@ def ceilings(steady: dict[str, Any] | None, docs_per_request: float, one_process
 
 def flush_cost(n_rows: int = 200, repeat: int = 20) -> float:
     """CPU ms per document of writing checkpoint parts of `n_rows` rows."""
-    from rise_batch.checkpoint import CheckpointStore
+    from rise_batch.structuring.checkpoint import CheckpointStore
     from rise_batch.types import DocResult
 
     root = SCRATCH / "flush"
@@ -261,9 +261,9 @@ def flush_cost(n_rows: int = 200, repeat: int = 20) -> float:
 
 def projection(stats: dict[str, Any], docs: int, rpm: int, tpm: int, model: str) -> dict[str, Any]:
     from rise_batch.llm.pricing import PriceTable
-    from rise_batch.plan import CACHE_MIN_TOKENS, messages_tokens
     from rise_batch.prompts import load_prompt
     from rise_batch.structure.propose import build_messages
+    from rise_batch.structuring.plan import CACHE_MIN_TOKENS, messages_tokens
 
     n = stats["docs_total"]
     per_doc = {k: stats[k] / n for k in ("llm_calls", "input_tokens", "cached_input_tokens", "output_tokens")}

@@ -63,7 +63,7 @@ def build_world(root: Path) -> tuple[Path, list[tuple[str, str]]]:
     import gzip
 
     from rise_batch.config import load_structure_config
-    from rise_batch.job import run_structure
+    from rise_batch.structuring.job import run_structure
 
     cfg = load_structure_config(
         None, corpus=str(SAMPLE), out=str(root / "docs"), backend="heuristic", workers=0, index=True, progress=False

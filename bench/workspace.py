@@ -23,8 +23,8 @@ import statistics
 import time
 from pathlib import Path
 
-from rise_batch.corpus import iter_docs
-from rise_batch.docmap import RelpathAssigner, frontmatter_title
+from rise_batch.corpus.docmap import RelpathAssigner, frontmatter_title
+from rise_batch.corpus.readers import iter_docs
 from rise_batch.space.fileview import snippet_line
 from rise_batch.space.sandbox import Sandbox, SandboxLimits
 from rise_batch.space.tools import search_into

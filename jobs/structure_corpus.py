@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the job's wor
 
 from rise_batch.commands.structure import add_structure_flags, config_from_args  # noqa: E402
 from rise_batch.config import ConfigError  # noqa: E402
-from rise_batch.corpus import CorpusError  # noqa: E402
-from rise_batch.job import run_structure, summary_line  # noqa: E402
-from rise_batch.llm.budget import EXIT_BUDGET, BudgetExceeded  # noqa: E402
+from rise_batch.corpus.readers import CorpusError  # noqa: E402
+from rise_batch.structuring.budget import EXIT_BUDGET, BudgetExceeded  # noqa: E402
+from rise_batch.structuring.job import run_structure, summary_line  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
