@@ -9,7 +9,7 @@ like a passage of one article, occasionally running into the next). It gets Brow
 50,000 documents with row groups of 2,000 rows. Real sentences, none invented; but the vocabulary is
 bounded by wiki2015's (~0.5M terms), where a real 1M-document web corpus would have several million.
 
-Usage: python bench/derive_corpus.py --src ../shared/data/wiki2015 --out /work/scratch/syn1m --docs 1000000
+Usage: python bench/derive_corpus.py --src ../shared/data/wiki2015 --out bench/scratch/syn1m --docs 1000000
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ def derive(src: Path, out: Path, n_docs: int, seed: int = 2015) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--src", type=Path, default=Path("/work/shared/data/wiki2015"))
+    shared = Path(__file__).resolve().parents[1].parent / "shared" / "data"  # the shared data beside the checkout
+    ap.add_argument("--src", type=Path, default=shared / "wiki2015")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--docs", type=int, default=1_000_000)
     args = ap.parse_args()

@@ -24,8 +24,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-WIKI = Path("/work/shared/data/wiki2015")
-SQUAD = Path("/work/shared/data/squad_wiki/queries.jsonl")
+DATA = REPO.parent / "shared" / "data"  # the shared data beside the checkout
+WIKI = DATA / "wiki2015"
+SQUAD = DATA / "squad_wiki" / "queries.jsonl"
+SCRATCH = REPO / "bench" / "scratch"  # not committed; --scratch / --big elsewhere for 1M runs
 GB = 1024**3
 MIN_AVAILABLE = 1.5 * GB
 ARRAYS = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy")
@@ -310,14 +312,14 @@ def main() -> None:
         return child_search(sys.argv[2], sys.argv[3], sys.argv[4] == "1")
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--wiki", type=Path, default=WIKI, help="the real corpus (recall is computed on it)")
-    ap.add_argument("--big", type=Path, default=Path("/work/scratch/syn1m"), help="the 1M-document corpus dir")
+    ap.add_argument("--big", type=Path, default=SCRATCH / "syn1m", help="the 1M-document corpus dir")
     ap.add_argument("--big-docs", type=int, default=1_000_000)
     ap.add_argument("--skip-big", action="store_true")
     ap.add_argument("--skip-wiki", action="store_true")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--shard-docs", type=int, default=2000)
     ap.add_argument("--stock-limit-gb", type=float, default=20.0)
-    ap.add_argument("--scratch", type=Path, default=Path("/work/scratch/index_scale"))
+    ap.add_argument("--scratch", type=Path, default=SCRATCH / "index_scale")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "index_scale.json")
     ap.add_argument("--only-search", action="store_true", help="reuse the indexes and build figures of --out")
     args = ap.parse_args()

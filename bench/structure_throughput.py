@@ -38,7 +38,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 DEFAULT_CORPUS = REPO.parent / "shared" / "data" / "wiki2015"
-SCRATCH = Path(os.environ.get("BENCH_SCRATCH", "/tmp/rise_bench_structure"))
+SCRATCH = Path(os.environ.get("BENCH_SCRATCH", REPO / "bench" / "scratch" / "structure"))
 UNLIMITED = {"llm_rpm": 10**9, "llm_tpm": 10**12}
 TARGET_DOCS_PER_S = 300.0
 

@@ -1,7 +1,7 @@
 """Benchmark of the interaction space: search + materialize latency, and the cost of the bubblewrap sandbox.
 
 1. RISE `search` of 3 sub-queries x K=1000 into a fresh workspace, on wiki2015 (26,887 articles) and, when the
-   index benchmark has left a >= 500k-document index under /work/scratch whose corpus is still there, at that
+   index benchmark has left a >= 500k-document index under bench/scratch whose corpus is still there, at that
    scale. Timed: BM25 search of the 3 queries, linking their union, the previews, and the whole tool call.
    Sub-queries are SQuAD questions about wiki2015 articles, three per call. The docs dir holds the original texts
    (DIR/corpus/<relpath>), written once to the scratch dir and reused.
@@ -32,7 +32,7 @@ from rise_batch.space.workspace import DocStore, Workspace
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
-SCRATCH = Path("/work/scratch")
+SCRATCH = REPO / "bench" / "scratch"  # not committed; where index_scale.py leaves its indexes
 TARGET_SEARCH_MS = 300.0
 TARGET_SANDBOX_MS = 50.0
 
