@@ -8,7 +8,24 @@ from pathlib import Path
 
 import pytest
 
-SAMPLE = Path(__file__).resolve().parent.parent / "rise_batch" / "data" / "enwiki_sample.jsonl.gz"
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE = REPO / "rise_batch" / "data" / "enwiki_sample.jsonl.gz"
+SHARED_DATA = REPO.parent / "shared" / "data"  # the data sets beside the checkout (see its README)
+
+
+def shared_data(relpath: str) -> Path:
+    """A file of the shared data sets, found relative to the checkout.
+
+    Where `../shared/data` exists (this workplace and its CI), a missing file fails the test rather than skipping
+    it, so a moved or renamed data set cannot silently turn a real check into a skip; on a machine without the
+    shared folder at all the test is skipped.
+    """
+    path = SHARED_DATA / relpath
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"no shared data folder beside the checkout ({SHARED_DATA})")
+    if not path.exists():
+        pytest.fail(f"{path} is missing from the shared data folder")
+    return path
 
 
 def sample_rows(n: int | None = None) -> list[dict]:

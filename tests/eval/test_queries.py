@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from rise_batch.eval.queries import Query, QueryFileError, answers_by_id, read_queries
-
-SQUAD = Path("/work/shared/data/squad_wiki/queries.jsonl")
+from tests.conftest import shared_data
 
 
 def write(path: Path, rows: list) -> Path:
@@ -72,8 +71,7 @@ def test_bad_rows_name_file_and_line(tmp_path: Path, rows: list, message: str) -
         read_queries(write(tmp_path / "q.jsonl", rows))
 
 
-@pytest.mark.skipif(not SQUAD.exists(), reason="the shared SQuAD-on-wiki2015 queries are not on this machine")
 def test_the_shared_squad_queries() -> None:
-    qs = read_queries(SQUAD)
+    qs = read_queries(shared_data("squad_wiki/queries.jsonl"))
     assert len(qs) > 4000 and all(q.answers and q.gold_doc_ids for q in qs)
     assert len({q.query_id for q in qs}) == len(qs)
