@@ -15,12 +15,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from rise_batch.errors import ConfigError as ConfigError  # re-exported: callers import it from here too
+from rise_batch.structure.tier import parse_tier
+
 BACKENDS = ("heuristic", "llm")
 HEURISTIC_VERSION = "1"
-
-
-class ConfigError(ValueError):
-    """A configuration the job cannot run with; the message says which key and why."""
 
 
 @dataclass(frozen=True)
@@ -152,8 +151,6 @@ class StructureConfig:
         if self.max_cost_usd is not None and self.max_cost_usd <= 0:
             raise ConfigError(f"max_cost_usd must be > 0, got {self.max_cost_usd!r}")
         if self.tier is not None:
-            from rise_batch.structure.tier import parse_tier
-
             parse_tier(self.tier)
         if self.backend == "llm":
             self.llm.api_key()
@@ -180,15 +177,16 @@ def run_hash(cfg: StructureConfig, prompt_text: str) -> str:
             "max_input_chars": cfg.llm.max_input_chars,
         }
         if cfg.tier is not None:  # which documents the LLM sees changes outputs; mode and cost limit do not
-            from rise_batch.structure.tier import parse_tier
-
             basis["tier"] = parse_tier(cfg.tier).identity
     basis["max_doc_chars"] = cfg.max_doc_chars
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _build(cls: type, data: dict[str, Any], where: str) -> Any:
-    """Dataclass from a mapping, refusing unknown keys (typos) and wrong types with the key's dotted name."""
+def build_section(cls: type, data: dict[str, Any], where: str) -> Any:
+    """Dataclass from a mapping, refusing unknown keys (typos) and wrong types with the key's dotted name.
+
+    Public because the run config (agent/run_config.py) and the sweep config (eval/sweep.py) build their sections
+    with it too: one reader, one set of error messages."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'config'}: expected a mapping, got {type(data).__name__}")
     hints = get_type_hints(cls)
@@ -201,7 +199,7 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
         hint = hints[name]
         key = f"{where}.{name}" if where else name
         if dataclasses.is_dataclass(hint):
-            kwargs[name] = _build(hint, value or {}, key)
+            kwargs[name] = build_section(hint, value or {}, key)
             continue
         kwargs[name] = _coerce(value, hint, key)
     return cls(**kwargs)
@@ -255,7 +253,7 @@ def load_structure_config(path: str | Path | None = None, **overrides: Any) -> S
         over = {k[len(prefix) :]: v for k, v in overrides.items() if k.startswith(prefix) and v is not None}
         if over:
             data[prefix[:-1]] = {**(data.get(prefix[:-1]) or {}), **over}
-    cfg = _build(StructureConfig, data, "")
+    cfg = build_section(StructureConfig, data, "")
     cfg.validate()
     return cfg
 
@@ -265,4 +263,4 @@ def config_to_dict(cfg: Any) -> dict[str, Any]:
 
 
 def config_from_dict(data: dict[str, Any]) -> StructureConfig:
-    return _build(StructureConfig, data, "")
+    return build_section(StructureConfig, data, "")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rise_batch.agent.loop import Budget
-from rise_batch.config import ConfigError, LLMConfig, _build, read_yaml_section
+from rise_batch.config import ConfigError, LLMConfig, build_section, read_yaml_section
 
 # An agent turn of a reasoning model can think for minutes and spend thousands of tokens before a tool call.
 # llm.concurrency (model calls in flight per worker) defaults to the worker's share of `concurrency`, since each
@@ -121,7 +121,7 @@ def load_run_config(path: str | Path | None = None, **overrides: Any) -> RunConf
     llm_over = {k[4:]: v for k, v in overrides.items() if k.startswith("llm_") and v is not None}
     data.update({k: v for k, v in overrides.items() if not k.startswith("llm_") and v is not None})
     data["llm"] = {**AGENT_LLM_DEFAULTS, **(data.get("llm") or {}), **llm_over}
-    cfg = _build(RunConfig, data, "")
+    cfg = build_section(RunConfig, data, "")
     if "concurrency" not in data["llm"] and cfg.concurrency > 0:
         per_worker = -(-cfg.concurrency // max(cfg.workers, 1))
         cfg = dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, concurrency=per_worker))
@@ -130,4 +130,4 @@ def load_run_config(path: str | Path | None = None, **overrides: Any) -> RunConf
 
 
 def run_config_from_dict(data: dict[str, Any]) -> RunConfig:
-    return _build(RunConfig, data, "")
+    return build_section(RunConfig, data, "")

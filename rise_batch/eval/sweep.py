@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from rise_batch.config import ConfigError, _build
+from rise_batch.config import ConfigError, build_section
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -108,7 +108,7 @@ def parse_sweep(data: dict[str, Any]) -> SweepConfig:
     corpora = data.pop("corpora", None)
     if not isinstance(corpora, list) or not corpora:
         raise ConfigError("sweep.corpora must be a non-empty list of {name, docs, index?, original_docs?, size?}")
-    specs = tuple(_build(CorpusSpec, c, f"sweep.corpora[{i}]") for i, c in enumerate(corpora))
+    specs = tuple(build_section(CorpusSpec, c, f"sweep.corpora[{i}]") for i, c in enumerate(corpora))
     lists = {"systems": str, "models": str, "k": int}
     parsed: dict[str, Any] = {key: _names(data.pop(key), key, kind) for key, kind in lists.items() if key in data}
     for key in ("run", "model_llm"):  # free-form mappings, checked when each cell's RunConfig is built
@@ -116,7 +116,7 @@ def parse_sweep(data: dict[str, Any]) -> SweepConfig:
         if not isinstance(value, dict):
             raise ConfigError(f"sweep.{key} must be a mapping, got {value!r}")
         parsed[key] = value
-    cfg = _build(SweepConfig, data, "sweep")
+    cfg = build_section(SweepConfig, data, "sweep")
     cfg = SweepConfig(**{**cfg.__dict__, **parsed, "corpora": specs})
     validate(cfg)
     return cfg
@@ -191,7 +191,7 @@ def cell_run_config(cfg: SweepConfig, cell: Cell) -> Any:
     }
     llm = {**AGENT_LLM_DEFAULTS, **(cfg.run.get("llm") or {}), **(cfg.model_llm.get(cell.model) or {})}
     data["llm"] = llm | {"model": cell.model}
-    run = _build(RunConfig, data, f"cell {cell.cell_id}")
+    run = build_section(RunConfig, data, f"cell {cell.cell_id}")
     run.validate()
     return run
 

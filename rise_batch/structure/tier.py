@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+from rise_batch.errors import ConfigError
 from rise_batch.structure.backends import HeuristicBackend
 from rise_batch.types import Doc, DocResult
 
@@ -43,8 +44,6 @@ class TierRule(NamedTuple):
 
 def parse_tier(spec: str) -> TierRule:
     """`chars>=N` or a docid list file; a clear ConfigError otherwise."""
-    from rise_batch.config import ConfigError
-
     m = _CHARS.fullmatch(spec)
     if m:
         return TierRule(spec, min_chars=int(m.group(1)))

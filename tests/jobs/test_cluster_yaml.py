@@ -22,10 +22,10 @@ def test_cluster_yaml_passes_ray_validation():
 
 
 def test_example_job_configs_parse():
-    from rise_batch.config import StructureConfig, _build
+    from rise_batch.config import StructureConfig, build_section
 
     for path in sorted((ROOT / "jobs").glob("structure_*.yaml")):
         data = yaml.safe_load(path.read_text())["structure"]
-        cfg = _build(StructureConfig, data, "")
+        cfg = build_section(StructureConfig, data, "")
         cfg.llm.validate()
         assert cfg.backend in ("heuristic", "llm"), path
