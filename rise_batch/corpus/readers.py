@@ -4,6 +4,9 @@ A corpus is read twice on purpose. `scan_corpus` makes one cheap pass that check
 docid -> relpath map and cuts the corpus into shards (row ranges per file). Workers then `read_shard` only their
 range. Checking up front means a bad row is reported (or recorded as skipped) before any money is spent, and a
 worker never has to know about the rest of the corpus.
+
+Formats are a registry (`FORMATS`: name, file-name suffixes, row reader). Row checks, scan, shards, the index plan
+and plan sampling only ask the registry, so adding a format is one row reader and one line in FORMATS here.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from __future__ import annotations
 import gzip
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -42,25 +46,29 @@ def list_sources(path: str | Path) -> list[Path]:
     p = Path(path)
     if not p.exists():
         raise CorpusError(f"{p}: corpus path does not exist")
+    suffixes = [f.suffixes[0] for f in FORMATS]
     if p.is_dir():
-        files = sorted(f for f in p.rglob("*") if f.is_file() and _format(f) is not None)
+        files = sorted(f for f in p.rglob("*") if f.is_file() and format_of(f) is not None)
         if not files:
-            raise CorpusError(f"{p}: directory holds no .parquet, .jsonl or .jsonl.gz files")
+            raise CorpusError(f"{p}: directory holds no {', '.join(suffixes[:-1])} or {suffixes[-1]} files")
         return files
-    if _format(p) is None:
-        raise CorpusError(f"{p}: unsupported corpus format (expected .parquet, .jsonl, .jsonl.gz)")
+    if format_of(p) is None:
+        raise CorpusError(f"{p}: unsupported corpus format (expected {', '.join(suffixes)})")
     return [p]
 
 
-def _format(p: Path) -> str | None:
+def format_of(p: Path) -> CorpusFormat | None:
+    """The format a file's name selects (first match in FORMATS), or None for a file that is not corpus."""
     name = p.name.lower()
-    if name.endswith(".parquet"):
-        return "parquet"
-    if name.endswith((".jsonl", ".ndjson")):
-        return "jsonl"
-    if name.endswith((".jsonl.gz", ".ndjson.gz")):
-        return "jsonl.gz"
-    return None
+    return next((f for f in FORMATS if name.endswith(f.suffixes)), None)
+
+
+def source_format(src: Path) -> CorpusFormat:
+    """The format of a file that `list_sources` accepted; CorpusError for any other file."""
+    fmt = format_of(src)
+    if fmt is None:
+        raise CorpusError(f"{src}: unsupported corpus format")
+    return fmt
 
 
 def _check_row(rec: dict, source: str, row: int, max_chars: int) -> Doc | BadRow:
@@ -97,19 +105,21 @@ def _check_row(rec: dict, source: str, row: int, max_chars: int) -> Doc | BadRow
     )
 
 
-def _raw_rows(src: Path, start: int = 0, stop: int | None = None, byte_offset: int = 0) -> Iterator[dict]:
-    """Raw records of rows [start, stop) of one file; each carries `__row`. Raises CorpusError on broken rows."""
-    fmt = _format(src)
-    if fmt == "parquet":
-        yield from _parquet_rows(src, start, stop)
-        return
-    if fmt == "jsonl" and byte_offset:
-        fh: io.BufferedIOBase = open(src, "rb")  # noqa: SIM115 - closed below
+def _jsonl_rows(src: Path, start: int = 0, stop: int | None = None, byte_offset: int = 0) -> Iterator[dict]:
+    """Rows of a plain JSONL file; a shard's `byte_offset` (where row `start` begins) saves re-reading the head."""
+    fh = open(src, "rb")  # noqa: SIM115 - closed by _line_rows
+    if byte_offset:
         fh.seek(byte_offset)
-        row = start
-    else:
-        fh = gzip.open(src, "rb") if fmt == "jsonl.gz" else open(src, "rb")  # noqa: SIM115
-        row = 0
+    yield from _line_rows(fh, src, start, stop, start if byte_offset else 0)
+
+
+def _jsonl_gz_rows(src: Path, start: int = 0, stop: int | None = None, byte_offset: int = 0) -> Iterator[dict]:
+    """Rows of a gzipped JSONL file, always read from the start (gzip cannot seek)."""
+    yield from _line_rows(gzip.open(src, "rb"), src, start, stop, 0)
+
+
+def _line_rows(fh: io.BufferedIOBase, src: Path, start: int, stop: int | None, row: int) -> Iterator[dict]:
+    """Records of lines [start, stop) of an open JSONL stream positioned at line `row`; closes the stream."""
     with fh:
         for raw in fh:
             if stop is not None and row >= stop:
@@ -134,7 +144,8 @@ def _parse_jsonl_line(raw: bytes, src: Path, row: int) -> dict:
     return rec
 
 
-def _parquet_rows(src: Path, start: int, stop: int | None) -> Iterator[dict]:
+def _parquet_rows(src: Path, start: int = 0, stop: int | None = None, byte_offset: int = 0) -> Iterator[dict]:
+    """Rows of a Parquet file, decoding only the row groups that hold [start, stop); `byte_offset` is unused."""
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(src)
@@ -167,6 +178,54 @@ def _parquet_rows(src: Path, start: int, stop: int | None) -> Iterator[dict]:
                 return
 
 
+def _count_lines(src: Path, opener: Callable[..., io.BufferedIOBase] = open) -> int:
+    """Rows of a line-based file without parsing JSON: its newlines, plus an unterminated last line."""
+    n, last = 0, b"\n"
+    with opener(src, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            n += chunk.count(b"\n")
+            last = chunk[-1:]
+    return n + (last != b"\n")
+
+
+def _parquet_count(src: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(src).metadata.num_rows
+
+
+RowReader = Callable[[Path, int, int | None, int], Iterator[dict]]
+
+
+class CorpusFormat(NamedTuple):
+    """One corpus file format: the file names that select it and how its rows are read.
+
+    Everything else (row checks, scan, shards, index plan, sampling) is generic over this, so a new format is one
+    row reader plus one line in FORMATS. The optional fields only make a format faster, never correct."""
+
+    name: str
+    suffixes: tuple[str, ...]  # lower-case file-name endings; the first is the one error messages show
+    read_rows: RowReader  # (src, start, stop, byte_offset) -> raw records of rows [start, stop), each with "__row"
+    count_rows: Callable[[Path], int] | None = None  # fast row count; None: read the file once
+    checks_columns: bool = False  # read_rows itself refuses a file without docid/text (a Parquet schema check)
+    seekable_lines: bool = False  # rows are the lines of a plain file: a shard may start at a byte offset
+
+
+FORMATS: tuple[CorpusFormat, ...] = (
+    CorpusFormat("parquet", (".parquet",), _parquet_rows, _parquet_count, checks_columns=True),
+    CorpusFormat("jsonl", (".jsonl", ".ndjson"), _jsonl_rows, _count_lines, seekable_lines=True),
+    CorpusFormat("jsonl.gz", (".jsonl.gz", ".ndjson.gz"), _jsonl_gz_rows, partial(_count_lines, opener=gzip.open)),
+)
+
+
+def count_rows(src: Path) -> int:
+    """Rows of one corpus file (row numbers run 0..count-1), as cheaply as its format allows."""
+    fmt = source_format(src)
+    if fmt.count_rows is not None:
+        return fmt.count_rows(src)
+    return max((rec["__row"] + 1 for rec in fmt.read_rows(src, 0, None, 0)), default=0)
+
+
 def iter_rows(
     src: Path,
     start: int = 0,
@@ -175,12 +234,13 @@ def iter_rows(
     max_chars: int = DEFAULT_MAX_DOC_CHARS,
 ) -> Iterator[Doc | BadRow]:
     """Checked rows of one file: a Doc or a BadRow for every row, nothing dropped silently."""
-    for rec in _raw_rows(src, start, stop, byte_offset):
+    fmt = source_format(src)
+    for rec in fmt.read_rows(src, start, stop, byte_offset):
         row = rec.pop("__row")
         if "__bad" in rec:
             yield BadRow(None, str(src), row, rec["__bad"])
         else:
-            if _format(src) != "parquet" and "docid" in rec and "text" not in rec:
+            if not fmt.checks_columns and "docid" in rec and "text" not in rec:
                 yield BadRow(str(rec.get("docid")), str(src), row, "missing column 'text'")
                 continue
             yield _check_row(rec, str(src), row, max_chars)

@@ -19,9 +19,9 @@ from rise_batch.corpus.readers import (
     DEFAULT_MAX_DOC_CHARS,
     CorpusError,
     ShardSpec,
-    _format,
     iter_rows,
     list_sources,
+    source_format,
 )
 from rise_batch.types import BadRow
 
@@ -117,7 +117,7 @@ def scan_corpus(
             if item.row - cur_start + 1 >= shard_docs:
                 close(item.row + 1)
         close(last_row + 1)
-        offsets = _jsonl_offsets(src, {s for s, _, _ in pending}) if _format(src) == "jsonl" else {}
+        offsets = _jsonl_offsets(src, {s for s, _, _ in pending}) if source_format(src).seekable_lines else {}
         for start, stop, skip in pending:
             shards.append(ShardSpec(len(shards), str(src), start, stop, offsets.get(start, 0), tuple(skip)))
         if limit is not None and n_docs >= limit:
@@ -135,7 +135,7 @@ def _warn_huge_row_groups(sources: list[Path], shard_docs: int) -> None:
     import pyarrow.parquet as pq
 
     for src in sources:
-        if _format(src) != "parquet":
+        if source_format(src).name != "parquet":
             continue
         meta = pq.ParquetFile(src).metadata
         biggest = max((meta.row_group(i).num_rows for i in range(meta.num_row_groups)), default=0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from rise_batch.corpus.readers import BAD_ROW_POLICIES, CorpusError, ShardSpec, _format, iter_rows, list_sources
+from rise_batch.corpus.readers import BAD_ROW_POLICIES, CorpusError, ShardSpec, iter_rows, list_sources, source_format
 from rise_batch.types import BadRow, Doc
 
 
@@ -22,12 +22,12 @@ def plan_index_shards(path: str | Path, shard_docs: int) -> list[ShardSpec]:
         raise ValueError("shard_docs must be >= 1")
     shards: list[ShardSpec] = []
     for src in list_sources(path):
-        fmt = _format(src)
-        if fmt == "parquet":
+        fmt = source_format(src)
+        if fmt.name == "parquet":
             ranges = _parquet_ranges(src, shard_docs)
-        elif fmt == "jsonl":
+        elif fmt.seekable_lines:
             ranges = _jsonl_ranges(src, shard_docs)
-        else:  # gzip cannot seek: one shard per file
+        else:  # cannot seek (gzip, or a format that says nothing): one shard per file
             ranges = [(0, None, 0)]
         for start, stop, offset in ranges:
             shards.append(ShardSpec(len(shards), str(src), start, stop, offset))

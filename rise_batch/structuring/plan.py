@@ -15,7 +15,6 @@ them); a real model's figures should be re-fitted from a small pilot run's check
 
 from __future__ import annotations
 
-import gzip
 import math
 import random
 from collections.abc import Sequence
@@ -98,21 +97,6 @@ def estimate_doc(
 
 
 # -- sampling ---------------------------------------------------------------------------------------------------
-def count_rows(src: Path) -> int:
-    """Rows of one corpus file: Parquet metadata, or a newline count (no JSON parsing)."""
-    if src.name.lower().endswith(".parquet"):
-        import pyarrow.parquet as pq
-
-        return pq.ParquetFile(src).metadata.num_rows
-    opener = gzip.open if src.name.lower().endswith(".gz") else open
-    n, last = 0, b"\n"
-    with opener(src, "rb") as fh:
-        while chunk := fh.read(1 << 22):
-            n += chunk.count(b"\n")
-            last = chunk[-1:]
-    return n + (last != b"\n")
-
-
 def sample_docs(corpus: str | Path, n: int, seed: int = 0, chunks: int = 200) -> tuple[list[Doc], int]:
     """About `n` valid documents from `chunks` runs of consecutive rows at random places, and the corpus's row count.
 
@@ -120,7 +104,7 @@ def sample_docs(corpus: str | Path, n: int, seed: int = 0, chunks: int = 200) ->
     reads a fraction of it. Runs are short (n / chunks rows): neighbouring rows are alike (same source, same crawl
     stretch), and long runs made the estimate of wiki2015's total tokens swing twice as much as single rows did.
     """
-    from rise_batch.corpus.readers import iter_rows, list_sources
+    from rise_batch.corpus.readers import count_rows, iter_rows, list_sources, source_format
 
     sources = list_sources(corpus)
     sizes = [count_rows(s) for s in sources]
@@ -140,7 +124,7 @@ def sample_docs(corpus: str | Path, n: int, seed: int = 0, chunks: int = 200) ->
     for src, size in zip(sources, sizes, strict=True):
         wanted = [(max(lo, offset) - offset, min(hi, offset + size) - offset) for lo, hi in runs]
         wanted = [(a, b) for a, b in wanted if a < b]
-        if wanted and src.name.lower().endswith(".parquet"):
+        if wanted and source_format(src).name == "parquet":
             docs.extend(_parquet_sample(src, wanted))
         elif wanted:  # one pass over the file; rows outside the runs are not parsed
             rows = iter_rows(src, wanted[0][0], wanted[-1][1])

@@ -105,3 +105,36 @@ def test_limit_stops_after_n_valid_docs(sample_path):
     plan = scan_corpus(sample_path, shard_docs=4, limit=10)
     assert plan.n_docs == 10
     assert sum(1 for s in plan.shards for _ in read_shard(s)) == 10
+
+
+def _tsv_rows(src, start=0, stop=None, byte_offset=0):
+    """A minimal reader for the registry test: `docid<TAB>text` per line."""
+    with open(src, encoding="utf-8") as fh:
+        for row, line in enumerate(fh):
+            if stop is not None and row >= stop:
+                return
+            if row >= start:
+                docid, text = line.rstrip("\n").split("\t", 1)
+                yield {"__row": row, "docid": docid, "text": text.replace("\\n", "\n")}
+
+
+def test_a_new_format_is_one_reader_and_one_registry_line(tmp_path, monkeypatch):
+    """Scan, shards, the index plan and plan sampling all follow the registry; nothing else names formats."""
+    from rise_batch.corpus import readers
+    from rise_batch.index.plan import plan_index_shards
+    from rise_batch.structuring.plan import sample_docs
+
+    monkeypatch.setattr(readers, "FORMATS", (*readers.FORMATS, readers.CorpusFormat("tsv", (".tsv",), _tsv_rows)))
+    (tmp_path / "c").mkdir()
+    lines = [r["docid"] + "\t" + r["text"].replace("\n", "\\n") + "\n" for r in ROWS]
+    (tmp_path / "c" / "a.tsv").write_text("".join(lines))
+    write_jsonl(tmp_path / "c" / "b.jsonl", [{"docid": "j1", "text": "jsonl body"}])
+    assert [p.name for p in list_sources(tmp_path / "c")] == ["a.tsv", "b.jsonl"]
+    docs = list(iter_docs(tmp_path / "c"))
+    assert [d.text for d in docs[:7]] == [r["text"] for r in ROWS] and docs[7].docid == "j1"
+    plan = scan_corpus(tmp_path / "c", shard_docs=3)
+    assert [d.docid for s in plan.shards for d in read_shard(s)] == [d.docid for d in docs]
+    assert [s.source.endswith("a.tsv") for s in plan_index_shards(tmp_path / "c", 3)] == [True, False]
+    assert readers.count_rows(tmp_path / "c" / "a.tsv") == 7
+    sampled, total = sample_docs(tmp_path / "c", 100)
+    assert total == 8 and [d.docid for d in sampled] == [d.docid for d in docs]
