@@ -43,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from rise_batch.eval.judge_runner import judge_run_sync
+    from rise_batch.eval.judging import judge_run_sync
     from rise_batch.eval.sweep import JudgeSpec, judge_llm_config
 
     llm = judge_llm_config(

@@ -27,7 +27,8 @@ from rise_batch.eval.judge import (
     trajectory_key,
 )
 from rise_batch.eval.queries import answers_by_id
-from rise_batch.eval.rundir import judgment_path, load_run, write_json_atomic
+from rise_batch.eval.rundir import judgment_path, load_run
+from rise_batch.io import write_json_atomic
 from rise_batch.llm.limiter import Limiter
 from rise_batch.prompts import load_prompt, prompt_hash
 
@@ -191,7 +192,8 @@ async def judge_run(
     on_judged: Callable[[dict[str, Any]], None] | None = None,
 ) -> JudgeSummary:
     """Grade every trajectory of `run_dir` that has no judgment yet (all of them with `force`), online."""
-    from rise_batch.llm.client import LLMError, client_from_config
+    from rise_batch.llm.client import client_from_config
+    from rise_batch.llm.errors import LLMError
 
     plan = plan_judging(run_dir, llm.model, force=force, prompt=prompt, queries_path=queries_path, on_judged=on_judged)
     if not plan.todo:
@@ -227,17 +229,3 @@ def _store(
     write_json_atomic(judgment_path(run_dir, stem), judgment)
     if on_judged is not None:
         on_judged(judgment)
-
-
-def judge_run_sync(
-    run_dir: str | Path, llm: LLMConfig, *, mode: str = "online", poll_s: float = 30.0, **options: Any
-) -> JudgeSummary:
-    """Judge a run online (rate-limited calls) or in batch mode (the Batch API: half price, no limiter)."""
-    if mode == "batch":
-        from rise_batch.eval.judge_batch import judge_run_batch
-
-        options.pop("limiter", None)
-        return asyncio.run(judge_run_batch(run_dir, llm, poll_s=poll_s, **options))
-    if mode != "online":
-        raise ValueError(f"judge mode must be 'online' or 'batch', got {mode!r}")
-    return asyncio.run(judge_run(run_dir, llm, **options))

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rise_batch.eval.rundir import read_json, write_json_atomic
+from rise_batch.io import read_json, write_json_atomic
 from rise_batch.eval.sweep import SweepConfig, cell_dir, cell_run_config, expand, judge_llm_config
 
 STATE = "sweep.json"
@@ -67,7 +67,7 @@ def plan_sweep(cfg: SweepConfig) -> list[tuple[Any, Any]]:
 
 def run_sweep(cfg: SweepConfig, *, only: list[str] | None = None, force_judge: bool = False) -> dict[str, Any]:
     from rise_batch.agent.job import run_trajectories
-    from rise_batch.eval.judge_runner import judge_run_sync
+    from rise_batch.eval.judging import judge_run_sync
 
     t0 = time.monotonic()
     plan = plan_sweep(cfg)
