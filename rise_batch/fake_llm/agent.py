@@ -23,10 +23,10 @@ from __future__ import annotations
 import json
 import re
 import threading
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-if TYPE_CHECKING:
-    from rise_batch.fake_llm.chat import ChatRequest
+from rise_batch.fake_llm.http import BadRequest
+from rise_batch.fake_llm.request import ChatRequest
 
 _MARKER = re.compile(r"\[fake:([a-z-]+)(?:=([^\]]*))?\]")
 _QUOTED = re.compile(r"[\"'\u201c\u2018]([^\"'\u201d\u2019]{3,60})[\"'\u201d\u2019]")
@@ -215,8 +215,6 @@ class AgentResponder:
         return bool(request.body.get("tools"))
 
     def respond(self, request: ChatRequest) -> dict[str, Any]:
-        from rise_batch.fake_llm.chat import BadRequest
-
         question = _question(request)
         behaviour = {**self.default, **markers(question)}
         turn = sum(1 for m in request.messages if m.get("role") == "assistant")

@@ -21,9 +21,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from rise_batch.fake_llm.chat import BadRequest, ChatRequest, dumps, error_body, usage
+from rise_batch.fake_llm.chat import RouteHost, usage
 from rise_batch.fake_llm.faults import draw
-from rise_batch.fake_llm.server import FakeLLMServer, HttpRequest, HttpResponse, json_response
+from rise_batch.fake_llm.http import BadRequest, HttpRequest, HttpResponse, dumps, error_body, json_response
+from rise_batch.fake_llm.request import ChatRequest
 
 ENDPOINTS = ("/v1/chat/completions",)
 COUNTERS = (
@@ -89,14 +90,14 @@ class BatchAPI:
         return f
 
 
-def api(server: FakeLLMServer) -> BatchAPI:
+def api(server: RouteHost) -> BatchAPI:
     found = getattr(server, "batch_api", None)
     if found is None:
         found = server.batch_api = BatchAPI()  # type: ignore[attr-defined]
     return found
 
 
-def install(server: FakeLLMServer) -> None:
+def install(server: RouteHost) -> None:
     """Register the routes on a server (called by FakeLLMServer itself)."""
     api(server)
     for method, pattern, handler in ROUTES:
@@ -123,7 +124,7 @@ def _multipart(request: HttpRequest) -> dict[str, tuple[str | None, bytes]]:
     return fields
 
 
-def _create_file(server: FakeLLMServer, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
+def _create_file(server: RouteHost, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
     fields = _multipart(request)
     if "file" not in fields:
         raise BadRequest("missing multipart field 'file'")
@@ -137,7 +138,7 @@ def _create_file(server: FakeLLMServer, request: HttpRequest, _: re.Match[str]) 
     return json_response(200, f)
 
 
-def _get_file(server: FakeLLMServer, request: HttpRequest, m: re.Match[str]) -> HttpResponse:
+def _get_file(server: RouteHost, request: HttpRequest, m: re.Match[str]) -> HttpResponse:
     b = api(server)
     with b.lock:
         f = b.files.get(m.group(1))
@@ -146,7 +147,7 @@ def _get_file(server: FakeLLMServer, request: HttpRequest, m: re.Match[str]) -> 
     return json_response(200, {k: v for k, v in f.items() if k != "data"})
 
 
-def _file_content(server: FakeLLMServer, request: HttpRequest, m: re.Match[str]) -> HttpResponse:
+def _file_content(server: RouteHost, request: HttpRequest, m: re.Match[str]) -> HttpResponse:
     b = api(server)
     with b.lock:
         f = b.files.get(m.group(1))
@@ -157,7 +158,7 @@ def _file_content(server: FakeLLMServer, request: HttpRequest, m: re.Match[str])
 
 
 # -- batches ----------------------------------------------------------------------------------------------------
-def _create_batch(server: FakeLLMServer, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
+def _create_batch(server: RouteHost, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
     body = request.json()
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
@@ -207,7 +208,7 @@ def _public(batch: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in batch.items() if not k.startswith("_")}
 
 
-def _get_batch(server: FakeLLMServer, request: HttpRequest, m: re.Match[str]) -> HttpResponse:
+def _get_batch(server: RouteHost, request: HttpRequest, m: re.Match[str]) -> HttpResponse:
     b = api(server)
     with b.lock:
         batch = b.batches.get(m.group(1))
@@ -218,7 +219,7 @@ def _get_batch(server: FakeLLMServer, request: HttpRequest, m: re.Match[str]) ->
         return json_response(200, _public(batch))
 
 
-def _list_batches(server: FakeLLMServer, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
+def _list_batches(server: RouteHost, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
     b = api(server)
     limit = max(1, min(100, int(request.query.get("limit", 20))))
     after = request.query.get("after")
@@ -239,7 +240,7 @@ def _list_batches(server: FakeLLMServer, request: HttpRequest, _: re.Match[str])
     )
 
 
-def _cancel_batch(server: FakeLLMServer, request: HttpRequest, m: re.Match[str]) -> HttpResponse:
+def _cancel_batch(server: RouteHost, request: HttpRequest, m: re.Match[str]) -> HttpResponse:
     b = api(server)
     with b.lock:
         batch = b.batches.get(m.group(1))
@@ -251,7 +252,7 @@ def _cancel_batch(server: FakeLLMServer, request: HttpRequest, m: re.Match[str])
         return json_response(200, _public(batch))
 
 
-def _advance(server: FakeLLMServer, b: BatchAPI, batch: dict[str, Any]) -> None:
+def _advance(server: RouteHost, b: BatchAPI, batch: dict[str, Any]) -> None:
     """One poll's worth of progress: validating -> in_progress -> completed | expired (cancelling -> cancelled)."""
     now = int(time.time())
     if batch["status"] == "cancelling":
@@ -302,7 +303,7 @@ def _validate(data: bytes, endpoint: str) -> tuple[list[dict[str, Any]], list[di
     return lines, errors[:100]
 
 
-def _process(server: FakeLLMServer, b: BatchAPI, batch: dict[str, Any]) -> None:
+def _process(server: RouteHost, b: BatchAPI, batch: dict[str, Any]) -> None:
     s = b.settings
     out: list[bytes] = []
     err: list[bytes] = []
@@ -338,7 +339,7 @@ def _process(server: FakeLLMServer, b: BatchAPI, batch: dict[str, Any]) -> None:
         batch.update(status="completed", completed_at=now, finalizing_at=now)
 
 
-def _answer(server: FakeLLMServer, body: dict[str, Any], batch_id: str) -> tuple[int, dict[str, Any]]:
+def _answer(server: RouteHost, body: dict[str, Any], batch_id: str) -> tuple[int, dict[str, Any]]:
     """One line through the chat responders; logged in the server's request log like an online request."""
     try:
         request = ChatRequest.parse(body)
@@ -374,11 +375,11 @@ def _answer(server: FakeLLMServer, body: dict[str, Any], batch_id: str) -> tuple
     }
 
 
-def _stats(server: FakeLLMServer, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
+def _stats(server: RouteHost, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
     return json_response(200, api(server).stats())
 
 
-def _config(server: FakeLLMServer, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
+def _config(server: RouteHost, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
     changes = request.json()
     if not isinstance(changes, dict):
         raise BadRequest("POST /v1/_batch_config takes a JSON object of settings")

@@ -8,58 +8,22 @@ Faults are applied around whichever responder answers, so every kind of traffic 
 
 from __future__ import annotations
 
-import hashlib
 import json
+import re
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from rise_batch.fake_llm.agent import AgentResponder
 from rise_batch.fake_llm.faults import choose_fault, latency_s
+from rise_batch.fake_llm.http import BadRequest, HttpRequest, HttpResponse, error_body, json_response
 from rise_batch.fake_llm.judge import JudgeResponder
+from rise_batch.fake_llm.request import ChatRequest, Responder
 from rise_batch.fake_llm.state import ServerState
-from rise_batch.fake_llm.structuring import extract_document, structuring_reply
+from rise_batch.fake_llm.structuring import structuring_reply
 from rise_batch.llm.tokens import MESSAGE_OVERHEAD_TOKENS, approx_message_tokens, approx_tokens, message_text
 
 REASONING_TOKENS = {"none": 0, "minimal": 0, "low": 64, "medium": 256, "high": 1024, "xhigh": 2048}
-
-
-class BadRequest(ValueError):
-    """The request itself is wrong: answered with a 400, as the real API would."""
-
-
-@dataclass(frozen=True)
-class ChatRequest:
-    body: dict[str, Any]
-    model: str
-    messages: list[dict[str, Any]]
-    document: str | None  # the document of a structuring request
-    key: str  # identifies "the same request" across retries: faults and attempt counts hang on it
-
-    @classmethod
-    def parse(cls, body: Any) -> ChatRequest:
-        if not isinstance(body, dict):
-            raise BadRequest("the request body must be a JSON object")
-        model, messages = body.get("model"), body.get("messages")
-        if not isinstance(model, str) or not model:
-            raise BadRequest("`model` is required")
-        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-            raise BadRequest("`messages` must be a non-empty list of message objects")
-        users = [m for m in messages if m.get("role") == "user"]
-        document = extract_document(message_text(users[-1])) if users else None
-        basis = document if document is not None else model + "\x00" + "\x00".join(map(message_text, messages))
-        key = hashlib.blake2b(basis.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
-        return cls(body, model, messages, document, key)
-
-
-class Responder(Protocol):
-    name: str
-
-    def matches(self, request: ChatRequest) -> bool: ...
-
-    def respond(self, request: ChatRequest) -> dict[str, Any]:
-        """The assistant message (role, content and, for agents, tool_calls)."""
-        ...
 
 
 class StructuringResponder:
@@ -105,10 +69,6 @@ def usage(state: ServerState, request: ChatRequest, content: str) -> dict[str, A
         "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
         "completion_tokens_details": {"reasoning_tokens": reasoning, "audio_tokens": 0},
     }
-
-
-def error_body(message: str, kind: str, code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
 def retry_after_headers(style: str, seconds: float) -> dict[str, str]:
@@ -187,5 +147,32 @@ def _log_usage(counts: dict[str, Any]) -> dict[str, int]:
     }
 
 
-def dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False).encode("utf-8")
+class RouteHost(Protocol):
+    """What a route handler may use of the server. A protocol, so route modules (this one, batch.py, responses.py)
+    need not import the server that installs them: the server imports them, never the other way round."""
+
+    state: ServerState
+    responders: list[Responder]
+
+    def add_route(self, method: str, pattern: str, handler: RouteHandler, *, first: bool = False) -> None: ...
+
+
+RouteHandler = Callable[[RouteHost, HttpRequest, "re.Match[str]"], HttpResponse]
+
+
+def chat_completions(server: RouteHost, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
+    """`POST /v1/chat/completions`: key check, parse, answer, log. The Responses route reuses it whole."""
+    arrived = time.time()
+    entry: dict[str, Any] = {"t": arrived, "path": request.path}
+    required = server.state.config.require_key
+    if required is not None and request.headers.get("Authorization") != f"Bearer {required}":
+        server.state.record({**entry, "status": 401, "fault": None})
+        return json_response(401, error_body("Incorrect API key provided (fake)", "invalid_request_error"))
+    try:
+        chat = ChatRequest.parse(request.json())
+    except BadRequest as e:
+        server.state.record({**entry, "status": 400, "fault": "bad-request"})
+        return json_response(400, error_body(str(e), "invalid_request_error"))
+    status, body, headers, fields = complete(server.state, chat, server.responders)
+    server.state.record({**entry, **fields, "status": status, "elapsed_s": round(time.time() - arrived, 4)})
+    return json_response(status, body, headers)

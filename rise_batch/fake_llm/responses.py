@@ -11,16 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from rise_batch.fake_llm.server import FakeLLMServer, HttpRequest, HttpResponse
+from rise_batch.fake_llm.chat import RouteHost, chat_completions
+from rise_batch.fake_llm.http import BadRequest, HttpRequest, HttpResponse, json_response
 
 
 def to_chat_request(body: Any) -> dict[str, Any]:
     """The chat-completions body equivalent to a Responses body."""
-    from rise_batch.fake_llm.chat import BadRequest
-
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     messages: list[dict[str, Any]] = []
@@ -110,18 +108,16 @@ def to_responses_reply(chat: dict[str, Any], reasoning: bool) -> dict[str, Any]:
     }
 
 
-def _responses(server: FakeLLMServer, request: HttpRequest, match: re.Match[str]) -> HttpResponse:
-    from rise_batch.fake_llm.server import _chat_completions, json_response
-
+def _responses(server: RouteHost, request: HttpRequest, match: re.Match[str]) -> HttpResponse:
     body = request.json()
     chat = to_chat_request(body)
     inner = request._replace(body=json.dumps(chat).encode())
-    response = _chat_completions(server, inner, match)
+    response = chat_completions(server, inner, match)
     if response.status != 200:
         return response
     reply = to_responses_reply(json.loads(response.body), reasoning="reasoning_effort" in chat)
     return json_response(200, reply, response.headers)
 
 
-def install(server: FakeLLMServer) -> None:
+def install(server: RouteHost) -> None:
     server.add_route("POST", "/v1/responses", _responses)

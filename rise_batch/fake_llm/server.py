@@ -8,46 +8,19 @@ benchmark read the server's own counts and request log, and change fault setting
 from __future__ import annotations
 
 import functools
-import json
 import re
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, NamedTuple
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from rise_batch.fake_llm.chat import BadRequest, ChatRequest, Responder, complete, default_responders, dumps, error_body
+from rise_batch.fake_llm import batch, responses
+from rise_batch.fake_llm.chat import RouteHandler, chat_completions, default_responders
 from rise_batch.fake_llm.faults import FaultConfig
+from rise_batch.fake_llm.http import BadRequest, HttpRequest, HttpResponse, error_body, json_response
+from rise_batch.fake_llm.request import Responder
 from rise_batch.fake_llm.state import ServerState
-
-
-class HttpRequest(NamedTuple):
-    method: str
-    path: str
-    query: dict[str, str]
-    headers: Mapping[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        try:
-            return json.loads(self.body or b"null")
-        except ValueError as e:
-            raise BadRequest(f"the request body is not valid JSON: {e}") from None
-
-
-class HttpResponse(NamedTuple):
-    status: int
-    body: bytes
-    headers: Mapping[str, str] = {}
-    content_type: str = "application/json"
-
-
-def json_response(status: int, obj: Any, headers: Mapping[str, str] | None = None) -> HttpResponse:
-    return HttpResponse(status, dumps(obj), headers or {})
-
-
-RouteHandler = Callable[["FakeLLMServer", HttpRequest, "re.Match[str]"], HttpResponse]
 
 
 class FakeLLMServer:
@@ -67,12 +40,8 @@ class FakeLLMServer:
         self.routes: list[tuple[str, re.Pattern[str], RouteHandler]] = []
         for method, pattern, handler in DEFAULT_ROUTES:
             self.add_route(method, pattern, handler)
-        from rise_batch.fake_llm.batch import install as install_batch_api  # files + batches (imports this module)
-
-        install_batch_api(self)
-        from rise_batch.fake_llm.responses import install as install_responses_api  # POST /v1/responses
-
-        install_responses_api(self)
+        for install in ROUTE_MODULES:
+            install(self)
         self._httpd = _HTTPServer((host, port), _Handler)
         self._httpd.fake = self
         self.host, self.port = host, self._httpd.server_address[1]
@@ -137,23 +106,6 @@ class FakeLLMServer:
         return json_response(404, error_body(f"no route for {request.path}", "invalid_request_error"))
 
 
-def _chat_completions(server: FakeLLMServer, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
-    arrived = time.time()
-    entry: dict[str, Any] = {"t": arrived, "path": request.path}
-    required = server.state.config.require_key
-    if required is not None and request.headers.get("Authorization") != f"Bearer {required}":
-        server.state.record({**entry, "status": 401, "fault": None})
-        return json_response(401, error_body("Incorrect API key provided (fake)", "invalid_request_error"))
-    try:
-        chat = ChatRequest.parse(request.json())
-    except BadRequest as e:
-        server.state.record({**entry, "status": 400, "fault": "bad-request"})
-        return json_response(400, error_body(str(e), "invalid_request_error"))
-    status, body, headers, fields = complete(server.state, chat, server.responders)
-    server.state.record({**entry, **fields, "status": status, "elapsed_s": round(time.time() - arrived, 4)})
-    return json_response(status, body, headers)
-
-
 def _models(server: FakeLLMServer, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
     from rise_batch.llm.pricing import PriceTable
 
@@ -186,13 +138,15 @@ def _reset(server: FakeLLMServer, request: HttpRequest, _: re.Match[str]) -> Htt
 
 
 DEFAULT_ROUTES: list[tuple[str, str, RouteHandler]] = [
-    ("POST", "/v1/chat/completions", _chat_completions),
+    ("POST", "/v1/chat/completions", chat_completions),
     ("GET", "/v1/models", _models),
     ("GET", "/v1/_stats", _stats),
     ("GET", "/v1/_log", _log),
     ("POST", "/v1/_config", _config),
     ("POST", "/v1/_reset", _reset),
 ]
+# Further surfaces of the API register their own routes: files + batches, then POST /v1/responses.
+ROUTE_MODULES: tuple[Callable[[FakeLLMServer], None], ...] = (batch.install, responses.install)
 
 
 class _HTTPServer(ThreadingHTTPServer):

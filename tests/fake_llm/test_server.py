@@ -16,7 +16,7 @@ import pytest
 
 from rise_batch.fake_llm import FakeLLMServer, FaultConfig
 from rise_batch.fake_llm.faults import choose_fault
-from rise_batch.fake_llm.server import HttpResponse, json_response
+from rise_batch.fake_llm.http import HttpResponse, json_response
 from rise_batch.fake_llm.structuring import body_start, extract_document, propose_sections
 from tests.conftest import sample_rows
 
