@@ -25,7 +25,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
-from rise_batch.llm.client import LLMError
+from rise_batch.llm.errors import LLMError
 from rise_batch.space.tools import ToolResult, ToolSet
 
 STOP_REASONS = ("answered", "max_calls", "wall_clock", "api_error", "context_overflow")

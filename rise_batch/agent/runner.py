@@ -88,12 +88,9 @@ class WorkerContext:
         self.budget = cfg.budget()
         self.run_dir = Path(cfg.out)
         self.store = DocStore(system_docs(cfg))
-        self.client = client_from_config(cfg.llm, limiter=limiter)
+        self.client = client_from_config(cfg.llm, limiter=limiter, api=cfg.api)  # api: a transport wrapper
         self.params: dict[str, Any] = {}
         if cfg.api == "responses":
-            from rise_batch.llm.responses import use_responses_api
-
-            use_responses_api(self.client)
             self.params["prompt_cache_key"] = f"rise-batch:{self.system.name}:{config_hash}"
         self.limits = SandboxLimits(timeout_s=cfg.bash_timeout_s, max_output_chars=cfg.bash_max_output_chars)
         self.executor = ThreadPoolExecutor(max_workers=2 * cfg.concurrency + 4, thread_name_prefix="tool")

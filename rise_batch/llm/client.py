@@ -1,6 +1,8 @@
 """The async OpenAI-compatible client every LLM call of the project goes through.
 
-openai's own retries are off (`max_retries=0`) and tenacity owns them, so that one policy (rise_batch.llm.retry)
+The wire is a Transport (rise_batch.llm.transport: the openai SDK on httpx or aiohttp, the direct aiohttp path, the
+Responses API over any of them), chosen by name from the config; this client owns what does not depend on it.
+Transports do not retry (the SDK's `max_retries=0`): tenacity owns retries, so that one policy (rise_batch.llm.retry)
 decides what is retried, every HTTP attempt takes a lease from the shared limiter (a retry costs rate like any
 request), a 429 cools the whole limiter down, and attempts, retries and 429s are counted where a run can report them.
 
@@ -18,35 +20,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
-import openai
 import orjson
 from openai.types.chat import ChatCompletion
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from rise_batch.config import LLMConfig
-from rise_batch.llm.direct import DirectTransport
+from rise_batch.llm.errors import LLMError, UnusableReplyError  # LLMError: also importable from here
 from rise_batch.llm.limiter import AsyncLimiter, Limiter
 from rise_batch.llm.pricing import PriceTable
 from rise_batch.llm.ratelimit import RateLimits
-from rise_batch.llm.retry import UnusableReplyError, Verdict, classify
+from rise_batch.llm.retry import Verdict, classify
 from rise_batch.llm.tokens import approx_message_tokens
+from rise_batch.llm.transport import CHAT_PATH, Transport, make_transport
 from rise_batch.types import Reply
-
-try:  # openai >= 2 ships on httpx2; older releases on httpx
-    import httpx2 as httpx
-except ImportError:  # pragma: no cover
-    import httpx  # type: ignore[no-redef]
-
-_TIMEOUTS = (TimeoutError, openai.APITimeoutError)
-_CONNECTION = (ConnectionError, openai.APIConnectionError)
-
-
-class LLMError(Exception):
-    """A call that failed for good. `kind` is a retry.Verdict kind; `status` the HTTP status when there was one."""
-
-    def __init__(self, message: str, *, kind: str, status: int | None = None, attempts: int = 0) -> None:
-        super().__init__(message)
-        self.kind, self.status, self.attempts = kind, status, attempts
 
 
 @dataclass
@@ -111,7 +97,9 @@ class LLMClient:
         cooldown_s: float = 1.0,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         http_backend: str | None = None,
+        api: str = "chat",
     ) -> None:
+        """`http_backend` overrides `config.http_backend`; `api`: "chat" or "responses" (transport.APIS)."""
         self.config = config
         self.limiter: Limiter = limiter or AsyncLimiter(
             RateLimits(rpm=config.rpm, tpm=config.tpm, window_s=config.limit_window_s), config.concurrency
@@ -122,20 +110,7 @@ class LLMClient:
         self.max_retry_after_s, self.cooldown_s = max_retry_after_s, cooldown_s
         self._sleep = sleep
         self.stats = LLMStats()
-        backend = http_backend or config.http_backend
-        pool = httpx.Limits(max_connections=config.concurrency, max_keepalive_connections=config.concurrency)
-        self._openai = openai.AsyncOpenAI(
-            base_url=config.base_url,
-            api_key=config.api_key(),
-            max_retries=0,
-            timeout=config.timeout_s,
-            http_client=_http_client("httpx" if backend == "direct" else backend, pool, config.timeout_s),
-        )
-        self._direct = (
-            DirectTransport(self._openai, config.api_key(), config.concurrency, config.timeout_s)
-            if backend == "direct"
-            else None
-        )
+        self.transport: Transport = make_transport(config, http_backend=http_backend, api=api)
 
     async def __aenter__(self) -> LLMClient:
         return self
@@ -144,9 +119,7 @@ class LLMClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        if self._direct is not None:
-            await self._direct.aclose()
-        await self._openai.close()
+        await self.transport.aclose()
 
     async def chat(self, messages: list[dict[str, Any]]) -> Reply:
         """The structuring transport: messages in, text and priced usage out (raises LLMError)."""
@@ -206,15 +179,7 @@ class LLMClient:
         actual: int | None = None
         headers: dict[str, str] | None = None
         try:
-            if self._direct is not None:
-                content, headers = await self._direct.post("/chat/completions", request, timeout)
-            else:
-                options: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-                # The generic post() skips the SDK's per-call typing transform of the messages, which costs more
-                # CPU than the rest of a request; status errors are raised exactly as by chat.completions.create().
-                post = self._openai.post
-                response = await post("/chat/completions", body=request, cast_to=httpx.Response, options=options)
-                content, headers = response.content, dict(response.headers)
+            content, headers = await self.transport.post(CHAT_PATH, request, timeout)
             completion = parse_body(content)
             usage = completion.get("usage")
             if isinstance(usage, dict):
@@ -235,9 +200,8 @@ class LLMClient:
         except Exception as exc:
             verdict = self._classify(exc)
             self.stats.count_failure(verdict)
-            response = getattr(exc, "response", None)
-            if headers is None and response is not None:
-                headers = dict(response.headers)
+            if headers is None:
+                headers = getattr(exc, "headers", None)  # a StatusError's: the limiter reads the server's state
             if verdict.kind == "rate-limit":
                 await self.limiter.penalize(verdict.retry_after if verdict.retry_after is not None else self.cooldown_s)
             raise
@@ -245,7 +209,7 @@ class LLMClient:
             await self.limiter.release(lease, actual, headers)
 
     def _classify(self, exc: BaseException) -> Verdict:
-        return classify(exc, timeout_types=_TIMEOUTS, connection_types=_CONNECTION)
+        return classify(exc)  # transports raise rise_batch.llm.errors types, which the defaults cover
 
     def _wait(self, state: RetryCallState) -> float:
         """The server's retry-after when given (plus up to 10% jitter), else exponential backoff, half jittered."""
@@ -270,16 +234,6 @@ def chat_request(config: LLMConfig, messages: list[dict[str, Any]], **params: An
     return request
 
 
-def _http_client(backend: str, pool: httpx.Limits, timeout_s: float) -> httpx.AsyncClient:
-    """The SDK's httpx client, or its aiohttp transport: about a third less CPU per request, which matters when
-    one worker pushes hundreds of requests per second; its session must then be closed (`aclose()`) in the loop."""
-    if backend == "httpx":
-        return openai.DefaultAsyncHttpxClient(limits=pool, timeout=timeout_s)
-    if backend == "aiohttp":
-        return openai.DefaultAioHttpClient(limits=pool, timeout=timeout_s)
-    raise ValueError(f"http_backend must be 'httpx', 'aiohttp' or 'direct', got {backend!r}")
-
-
 def parse_body(body: bytes) -> dict[str, Any]:
     """The reply as a plain dict (orjson); a provider's extra or missing fields pass, non-JSON is retryable."""
     try:
@@ -289,11 +243,6 @@ def parse_body(body: bytes) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UnusableReplyError(f"the response body is not a JSON object: {body[:80]!r}")
     return data
-
-
-def parse_completion(body: bytes) -> ChatCompletion:
-    """The SDK's lenient model construction (as `create()` does it): a provider's extra or missing fields pass."""
-    return ChatCompletion.construct(**parse_body(body))
 
 
 def client_from_config(config: LLMConfig, *, limiter: Limiter | None = None, **options: Any) -> LLMClient:

@@ -1,10 +1,11 @@
-"""A lean HTTP path for the client: one aiohttp session posting orjson bytes, failures as the SDK's own exceptions.
+"""A lean transport (`http_backend: direct`): one aiohttp session posting orjson bytes, failures as the project's.
 
 Why: at hundreds of requests per second per worker, the SDK's request layer (request building, httpx, a second
 `json.dumps` of a 40 kB body) costs ~5 ms of CPU per request, more than everything else a structuring worker does
-for a document; this path costs ~1 ms. Nothing else changes: status errors are built by the SDK from the response
-(`RateLimitError` with its headers, `InternalServerError`...), timeouts and connection failures become
-`APITimeoutError` / `APIConnectionError`, so retry classification, retry-after and 429 cool-downs are the same.
+for a document; this path costs ~1 ms. Nothing else changes: the URL and headers are the SDK's own (read from an
+AsyncOpenAI built as the `httpx` transport builds it), error statuses become `StatusError` worded as the SDK words
+them (with the reply's headers, so retry-after and 429 cool-downs are the same), timeouts and connection failures
+`TransportTimeout` / `TransportConnectionError`: the retry classification is the same as on the SDK path.
 The session belongs to the event loop that first uses it; `aclose()` must run in that loop.
 """
 
@@ -13,13 +14,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import openai
 import orjson
 
-try:  # openai >= 2 ships on httpx2; older releases on httpx
-    import httpx2 as httpx
-except ImportError:  # pragma: no cover
-    import httpx  # type: ignore[no-redef]
+from rise_batch.config import LLMConfig
+from rise_batch.llm.errors import StatusError, TransportConnectionError, TransportTimeout
+from rise_batch.llm.sdk import sdk_client
 
 
 def dumps(body: Any) -> bytes:
@@ -31,14 +30,15 @@ def dumps(body: Any) -> bytes:
 
 
 class DirectTransport:
-    """`await post(path, body, timeout) -> (body bytes, lower-cased headers)`; raises openai exception types."""
+    """`await post(path, body, timeout) -> (body bytes, lower-cased headers)`; raises rise_batch.llm.errors types."""
 
-    def __init__(self, sdk: openai.AsyncOpenAI, api_key: str, concurrency: int, timeout_s: float) -> None:
-        self._sdk = sdk  # builds status errors exactly as the SDK does
-        self._base = str(sdk.base_url).rstrip("/")
-        headers = {k: v for k, v in sdk.default_headers.items() if isinstance(v, str)}  # drops the SDK's Omit()s
-        self._headers = headers | {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
-        self._concurrency, self._timeout_s = concurrency, timeout_s
+    def __init__(self, config: LLMConfig) -> None:
+        self._sdk = sdk_client(config)  # only for the base URL and headers the SDK would send
+        self._base = str(self._sdk.base_url).rstrip("/")
+        headers = {k: v for k, v in self._sdk.default_headers.items() if isinstance(v, str)}  # drops the Omit()s
+        auth = {"Authorization": f"Bearer {self._sdk.api_key}", "Content-Type": "application/json"}
+        self._headers = headers | auth
+        self._concurrency, self._timeout_s = config.concurrency, config.timeout_s
         self._session: Any = None
 
     def _open(self) -> Any:
@@ -60,16 +60,15 @@ class DirectTransport:
                 status = response.status
                 headers = {k.lower(): v for k, v in response.headers.items()}
         except TimeoutError:  # aiohttp's own timeouts subclass it
-            raise openai.APITimeoutError(request=httpx.Request("POST", url)) from None
+            raise TransportTimeout("Request timed out.") from None  # the SDK's wording
         except aiohttp.ClientError as e:
-            message = f"{type(e).__name__}: {e}"
-            raise openai.APIConnectionError(message=message, request=httpx.Request("POST", url)) from e
+            raise TransportConnectionError(f"{type(e).__name__}: {e}") from e
         if status >= 400:
-            response = httpx.Response(status, headers=headers, content=content, request=httpx.Request("POST", url))
-            raise self._sdk._make_status_error_from_response(response)
+            raise StatusError.from_response(status, headers, content)
         return content, headers
 
     async def aclose(self) -> None:
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
+        await self._sdk.close()

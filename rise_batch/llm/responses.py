@@ -1,10 +1,10 @@
-"""The agent over OpenAI's Responses API, behind the same `client.complete()` the chat-completions path uses.
+"""The agent over OpenAI's Responses API (`api: responses`), behind the same `client.complete()` as chat completions.
 
 The reference harnesses drive gpt-5-class models through the Responses API (reasoning effort, prompt-cache key,
 reasoning items carried between turns). Rather than a second client with its own retries, rate limiting and
-pricing, `use_responses_api(client)` puts a translator in front of the LLMClient's HTTP calls: each chat request
-becomes a Responses request (`instructions`, input items, flat function tools) and each Responses reply is handed
-back as a chat completion. Everything above it (tenacity retries, limiter leases, usage, cost) is unchanged.
+pricing, `ResponsesTransport` wraps whichever transport the client uses (rise_batch.llm.transport): each chat
+request becomes a Responses request (`instructions`, input items, flat function tools) and each Responses reply is
+handed back as a chat completion. Everything above it (tenacity retries, limiter leases, usage, cost) is unchanged.
 
 Requests are stateless (`store: false`): the whole conversation is sent every turn, and the encrypted reasoning
 items a reply carries are kept, per tool call, and sent back before that call, as stateless use requires.
@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from typing import Any
+
+from rise_batch.llm.transport import CHAT_PATH, Transport
 
 MAX_REMEMBERED_CALLS = 200_000  # reasoning items kept per worker (oldest dropped first)
 
@@ -114,48 +116,19 @@ def _chat_bytes(content: bytes, table: OrderedDict[str, list[dict]]) -> bytes:
     return json.dumps(chat).encode()
 
 
-class _Translated:
-    """What LLMClient reads of an SDK HTTP response: headers and a (chat-shaped) body."""
+class ResponsesTransport:
+    """A Transport over another: `post("/chat/completions", chat body)` goes to `/responses` and comes back as a
+    chat completion body; the reasoning items of each reply are remembered (per client) for the next turns."""
 
-    def __init__(self, headers: Any, content: bytes) -> None:
-        self.headers, self.content = headers, content
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+        self.reasoning: OrderedDict[str, list[dict]] = OrderedDict()
 
-
-class _Proxy:
-    def __init__(self, inner: Any, table: OrderedDict[str, list[dict]]) -> None:
-        self._inner, self.reasoning = inner, table
-
-    def __getattr__(self, name: str) -> Any:  # close(), aclose(), base_url ... of the wrapped transport
-        return getattr(self._inner, name)
-
-
-class _SdkResponses(_Proxy):
-    """In place of the client's AsyncOpenAI: `post("/chat/completions", body=...)` goes to `/responses`."""
-
-    async def post(self, path: str, *, body: dict[str, Any], cast_to: Any, options: dict[str, Any]) -> Any:
-        if path != "/chat/completions":
-            return await self._inner.post(path, body=body, cast_to=cast_to, options=options)
-        request = chat_to_responses(body, self.reasoning)
-        response = await self._inner.post("/responses", body=request, cast_to=cast_to, options=options)
-        return _Translated(response.headers, _chat_bytes(response.content, self.reasoning))
-
-
-class _DirectResponses(_Proxy):
-    """In place of the client's direct (aiohttp) transport: `post(path, body, timeout) -> (bytes, headers)`."""
-
-    async def post(self, path: str, body: dict[str, Any], timeout: float | None = None) -> tuple[bytes, Any]:
-        if path != "/chat/completions":
-            return await self._inner.post(path, body, timeout)
-        content, headers = await self._inner.post("/responses", chat_to_responses(body, self.reasoning), timeout)
+    async def post(self, path: str, body: dict[str, Any], timeout: float | None = None) -> tuple[bytes, dict[str, str]]:
+        if path != CHAT_PATH:
+            return await self.inner.post(path, body, timeout)
+        content, headers = await self.inner.post("/responses", chat_to_responses(body, self.reasoning), timeout)
         return _chat_bytes(content, self.reasoning), headers
 
-
-def use_responses_api(client: Any) -> Any:
-    """Route an LLMClient's calls through the Responses API (returns the same client), whichever HTTP path the
-    client uses: its SDK client or its direct transport."""
-    table: OrderedDict[str, list[dict]] = OrderedDict()
-    if getattr(client, "_direct", None) is not None:
-        client._direct = _DirectResponses(client._direct, table)
-    else:
-        client._openai = _SdkResponses(client._openai, table)
-    return client
+    async def aclose(self) -> None:
+        await self.inner.aclose()

@@ -1,8 +1,9 @@
 """Which failures of an LLM call are worth another attempt, and how long the server asked us to wait.
 
 Kept pure (no openai import, no I/O) so the policy is testable on its own and any client raising the same shapes of
-error can use it: HTTP errors are recognised by their `status_code` (and `response.headers`), transport errors by the
-exception types the caller passes (the client adds openai's timeout and connection errors to the builtin ones).
+error can use it: HTTP errors are recognised by their `status_code` (and `headers`, or `response.headers`), transport
+errors by their types (the builtin TimeoutError / ConnectionError, which the transports' own errors subclass, see
+rise_batch.llm.errors; a caller may pass more).
 
 Retryable: 408 (request timeout), 409 (conflict: a lock on the provider side), 429 (rate limit), every 5xx,
 timeouts, connection errors, and a 2xx reply that is unusable as a whole (no choices, a body that is not the API's
@@ -17,13 +18,11 @@ import time
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from rise_batch.llm.errors import UnusableReplyError
+
 RETRYABLE_4XX = frozenset({408, 409, 429})
 TIMEOUT_TYPES: tuple[type[BaseException], ...] = (TimeoutError,)  # asyncio.TimeoutError is TimeoutError on 3.11
 CONNECTION_TYPES: tuple[type[BaseException], ...] = (ConnectionError,)
-
-
-class UnusableReplyError(Exception):
-    """A 2xx reply the caller cannot use at all (e.g. `choices: []`): a provider glitch, retried like a 5xx."""
 
 
 class Verdict(NamedTuple):
@@ -94,7 +93,9 @@ def classify(
 ) -> Verdict:
     status = getattr(exc, "status_code", None)
     if isinstance(status, int):
-        headers = getattr(getattr(exc, "response", None), "headers", None)
+        headers = getattr(exc, "headers", None)  # a transport's StatusError; else an SDK-style error's response
+        if headers is None:
+            headers = getattr(getattr(exc, "response", None), "headers", None)
         kind = status_kind(status)
         retryable = kind == "bad-response" or is_retryable_status(status)
         return Verdict(retryable, kind, status, parse_retry_after(headers))

@@ -76,7 +76,7 @@ class Replay:
         self.driver, self.results, self.base, self.calls = driver, results, base, 0
 
     async def __call__(self, messages: list[dict]) -> Reply:
-        from rise_batch.llm.client import LLMError
+        from rise_batch.llm.errors import LLMError
 
         d = self.driver
         call, self.calls = self.calls, self.calls + 1

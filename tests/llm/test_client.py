@@ -11,7 +11,8 @@ import pytest
 
 from rise_batch.config import ConfigError, LLMConfig
 from rise_batch.fake_llm import FakeLLMServer
-from rise_batch.llm.client import LLMClient, LLMError, client_from_config
+from rise_batch.llm.client import LLMClient, client_from_config, parse_body
+from rise_batch.llm.errors import LLMError, UnusableReplyError
 from rise_batch.llm.limiter import AsyncLimiter
 from rise_batch.llm.pricing import PriceTable
 from rise_batch.llm.ratelimit import RateLimits
@@ -200,14 +201,11 @@ def test_concurrent_calls_under_a_limiter_never_exceed_the_rate_and_survive_faul
 
 
 def test_response_bodies_are_parsed_leniently_and_junk_is_retryable() -> None:
-    from rise_batch.llm.client import parse_completion
-    from rise_batch.llm.retry import UnusableReplyError
-
-    odd = parse_completion(b'{"choices": [{"message": {"content": "x", "role": "assistant"}, "finish_reason": "eos"}]}')
-    assert odd.choices[0].message.content == "x" and odd.usage is None  # a provider's off-schema reply still works
+    odd = parse_body(b'{"choices": [{"message": {"content": "x", "role": "assistant"}, "finish_reason": "eos"}]}')
+    assert odd["choices"][0]["message"]["content"] == "x" and "usage" not in odd  # an off-schema reply still works
     for junk in (b"<html>502</html>", b"[1, 2]"):
         with pytest.raises(UnusableReplyError):
-            parse_completion(junk)
+            parse_body(junk)
 
 
 def test_aiohttp_transport_behaves_the_same(server: FakeLLMServer) -> None:

@@ -10,8 +10,9 @@ import pytest
 
 from rise_batch.config import ConfigError, LLMConfig, StructureConfig
 from rise_batch.fake_llm import FakeLLMServer
-from rise_batch.llm.client import LLMClient, LLMError
-from rise_batch.llm.direct import dumps
+from rise_batch.llm.client import LLMClient
+from rise_batch.llm.direct import DirectTransport, dumps
+from rise_batch.llm.errors import LLMError
 from tests.llm.test_client import DOC, messages
 
 
@@ -92,7 +93,7 @@ def test_the_session_is_closed_in_its_own_loop() -> None:
     with FakeLLMServer() as server:
         client = client_for(server, "direct")
         run(client, lambda c: c.chat(messages()))
-    assert client._direct is not None and client._direct._session is None
+    assert isinstance(client.transport, DirectTransport) and client.transport._session is None
 
 
 def test_bodies_orjson_refuses_fall_back_to_the_stdlib() -> None:

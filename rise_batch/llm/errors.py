@@ -1,0 +1,71 @@
+"""The failures of an LLM call as plain exceptions: what transports raise and what callers catch.
+
+Pure (no openai, tenacity or aiohttp) so that the agent loop, the judge and the batch driver can catch `LLMError`
+without loading an HTTP stack, and so that every transport reports a failed request in the same few shapes: one
+policy (`rise_batch.llm.retry.classify`) then decides on it whichever transport sent the request.
+
+- `StatusError`: the server answered with an HTTP error status (`status_code`, lower-cased `headers`, whose
+  retry-after the classifier honours);
+- `TransportTimeout` / `TransportConnectionError`: no answer in time / no connection. They subclass the builtin
+  `TimeoutError` / `ConnectionError`, which the classifier already treats as retryable;
+- `UnusableReplyError`: a 2xx reply the client cannot use at all;
+- `LLMError`: what `LLMClient.chat()` raises once a call has failed for good.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+
+class LLMError(Exception):
+    """A call that failed for good. `kind` is a retry.Verdict kind; `status` the HTTP status when there was one."""
+
+    def __init__(self, message: str, *, kind: str, status: int | None = None, attempts: int = 0) -> None:
+        super().__init__(message)
+        self.kind, self.status, self.attempts = kind, status, attempts
+
+
+class UnusableReplyError(Exception):
+    """A 2xx reply the caller cannot use at all (e.g. `choices: []`): a provider glitch, retried like a 5xx."""
+
+
+class TransportError(Exception):
+    """A request that got no usable HTTP answer; the base of what a Transport raises."""
+
+
+class TransportTimeout(TransportError, TimeoutError):
+    """The request timed out (connect, read or total)."""
+
+
+class TransportConnectionError(TransportError, ConnectionError):
+    """The request never reached the server, or the connection broke before the answer was read."""
+
+
+class StatusError(TransportError):
+    """An HTTP error status. `headers` (lower-cased keys) carry the server's retry-after and rate-limit state."""
+
+    def __init__(self, message: str, *, status_code: int, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.headers: dict[str, str] = dict(headers or {})
+
+    @classmethod
+    def from_response(cls, status_code: int, headers: Mapping[str, str], content: bytes) -> StatusError:
+        """The error for a raw response, worded as the openai SDK words its own ("Error code: 429 - <message>"):
+        callers record `str(LLMError)`, which must read the same whichever transport failed."""
+        return cls(status_message(status_code, content), status_code=status_code, headers=headers)
+
+
+def status_message(status_code: int, content: bytes) -> str:
+    """`Error code: N`, plus ` - <error.message>` when the body is JSON carrying one (the SDK's wording)."""
+    message = f"Error code: {status_code}"
+    try:
+        body = json.loads(content.decode("utf-8", errors="replace").strip())
+    except (ValueError, RecursionError):
+        return message
+    error = body.get("error", body) if isinstance(body, Mapping) else None
+    detail = error.get("message") if isinstance(error, Mapping) else None
+    if isinstance(detail, str) and detail:
+        message += f" - {detail}"
+    return message
