@@ -206,7 +206,8 @@ def child_search(kind: str, index_dir: str, recall: bool) -> None:
     res = {"load_s": round(load_s, 2), "rss_after_load_gb": round(psutil.Process().memory_info().rss / GB, 3)}
     res["latency_3x_top1000"] = _latency(search, triples)
     if recall:
-        from rise_batch.index.recall import evaluate_recall, read_queries
+        from rise_batch.index.recall import evaluate_recall
+        from rise_batch.queries import read_queries
 
         class S:
             def search(self, qs, k):
@@ -215,7 +216,7 @@ def child_search(kind: str, index_dir: str, recall: bool) -> None:
                 return [Hits(d, [1.0] * len(d)) for d in search(qs, k)]
 
         t1 = time.perf_counter()
-        r = evaluate_recall(S(), read_queries(SQUAD), [10, 100, 1000])
+        r = evaluate_recall(S(), read_queries(SQUAD, ids_optional=True), [10, 100, 1000])
         res["recall"] = r["summary"]["recall"] | {"n_queries": r["summary"]["n_queries"]}
         res["recall_eval_s"] = round(time.perf_counter() - t1, 1)
     print("RESULT " + json.dumps(res))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the job's working dir holds the package
 
-from rise_batch.config import ConfigError  # noqa: E402
+from rise_batch.errors import run_main  # noqa: E402
 from rise_batch.eval.sweep import cell_dir, load_sweep_config  # noqa: E402
 from rise_batch.eval.sweep_runner import plan_sweep, run_sweep  # noqa: E402
 
@@ -29,16 +29,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="validate and list the cells, run nothing")
     parser.add_argument("--force-judge", action="store_true", help="re-grade every cell's answers")
     args = parser.parse_args(argv)
-    try:
-        cfg = load_sweep_config(args.config)
-        if args.dry_run:
-            for cell, run in plan_sweep(cfg):
-                print(f"{cell.cell_id}\tworkers={run.workers}\t{cell_dir(cfg, cell)}")
-            return 0
-        result = run_sweep(cfg, only=args.only, force_judge=args.force_judge)
-    except (ConfigError, ValueError) as e:
-        print(f"eval_sweep: error: {e}", file=sys.stderr)
-        return 2
+    return run_main(lambda: _run(args), "eval_sweep")  # the CLI's exit codes (rise_batch.errors)
+
+
+def _run(args: argparse.Namespace) -> int:
+    cfg = load_sweep_config(args.config)
+    if args.dry_run:
+        for cell, run in plan_sweep(cfg):
+            print(f"{cell.cell_id}\tworkers={run.workers}\t{cell_dir(cfg, cell)}")
+        return 0
+    result = run_sweep(cfg, only=args.only, force_judge=args.force_judge)
     print(json.dumps(result, indent=2))
     return 0 if not result["incomplete"] else 1
 

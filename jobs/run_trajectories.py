@@ -17,22 +17,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the job's wor
 
 from rise_batch.agent.job import run_trajectories, summary_line  # noqa: E402
 from rise_batch.commands.run import add_run_flags, config_from_args  # noqa: E402
-from rise_batch.config import ConfigError  # noqa: E402
-from rise_batch.eval.queries import QueryFileError  # noqa: E402
+from rise_batch.errors import run_main  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_run_flags(parser)
     args = parser.parse_args(argv)
-    try:
-        cfg = config_from_args(args)
-        if cfg.workers == 0:
-            print("run_trajectories: workers=0 runs in the driver process only; set workers >= 1", file=sys.stderr)
-        stats = run_trajectories(cfg)
-    except (ConfigError, QueryFileError, FileNotFoundError) as e:
-        print(f"run_trajectories: error: {e}", file=sys.stderr)
-        return 2
+    return run_main(lambda: _run(args), "run_trajectories")  # the CLI's exit codes (rise_batch.errors)
+
+
+def _run(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    if cfg.workers == 0:
+        print("run_trajectories: workers=0 runs in the driver process only; set workers >= 1", file=sys.stderr)
+    stats = run_trajectories(cfg)
     print(json.dumps(stats, sort_keys=True))
     print(summary_line(stats, cfg.out))
     return 0

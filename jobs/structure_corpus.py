@@ -16,9 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the job's working dir holds the package
 
 from rise_batch.commands.structure import add_structure_flags, config_from_args  # noqa: E402
-from rise_batch.config import ConfigError  # noqa: E402
-from rise_batch.corpus.readers import CorpusError  # noqa: E402
-from rise_batch.structuring.budget import EXIT_BUDGET, BudgetExceeded  # noqa: E402
+from rise_batch.errors import run_main  # noqa: E402
 from rise_batch.structuring.job import run_structure, summary_line  # noqa: E402
 
 
@@ -26,20 +24,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_structure_flags(parser)
     args = parser.parse_args(argv)
-    try:
-        cfg = config_from_args(args)
-        if cfg.n_workers == 0:
-            print(
-                "structure_corpus: workers=0 runs in the driver process only; set workers >= 1 to use the cluster",
-                file=sys.stderr,
-            )
-        stats = run_structure(cfg)
-    except (ConfigError, CorpusError) as e:
-        print(f"structure_corpus: error: {e}", file=sys.stderr)
-        return 2
-    except BudgetExceeded as e:
-        print(f"structure_corpus: {e}", file=sys.stderr)
-        return EXIT_BUDGET
+    return run_main(lambda: _run(args), "structure_corpus")  # the CLI's exit codes: 2 bad input, 3 --max-cost
+
+
+def _run(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    if cfg.n_workers == 0:
+        print(
+            "structure_corpus: workers=0 runs in the driver process only; set workers >= 1 to use the cluster",
+            file=sys.stderr,
+        )
+    stats = run_structure(cfg)
     print(json.dumps(stats, sort_keys=True))
     print(summary_line(stats, cfg.out))
     return 0

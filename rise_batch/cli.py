@@ -46,17 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from rise_batch.config import ConfigError
-    from rise_batch.corpus.readers import CorpusError
+    from rise_batch.errors import run_main
 
-    try:
-        return int(args.func(args) or 0)
-    except (ConfigError, CorpusError) as e:
-        print(f"rise-batch {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("rise-batch: interrupted; re-run the same command to resume", file=sys.stderr)
-        return 130
+    # command_name: a subcommand whose own positional is called `command` (workspace bash) names itself
+    name = f"rise-batch {getattr(args, 'command_name', None) or args.command}"
+    return run_main(lambda: args.func(args), name, program="rise-batch")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,68 @@
-"""Exception types shared across layers, kept in a module that imports nothing from rise_batch.
+"""Exception types shared across layers, and the one map from an error to an exit code; imports nothing from
+rise_batch.
 
 They live here, below every layer, so that a pure module (e.g. `structure/tier.py`) can raise a configuration error
 without importing `config.py`, which itself imports the pure core: the error type is the only thing both need.
+
+`run_main` is the only place that turns an exception into a message and an exit code, for the `rise-batch` CLI and
+the `jobs/` scripts alike, so a command and the job that runs the same function exit the same way:
+
+- 2 (`EXIT_USAGE`): bad input the message explains (a config, a corpus row, a query file, an existing or missing
+  path): any ValueError (ConfigError, CorpusError and QueryFileError are ValueErrors), FileNotFoundError,
+  FileExistsError; printed as `<name>: error: <message>`;
+- an exception that says how it ends (the `CleanExit` mixin: the cost limit's BudgetExceeded exits 3, a missing
+  sandbox 2): printed as `<name>: <message>`, its message being a whole sentence;
+- 130 (`EXIT_INTERRUPTED`) on Ctrl-C: everything written so far is kept, so the advice is to re-run;
+- anything else is a bug: it propagates with its traceback.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+
+EXIT_USAGE = 2
+EXIT_BUDGET = 3
+EXIT_INTERRUPTED = 130
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, FileExistsError)
+
 
 class ConfigError(ValueError):
     """A configuration the job cannot run with; the message says which key and why."""
+
+
+class CleanExit:
+    """Mixin for an exception that ends a command on purpose, with its own exit code and a message that is a whole
+    sentence (printed after the command's name as it is). The mixin keeps this module free of the layers that raise
+    them (structuring's BudgetExceeded, the sandbox's SandboxUnavailable)."""
+
+    exit_code: int = EXIT_USAGE
+
+
+def exit_code_for(exc: BaseException) -> int | None:
+    """The exit code an entry point returns for `exc`; None for a bug (let it propagate with its traceback)."""
+    if isinstance(exc, CleanExit):
+        return exc.exit_code
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    if isinstance(exc, USER_ERRORS):
+        return EXIT_USAGE
+    return None
+
+
+def run_main(fn: Callable[[], int | None], name: str, program: str | None = None) -> int:
+    """`fn()`'s exit code (None is 0), or the mapped code of what it raised, with one line on stderr. `name` starts
+    error lines ("rise-batch index", "structure_corpus"), `program` the interruption line (default: `name`)."""
+    try:
+        return int(fn() or 0)
+    except BaseException as e:
+        code = exit_code_for(e)
+        if code is None:
+            raise
+        if isinstance(e, CleanExit):
+            print(f"{name}: {e}", file=sys.stderr)
+        elif isinstance(e, KeyboardInterrupt):
+            print(f"{program or name}: interrupted; re-run the same command to resume", file=sys.stderr)
+        else:
+            print(f"{name}: error: {e}", file=sys.stderr)
+        return code

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import shutil
 import sys
 import time
 from collections import Counter
@@ -21,9 +20,9 @@ from rise_batch.agent.run_config import RunConfig, config_hash
 from rise_batch.agent.runner import EVENTS, TRAJECTORIES, WorkerContext, finished, run_query, trajectory_path
 from rise_batch.agent.systems import ORIGINAL, get_system
 from rise_batch.config import ConfigError, config_to_dict
-from rise_batch.eval.queries import Query, read_queries
-from rise_batch.eval.rundir import read_json, write_json_atomic
+from rise_batch.io import read_json, supersede, write_json_atomic
 from rise_batch.prompts import load_prompt
+from rise_batch.queries import Query, read_queries
 
 RUN_JSON = "run.json"
 SUPERSEDED = (RUN_JSON, TRAJECTORIES, "judgments", EVENTS)
@@ -55,11 +54,7 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
                 "another --out."
             )
         else:
-            dest = out / f"superseded-{time.strftime('%Y%m%d-%H%M%S')}"
-            dest.mkdir()
-            for name in SUPERSEDED:
-                if (out / name).exists():
-                    shutil.move(str(out / name), str(dest / name))
+            dest = supersede(out, SUPERSEDED)
             print(f"rise-batch run: previous run moved to {dest}", file=sys.stderr)
     if not Path(cfg.docs).is_dir():
         raise ConfigError(f"docs directory {cfg.docs} does not exist")

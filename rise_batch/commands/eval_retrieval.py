@@ -27,12 +27,13 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rise_batch.index import load_index
-    from rise_batch.index.recall import evaluate_recall, read_queries
+    from rise_batch.index.recall import evaluate_recall
+    from rise_batch.queries import read_queries
 
     ks = sorted({int(x) for x in args.k.split(",") if x.strip()})
     if not ks or ks[0] <= 0:
         raise SystemExit("eval-retrieval: --k needs positive integers, e.g. 10,100,1000")
-    queries = read_queries(args.queries)
+    queries = read_queries(args.queries, ids_optional=True)
     index = load_index(args.index)
     result = evaluate_recall(index, queries, ks, batch=args.batch)
     s = result["summary"]

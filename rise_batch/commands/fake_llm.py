@@ -49,16 +49,11 @@ def fault_options(args: argparse.Namespace) -> dict[str, object]:
 def run(args: argparse.Namespace) -> int:
     import json
     import signal
-    import sys
     import threading
 
     from rise_batch.fake_llm import FakeLLMServer
 
-    try:
-        server = FakeLLMServer(args.host, args.port, **fault_options(args))
-    except ValueError as e:
-        print(f"rise-batch fake-llm: error: {e}", file=sys.stderr)
-        return 2
+    server = FakeLLMServer(args.host, args.port, **fault_options(args))  # bad settings: ValueError, exit 2
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     with server:

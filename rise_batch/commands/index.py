@@ -34,24 +34,20 @@ def run(args: argparse.Namespace) -> int:
 
     runner = None
     if args.ray or args.ray_address:
-        from rise_batch.executor.index_tasks import RayShardRunner
+        from rise_batch.index.shards import RayShardRunner
 
         runner = RayShardRunner(args.ray_address)
     t0 = time.perf_counter()
-    try:
-        meta = build_index(
-            args.corpus,
-            args.out,
-            workers=args.workers,
-            shard_docs=args.shard_docs,
-            on_bad_row=args.on_bad_row,
-            runner=runner,
-            overwrite=args.overwrite,
-            log=lambda msg: print(f"index: {msg}", file=sys.stderr),
-        )
-    except FileExistsError as e:
-        print(f"rise-batch index: error: {e}", file=sys.stderr)
-        return 2
+    meta = build_index(  # an existing --out without --overwrite: FileExistsError, exit 2 (rise_batch.errors)
+        args.corpus,
+        args.out,
+        workers=args.workers,
+        shard_docs=args.shard_docs,
+        on_bad_row=args.on_bad_row,
+        runner=runner,
+        overwrite=args.overwrite,
+        log=lambda msg: print(f"index: {msg}", file=sys.stderr),
+    )
     c = meta.counts
     print(
         f"index docs={c['n_docs']} terms={c['n_terms']} postings={c['n_postings']} "

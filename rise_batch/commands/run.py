@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 
 def add_run_flags(p: argparse.ArgumentParser) -> None:
@@ -80,14 +79,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rise_batch.agent.job import run_trajectories, summary_line
-    from rise_batch.eval.queries import QueryFileError
 
-    try:
-        cfg = config_from_args(args)
-        stats = run_trajectories(cfg)
-    except QueryFileError as e:
-        print(f"rise-batch run: error: {e}", file=sys.stderr)
-        return 2
+    cfg = config_from_args(args)
+    stats = run_trajectories(cfg)
     print(json.dumps(stats, sort_keys=True))
     print(summary_line(stats, cfg.out))
     return 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 
 def add_structure_flags(p: argparse.ArgumentParser) -> None:
@@ -109,12 +108,6 @@ def run(args: argparse.Namespace) -> int:
     want_json = args.json
     del args.json
     cfg = config_from_args(args)
-    from rise_batch.structuring.budget import EXIT_BUDGET, BudgetExceeded
-
-    try:
-        stats = run_structure(cfg)
-    except BudgetExceeded as e:
-        print(f"rise-batch structure: {e}", file=sys.stderr)
-        return EXIT_BUDGET
+    stats = run_structure(cfg)  # --max-cost reached: BudgetExceeded, exit 3 (rise_batch.errors)
     print(json.dumps(stats, indent=2, sort_keys=True) if want_json else summary_line(stats, cfg.out))
     return 0

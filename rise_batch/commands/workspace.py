@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="DANGEROUS: run without bubblewrap if it is unavailable (commands can then modify the corpus)",
     )
-    b.set_defaults(func=run)
+    b.set_defaults(func=run, command_name="workspace bash")
 
     r = wsub.add_parser("read", help="print numbered lines of a workspace file")
     r.add_argument("workspace", metavar="WS")
@@ -76,14 +76,10 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     if args.ws_command == "bash":
-        from rise_batch.space.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
+        from rise_batch.space.sandbox import Sandbox, SandboxLimits
 
-        try:
-            limits = SandboxLimits(timeout_s=args.timeout, max_output_chars=args.max_output)
-            box = Sandbox(ws_dir / FILES, limits, allow_unsandboxed=args.unsandboxed)
-        except SandboxUnavailable as e:
-            print(f"rise-batch workspace bash: {e}", file=sys.stderr)
-            return 2
+        limits = SandboxLimits(timeout_s=args.timeout, max_output_chars=args.max_output)
+        box = Sandbox(ws_dir / FILES, limits, allow_unsandboxed=args.unsandboxed)  # SandboxUnavailable: exit 2
         res = box.run(args.command)
         print(res.render(limits.timeout_s))
         return 0 if res.exit_code == 0 else 1

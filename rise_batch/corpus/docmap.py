@@ -35,7 +35,11 @@ def frontmatter_title(text: str) -> str | None:
 
 
 def sanitize(part: str, max_bytes: int = MAX_NAME_BYTES) -> str:
-    """One safe path component: word characters and a little punctuation, never `.`/`..`, bounded in bytes."""
+    """One safe path component: word characters and a little punctuation, never `.`/`..`, bounded in bytes.
+
+    Not `rise_batch.names`: relpaths keep Unicode titles readable and are the docmap's file format, so this
+    alphabet and its byte bound stay exactly as they are (see that module's docstring).
+    """
     s = unicodedata.normalize("NFKC", part).strip()
     s = _UNSAFE.sub("_", s).strip("._")
     while len(s.encode("utf-8")) > max_bytes:

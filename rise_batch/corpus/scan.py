@@ -8,7 +8,6 @@ plain row ranges, so a worker given a ShardSpec needs nothing else.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -23,6 +22,7 @@ from rise_batch.corpus.readers import (
     list_sources,
     source_format,
 )
+from rise_batch.io import write_parquet_atomic
 from rise_batch.types import BadRow
 
 
@@ -159,7 +159,6 @@ def shards_from_json(rows: list[dict]) -> list[ShardSpec]:
 def write_bad_rows(bad: list[BadRow], path: Path) -> None:
     """Refused rows are outputs too: each with file, row and reason, so nothing is silently dropped."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     table = pa.table(
         {
@@ -169,13 +168,4 @@ def write_bad_rows(bad: list[BadRow], path: Path) -> None:
             "reason": pa.array([b.reason for b in bad], pa.string()),
         }
     )
-    tmp = path.with_suffix(".tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
-
-
-def dump_json(obj: object, path: Path) -> None:
-    """Atomic JSON write: readers (and a resumed run) never see half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
-    tmp.replace(path)
+    write_parquet_atomic(path, table)

@@ -26,11 +26,11 @@ from rise_batch.eval.judge import (
     response_text,
     trajectory_key,
 )
-from rise_batch.eval.queries import answers_by_id
 from rise_batch.eval.rundir import judgment_path, load_run
 from rise_batch.io import write_json_atomic
 from rise_batch.llm.limiter import Limiter
 from rise_batch.prompts import load_prompt, prompt_hash
+from rise_batch.queries import answers_by_id
 
 log = logging.getLogger(__name__)
 _NO_USAGE = {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0}

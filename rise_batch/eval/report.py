@@ -15,7 +15,8 @@ from typing import Any
 
 from rise_batch.eval.metrics import CALIBRATION_BIN, per_query_rows, run_metrics
 from rise_batch.eval.plots import plot_frontier, plot_recall, plot_sweep, plot_tool_calls, system_name
-from rise_batch.eval.rundir import load_run, read_json, write_json_atomic
+from rise_batch.eval.rundir import load_run
+from rise_batch.io import read_json, write_json_atomic
 
 
 def summarize_run(run_dir: str | Path, *, bin_size: int = CALIBRATION_BIN) -> dict[str, Any]:

@@ -8,10 +8,10 @@ engine), so the two always pair up whatever the query ids look like.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from rise_batch.io import read_json
 
 
 class RunData(NamedTuple):
@@ -21,18 +21,6 @@ class RunData(NamedTuple):
     judgments: dict[str, dict[str, Any]]  # file stem -> judgment (only those present)
     unreadable: tuple[str, ...]  # files that could not be parsed (reported, never silently skipped)
     stale: tuple[str, ...] = ()  # trajectories written under another config hash than run.json's (left out)
-
-
-def read_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """tmp + rename in the same directory: a reader (or a resumed run) never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, ensure_ascii=False, indent=1), encoding="utf-8")
-    tmp.replace(path)
 
 
 def _read_dir(path: Path, bad: list[str]) -> dict[str, dict[str, Any]]:

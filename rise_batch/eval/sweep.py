@@ -12,14 +12,12 @@ with no K, instead of identical copies per K.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from rise_batch.config import ConfigError, build_section
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+from rise_batch.names import portable
 
 
 @dataclass(frozen=True)
@@ -75,7 +73,7 @@ class Cell(NamedTuple):
     @property
     def cell_id(self) -> str:
         parts = [self.system, self.model, "all" if self.k is None else f"k{self.k}", self.corpus.name]
-        cid = "__".join(_UNSAFE.sub("_", p) for p in parts)
+        cid = "__".join(portable(p) for p in parts)
         return cid + (f"__r{self.repeat}" if self.repeat else "")
 
     def labels(self) -> dict[str, Any]:

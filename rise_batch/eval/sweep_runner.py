@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rise_batch.io import read_json, write_json_atomic
 from rise_batch.eval.sweep import SweepConfig, cell_dir, cell_run_config, expand, judge_llm_config
+from rise_batch.io import read_json, write_json_atomic
 
 STATE = "sweep.json"
 
@@ -45,7 +45,7 @@ class _JudgeLimiter:
         self._handle: Any = None
         self.concurrency = llm.concurrency
         if uses_ray:
-            from rise_batch.executor.structure import init_ray
+            from rise_batch.executor.ray import init_ray
             from rise_batch.llm.limiter_actor import start_limiter
 
             init_ray(cfg.run.get("ray_address"))

@@ -38,8 +38,8 @@ from rise_batch.agent.runner import (
     trajectory_path,
 )
 from rise_batch.config import config_to_dict
-from rise_batch.eval.queries import Query
-from rise_batch.eval.rundir import read_json, write_json_atomic
+from rise_batch.io import read_json, write_json_atomic
+from rise_batch.queries import Query
 
 POLL_S = 0.2
 MAX_INIT_FAILURES = 3

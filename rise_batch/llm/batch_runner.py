@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from rise_batch.corpus.scan import dump_json
+from rise_batch.io import dump_json, write_bytes_atomic
 from rise_batch.llm.batch import (
     ENDPOINT,
     MAX_BYTES,
@@ -118,9 +118,9 @@ class BatchRunner:
         packed = pack_lines(requests, url=self.endpoint, max_requests=self.max_requests, max_bytes=self.max_bytes)
         for i, lines in enumerate(packed):
             name = f"{group}.f{i}"
-            _write_atomic(self.dir / f"{name}.jsonl", b"".join(lines))
+            write_bytes_atomic(self.dir / f"{name}.jsonl", b"".join(lines))
             ids = "".join(line_custom_id(x) + "\n" for x in lines)
-            _write_atomic(self.dir / f"{name}.ids", ids.encode("utf-8"))
+            write_bytes_atomic(self.dir / f"{name}.ids", ids.encode("utf-8"))
             files.append({"name": name, "n": len(lines), "bytes": sum(map(len, lines)), "status": "packed"})
         self.groups[group] = {"meta": meta, "created": _now(), "files": files}
         self._save()  # the group exists from here on: a resume uploads these files, it never re-packs
@@ -196,7 +196,7 @@ class BatchRunner:
                 for kind in ("output", "error"):
                     file_id = entry.get(f"{kind}_file_id")
                     data = await self._download(file_id) if file_id else b""
-                    _write_atomic(self.dir / f"{entry['name']}.{kind}.jsonl", data)
+                    write_bytes_atomic(self.dir / f"{entry['name']}.{kind}.jsonl", data)
                 entry["downloaded"] = True
                 changed = True
         if changed:
@@ -246,12 +246,6 @@ class BatchRunner:
             if entry.get("batch_id") and entry["status"] not in TERMINAL:
                 self._record(entry, await self.client.batches.cancel(entry["batch_id"]))
         self._save()
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
 
 
 def _now() -> str:

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from rise_batch.errors import CleanExit
+
 log = logging.getLogger(__name__)
 
 MOUNT_POINT = "/workspace"
@@ -36,8 +38,9 @@ _CONTINUATION = bytes(range(0x80, 0xC0))  # UTF-8 continuation bytes: deleting t
 _READ_CHUNK = 1 << 16
 
 
-class SandboxUnavailable(RuntimeError):
-    """bubblewrap is missing or cannot create namespaces here, and unsandboxed mode was not asked for."""
+class SandboxUnavailable(CleanExit, RuntimeError):
+    """bubblewrap is missing or cannot create namespaces here, and unsandboxed mode was not asked for (the message
+    says what to install or pass; an entry point exits 2 with it)."""
 
 
 @dataclass(frozen=True)

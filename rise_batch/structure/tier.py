@@ -57,6 +57,17 @@ def parse_tier(spec: str) -> TierRule:
     return TierRule(spec, docids=docids)
 
 
+def tier_rule(spec: str | None) -> TierRule | None:
+    """The rule of a `tier` setting; None when it is unset (every document goes to the LLM)."""
+    return None if spec is None else parse_tier(spec)
+
+
+def goes_to_llm(rule: TierRule | None, doc: Doc) -> bool:
+    """Which backend a document goes to: the LLM, unless a tier rule leaves it to the heuristic. The online
+    backend, batch mode and the cost plan all ask this, so what is priced is what is sent."""
+    return rule is None or rule.wants_llm(doc)
+
+
 class TieredBackend:
     """The LLM backend for the documents the rule selects, the heuristic for the others (same run hash)."""
 
@@ -67,6 +78,6 @@ class TieredBackend:
         self.heuristic = HeuristicBackend()
 
     async def structure(self, doc: Doc, run_hash: str) -> tuple[DocResult, str]:
-        if self.rule.wants_llm(doc):
+        if goes_to_llm(self.rule, doc):
             return await self.llm.structure(doc, run_hash)
         return self.heuristic.structure_sync(doc, run_hash)

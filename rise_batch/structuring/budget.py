@@ -11,7 +11,8 @@ limit is not submitted (smaller packs, `--batch-max-requests`, give finer contro
 `BudgetExceeded` derives from BaseException on purpose: the structuring backend turns any `Exception` of a
 document's call into an `error` row, but running out of budget is not a property of the document. It must reach
 the shard loop, which stops scheduling, keeps the rows of finished documents and leaves the shard unfinished, so
-that a re-run with a higher limit resumes exactly there. The CLI exits with EXIT_BUDGET.
+that a re-run with a higher limit resumes exactly there. The CLI and the job script exit with EXIT_BUDGET
+(`rise_batch.errors.run_main`).
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from rise_batch.errors import EXIT_BUDGET, CleanExit
 from rise_batch.types import Reply
 
-EXIT_BUDGET = 3
 
+class BudgetExceeded(CleanExit, BaseException):
+    exit_code = EXIT_BUDGET
 
-class BudgetExceeded(BaseException):
     def __init__(self, limit: float, spent: float, next_cost: float, share: float | None = None) -> None:
         super().__init__(limit, spent, next_cost, share)
         self.limit, self.spent, self.next_cost, self.share = limit, spent, next_cost, share

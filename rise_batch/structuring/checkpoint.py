@@ -7,12 +7,12 @@ reader sees a part whole or not at all. A shard is *done* only when its stats fi
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import get_type_hints
 
+from rise_batch.io import read_json, write_json_atomic, write_parquet_atomic
 from rise_batch.types import DocResult
 
 _PART = re.compile(r"shard-(\d+)\.part-(\d+)\.parquet$")
@@ -46,7 +46,6 @@ class CheckpointStore:
 
     def write_part(self, shard_id: int, rows: Iterable[DocResult]) -> Path | None:
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         rows = list(rows)
         if not rows:
@@ -55,10 +54,7 @@ class CheckpointStore:
         seq = max(existing, default=-1) + 1
         path = self.parts_dir / f"shard-{shard_id:06d}.part-{seq:05d}.parquet"
         cols = {name: [getattr(r, name) for r in rows] for name in DocResult._fields}
-        table = pa.table(cols, schema=_schema())
-        tmp = path.with_name(path.name + ".tmp")
-        pq.write_table(table, tmp)
-        tmp.replace(path)
+        write_parquet_atomic(path, pa.table(cols, schema=_schema()))
         return path
 
     def read_rows(self, shard_id: int | None = None) -> list[DocResult]:
@@ -85,13 +81,10 @@ class CheckpointStore:
         return self.stats_path(shard_id).exists()
 
     def mark_done(self, shard_id: int, stats: dict) -> None:
-        path = self.stats_path(shard_id)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(stats, sort_keys=True))
-        tmp.replace(path)
+        write_json_atomic(self.stats_path(shard_id), stats, indent=None, sort_keys=True, ensure_ascii=True)
 
     def shard_stats(self, shard_id: int) -> dict:
-        return json.loads(self.stats_path(shard_id).read_text())
+        return read_json(self.stats_path(shard_id))
 
     def clean_temporaries(self) -> int:
         """Leftovers of a kill between write and rename: never valid, always safe to delete."""

@@ -8,7 +8,6 @@ different output is refused unless the user asks for a new run, so no document i
 from __future__ import annotations
 
 import asyncio
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -16,7 +15,8 @@ from typing import NamedTuple
 
 from rise_batch.config import ConfigError, StructureConfig, config_to_dict, run_hash
 from rise_batch.corpus.readers import ShardSpec
-from rise_batch.corpus.scan import dump_json, scan_corpus, shards_from_json, shards_to_json, write_bad_rows
+from rise_batch.corpus.scan import scan_corpus, shards_from_json, shards_to_json, write_bad_rows
+from rise_batch.io import dump_json, supersede, write_parquet_atomic
 from rise_batch.structuring.batch import refuse_if_batches_open
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.structuring.shard import merge_stats, structure_shard
@@ -61,16 +61,6 @@ def _plan_key(cfg: StructureConfig, fingerprint: str) -> dict:
     }
 
 
-def _supersede(out: Path) -> Path:
-    """--new-run keeps the old outputs (they were paid for) under superseded-<time>/ instead of deleting them."""
-    dest = out / f"superseded-{time.strftime('%Y%m%d-%H%M%S')}"
-    dest.mkdir()
-    for name in OUTPUTS:
-        if (out / name).exists():
-            shutil.move(str(out / name), str(dest / name))
-    return dest
-
-
 def prepare_run(cfg: StructureConfig) -> RunPlan:
     """Scan the corpus (or reuse the manifest's scan) and pin the run; refuse a mismatched resume."""
     from rise_batch.corpus.readers import list_sources
@@ -104,7 +94,7 @@ def prepare_run(cfg: StructureConfig) -> RunPlan:
                 "Re-run with the original settings to resume, pass --new-run to start over (the old outputs are "
                 "kept under superseded-*/), or choose another --out."
             )
-        moved = _supersede(out)
+        moved = supersede(out, OUTPUTS)  # --new-run keeps the old outputs (they were paid for)
         print(f"rise-batch: previous run moved to {moved}", file=sys.stderr)
     docids: list[str] = []
     relpaths: list[str] = []
@@ -118,11 +108,9 @@ def prepare_run(cfg: StructureConfig) -> RunPlan:
     with progress_bar(cfg.limit or 0, "scan", cfg.progress) as bar:
         plan = scan_corpus(cfg.corpus, cfg.shard_docs, cfg.on_bad_row, cfg.limit, cfg.max_doc_chars, on_doc, bar.update)
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    tmp = out / "docmap.parquet.tmp"
-    pq.write_table(pa.table({"docid": docids, "relpath": relpaths, "shard": pa.array(shard_ids, pa.int32())}), tmp)
-    tmp.replace(out / "docmap.parquet")
+    docmap = pa.table({"docid": docids, "relpath": relpaths, "shard": pa.array(shard_ids, pa.int32())})
+    write_parquet_atomic(out / "docmap.parquet", docmap)
     write_bad_rows(plan.bad_rows, out / "bad_rows.parquet")
     CheckpointStore(out).ensure()
     dump_json(
@@ -161,10 +149,11 @@ def make_backend(cfg: StructureConfig, prompt_text: str, limiter=None):
         estimate = structuring_estimator(cfg.llm.model, client.prices, max_output_tokens=cfg.llm.max_output_tokens)
         chat = budget.guard(chat, estimate)
     backend = LLMBackend(chat, prompt_text, reask=cfg.llm.reask, max_input_chars=cfg.llm.max_input_chars)
-    if cfg.tier is not None:
-        from rise_batch.structure.tier import TieredBackend, parse_tier
+    from rise_batch.structure.tier import TieredBackend, tier_rule
 
-        backend = TieredBackend(backend, parse_tier(cfg.tier))
+    rule = tier_rule(cfg.tier)  # the same routing batch mode and the cost plan use (structure.tier.goes_to_llm)
+    if rule is not None:
+        backend = TieredBackend(backend, rule)
     backend.client = client  # type: ignore[attr-defined]  # for transport stats and closing
     return backend
 

@@ -88,8 +88,9 @@ def estimate_doc(
     from rise_batch.structure.backends import model_input
     from rise_batch.structure.heuristic import is_too_short
     from rise_batch.structure.propose import build_messages
+    from rise_batch.structure.tier import goes_to_llm
 
-    if is_too_short(doc.text) or (tier is not None and not tier.wants_llm(doc)):
+    if is_too_short(doc.text) or not goes_to_llm(tier, doc):
         return DocEstimate(len(doc.text), False, 0, 0.0, False)
     sent, note = model_input(doc.text, max_input_chars)
     tokens = messages_tokens(build_messages(sent, prompt_text), chars_per_token)
@@ -174,14 +175,11 @@ def make_plan(
     """Everything `rise-batch plan` prints, as a dict (n_docs: scale the sample to this many documents)."""
     from rise_batch.prompts import load_prompt
     from rise_batch.structure.propose import build_messages
+    from rise_batch.structure.tier import tier_rule
 
     prices = prices or PriceTable.load()
     prompt_text = load_prompt(prompt)
-    rule = None
-    if tier is not None:
-        from rise_batch.structure.tier import parse_tier
-
-        rule = parse_tier(tier)
+    rule = tier_rule(tier)
     docs, rows = sample_docs(corpus, sample, seed)
     if not docs:
         raise ValueError(f"{corpus}: no valid documents to sample")

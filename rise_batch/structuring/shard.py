@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rise_batch.config import StructureConfig
 from rise_batch.corpus.readers import ShardSpec, read_shard
+from rise_batch.io import write_text_atomic
 from rise_batch.structuring.budget import BudgetExceeded
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.types import OUTCOME_TOC, DocResult
@@ -79,14 +80,13 @@ def shard_relpaths(out_dir: Path, shard_id: int) -> dict[str, str]:
     return dict(zip(table.column("docid").to_pylist(), table.column("relpath").to_pylist(), strict=True))
 
 
-def _write_atomic(path: Path, text: str, made: set[Path] | None = None) -> None:
+def _write_doc(path: Path, text: str, made: set[Path] | None = None) -> None:
+    """One corpus/<relpath> file, atomically; `made` remembers directories already created (one mkdir each)."""
     if made is None or path.parent not in made:
         path.parent.mkdir(parents=True, exist_ok=True)
         if made is not None:
             made.add(path.parent)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8", newline="")
-    tmp.replace(path)
+    write_text_atomic(path, text)
 
 
 def materialize_shard(
@@ -110,14 +110,14 @@ def materialize_shard(
     made: set[Path] = set()
     n = 0
     for docid in by_id.keys() & rendered.keys():
-        _write_atomic(out_dir / "corpus" / rel[docid], rendered[docid], made)
+        _write_doc(out_dir / "corpus" / rel[docid], rendered[docid], made)
         n += 1
     if len(by_id) > n:
         for doc in read_shard(spec, max_chars):
             row = by_id.get(doc.docid)
             if row is None or doc.docid in rendered:
                 continue
-            _write_atomic(out_dir / "corpus" / rel[doc.docid], render_result(doc.text, row), made)
+            _write_doc(out_dir / "corpus" / rel[doc.docid], render_result(doc.text, row), made)
             n += 1
     return n
 

@@ -8,7 +8,8 @@ import pytest
 
 from rise_batch.cli import main
 from rise_batch.index import Hits
-from rise_batch.index.recall import evaluate_recall, read_queries, recall_at
+from rise_batch.index.recall import evaluate_recall, recall_at
+from rise_batch.queries import Query, read_queries
 from tests.conftest import write_jsonl
 
 DOCS = [
@@ -39,7 +40,7 @@ def test_recall_arithmetic():
     assert recall_at(["a", "b", "c"], ["c", "x"], 2) == 0.0
     assert recall_at(["a", "b", "c"], ["c", "x"], 3) == 0.5
     assert recall_at(["a", "b", "b"], ["b", "b"], 2) == 1.0  # gold ids are a set
-    qs = [{"query_id": "1", "query": "u", "gold": ["a"]}, {"query_id": "2", "query": "v", "gold": ["a", "b"]}]
+    qs = [Query("1", "u", gold_doc_ids=("a",)), Query("2", "v", gold_doc_ids=("a", "b"))]
     res = evaluate_recall(Fixed({"u": ["x", "a"], "v": ["b", "y", "a"]}), qs, [1, 2, 3], batch=1)
     assert res["summary"]["recall"] == {"1": 0.25, "2": 0.75, "3": 1.0}
     assert [p["recall"]["1"] for p in res["per_query"]] == [0.0, 0.5]
@@ -68,6 +69,6 @@ def test_eval_retrieval_cli_on_a_real_tiny_index(tmp_path, capsys):
 def test_read_queries_refuses_bad_lines(tmp_path):
     (tmp_path / "q.jsonl").write_text('{"query": "ok", "gold_doc_ids": ["a"]}\n{"gold_doc_ids": []}\n')
     with pytest.raises(ValueError, match="line 2"):
-        read_queries(tmp_path / "q.jsonl")
+        read_queries(tmp_path / "q.jsonl", ids_optional=True)
     (tmp_path / "q.jsonl").write_text('{"query": "ok", "gold_doc_ids": ["a"]}\n\n')
-    assert read_queries(tmp_path / "q.jsonl") == [{"query_id": "1", "query": "ok", "gold": ["a"]}]
+    assert read_queries(tmp_path / "q.jsonl", ids_optional=True) == [Query("1", "ok", (), ("a",))]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rise_batch.eval.queries import Query, QueryFileError, answers_by_id, read_queries
+from rise_batch.queries import Query, QueryFileError, answers_by_id, read_queries
 from tests.conftest import shared_data
 
 
@@ -75,3 +75,48 @@ def test_the_shared_squad_queries() -> None:
     qs = read_queries(shared_data("squad_wiki/queries.jsonl"))
     assert len(qs) > 4000 and all(q.answers and q.gold_doc_ids for q in qs)
     assert len({q.query_id for q in qs}) == len(qs)
+
+
+def _old_recall_reader(path: Path) -> list[dict]:
+    """index/recall.py's reader before the two readers became one, verbatim: the reference for ids_optional."""
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            if not isinstance(r.get("query"), str):
+                raise ValueError(f"{path}: line {n}: missing string field 'query'")
+            gold = r.get("gold_doc_ids", [])
+            if not isinstance(gold, list):
+                raise ValueError(f"{path}: line {n}: 'gold_doc_ids' must be a list")
+            rows.append({"query_id": str(r.get("query_id", n)), "query": r["query"], "gold": [str(g) for g in gold]})
+    return rows
+
+
+def test_ids_optional_reads_what_eval_retrieval_always_read(tmp_path: Path) -> None:
+    rows = [
+        {"query_id": "q1", "query": "capital of France", "gold_doc_ids": ["d2", "d2", 7]},
+        {"query": "no id: numbered by its line", "gold_doc_ids": []},
+        "",
+        {"id": "x", "query": "the id alias is not read", "gold_doc_ids": ["d1"], "answers": [["not", "read"]]},
+        {"query_id": "q1", "query": "duplicate ids are labels", "gold_doc_ids": [None, {"url": "u"}]},
+        {"query_id": None, "query": "   ", "gold_doc_ids": ["d3"]},
+    ]
+    path = write(tmp_path / "r.jsonl", rows)
+    new = read_queries(path, ids_optional=True)
+    old = _old_recall_reader(path)
+    assert [(q.query_id, q.query, set(q.gold_doc_ids)) for q in new] == [
+        (r["query_id"], r["query"], set(r["gold"])) for r in old
+    ]
+    assert [q.query_id for q in new] == ["q1", "2", "4", "q1", "None"]
+    assert all(q.answers == () for q in new)
+
+
+def test_ids_optional_also_reads_bcp_gold_docs_tsv_and_gzip(tmp_path: Path) -> None:
+    row = {"query_id": 7, "question": "q", "gold_docs": [{"docid": "17"}, {"docid": 4}]}
+    bcp = write(tmp_path / "bcp.jsonl", [row])
+    assert read_queries(bcp, ids_optional=True) == [Query("7", "q", (), ("17", "4"))]
+    tsv = tmp_path / "q.tsv.gz"
+    tsv.write_bytes(gzip.compress(b"1\tWho?\n"))
+    assert read_queries(tsv, ids_optional=True) == [Query("1", "Who?")]

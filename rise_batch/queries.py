@@ -1,10 +1,19 @@
 """Query files as users bring them: BrowseComp-Plus-style JSONL, SQuAD-style JSONL with several answers, or TSV.
 
+One reader for every stage that takes a query file (the agent's runs, the judge, sweeps, `eval-retrieval`), kept
+below all of them: the agent must not import eval/ to read its input, nor the index layer the agent's.
+
 BrowseComp-Plus ships encrypted; its decrypt script writes JSONL rows with `query_id`, `query`, `answer` and the
 gold documents as `gold_docs` (objects with a `docid`), plus `queries.tsv` (id, text). A user's decrypted copy stays
 on their machine (never committed); this reader takes it as it comes, and also the simpler shapes the project uses
 (`gold_doc_ids: [..]`, `answers: [..]`). Every row must have a query; everything else is optional, because a
 retrieval-only or unjudged run needs no answers.
+
+`eval-retrieval` reads the same files with `ids_optional=True`, the format it has always had: there a query id is
+only a label in the per-query report, so a row without `query_id` is numbered by its line, ids need not be unique,
+the `id` alias is not read (a row keyed `id` keeps its line number), an empty query text is kept (it finds
+nothing), answers are not read, and a gold id is the str() of whatever the list holds (a `docid` object gives its
+docid). Files it read before yield the same; it now also takes `gold_docs`, `question`, TSV and gzip.
 """
 
 from __future__ import annotations
@@ -47,7 +56,7 @@ def _answers(row: dict[str, Any], where: str) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _gold(row: dict[str, Any], where: str) -> tuple[str, ...]:
+def _gold(row: dict[str, Any], where: str, ids_optional: bool = False) -> tuple[str, ...]:
     value = row.get("gold_doc_ids", row.get("gold_docs", []))
     if value is None:
         return ()
@@ -55,27 +64,32 @@ def _gold(row: dict[str, Any], where: str) -> tuple[str, ...]:
         raise QueryFileError(f"{where}: gold documents must be a list")
     ids = []
     for g in value:
-        g = g.get("docid") if isinstance(g, dict) else g
-        if g is None:
-            raise QueryFileError(f"{where}: a gold document has no docid")
-        ids.append(str(g))
+        docid = g.get("docid") if isinstance(g, dict) else g
+        if docid is None:
+            if not ids_optional:
+                raise QueryFileError(f"{where}: a gold document has no docid")
+            docid = g  # eval-retrieval has always scored str() of any entry (it then matches no document)
+        ids.append(str(docid))
     return tuple(dict.fromkeys(ids))
 
 
-def parse_query(row: Any, where: str) -> Query:
+def parse_query(row: Any, where: str, line: int = 0, ids_optional: bool = False) -> Query:
+    """One JSON row; `line` numbers a row without an id when `ids_optional` (see the module docstring)."""
     if not isinstance(row, dict):
         raise QueryFileError(f"{where}: expected a JSON object")
     query = row.get("query", row.get("question"))
-    if not isinstance(query, str) or not query.strip():
+    if not isinstance(query, str) or not (query.strip() or ids_optional):
         raise QueryFileError(f"{where}: missing string field 'query'")
+    if ids_optional:
+        return Query(str(row.get("query_id", line)), query, (), _gold(row, where, ids_optional))
     qid = row.get("query_id", row.get("id"))
     if qid is None or str(qid) == "":
         raise QueryFileError(f"{where}: missing 'query_id'")
     return Query(str(qid), query, _answers(row, where), _gold(row, where))
 
 
-def read_queries(path: str | Path, limit: int | None = None) -> list[Query]:
-    """All queries of a .jsonl(.gz) or .tsv file, in file order; duplicate ids are refused."""
+def read_queries(path: str | Path, limit: int | None = None, *, ids_optional: bool = False) -> list[Query]:
+    """All queries of a .jsonl(.gz) or .tsv file, in file order; duplicate ids are refused unless `ids_optional`."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     out: list[Query] = []
@@ -95,11 +109,11 @@ def read_queries(path: str | Path, limit: int | None = None) -> list[Query]:
                     row = json.loads(line)
                 except ValueError as e:
                     raise QueryFileError(f"{where}: invalid JSON ({e})") from None
-                out.append(parse_query(row, where))
+                out.append(parse_query(row, where, n, ids_optional))
             if limit is not None and len(out) >= limit:
                 break
     seen: set[str] = set()
-    for q in out:
+    for q in () if ids_optional else out:
         if q.query_id in seen:
             raise QueryFileError(f"{path}: duplicate query_id {q.query_id!r}")
         seen.add(q.query_id)

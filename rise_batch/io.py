@@ -1,0 +1,98 @@
+"""Writing files so that a reader, or a run resumed after a kill, never sees half of one; and superseding a run.
+
+Every output of the project that a resumed run trusts (checkpoint parts, done markers, manifests, trajectories,
+judgments, structured documents, batch files) is written to a temporary name in the same directory and renamed into
+place: a rename within one file system is atomic, so the file is either the old one, the new one, or absent. The
+temporary name is hidden and carries the process id, so two processes writing the same path (a resubmitted shard,
+a re-run while a killed worker's write was still in flight) never write into each other's temporary file, and a
+leftover of a kill ends in `.tmp`, where `CheckpointStore.clean_temporaries` finds it.
+
+Serialization stays with the caller's format: job files (manifest, stats, batches.json) are indented and sorted
+(`dump_json`), run-directory files keep their non-ASCII text readable (`write_json_atomic`'s defaults), done markers
+are one sorted line. The bytes each file has always had are part of the outputs' contract.
+
+Pure stdlib at import; pyarrow is imported only by `write_parquet_atomic`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+
+def temporary_path(path: Path) -> Path:
+    """Where `path` is written before it is renamed into place (same directory, so the rename is atomic)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def _write_via(path: Path, write: Callable[[Path], object]) -> None:
+    tmp = temporary_path(path)
+    try:
+        write(tmp)
+        tmp.replace(path)
+    except BaseException:  # a failed or interrupted write leaves neither a partial file nor a stray temporary
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """`data` as the whole content of `path`, appearing at once."""
+    _write_via(Path(path), lambda tmp: tmp.write_bytes(data))
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """`text` as UTF-8, byte for byte (no newline translation: a document's `\\r\\n` stays `\\r\\n`)."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_atomic(
+    path: str | Path,
+    obj: Any,
+    *,
+    indent: int | None = 1,
+    sort_keys: bool = False,
+    ensure_ascii: bool = False,
+    default: Callable[[Any], Any] | None = None,
+) -> None:
+    """JSON into `path`, creating its directory. The defaults are the run directory's format (run.json,
+    trajectories, judgments, reports): one-space indent, text kept readable; other files pass their own."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(obj, indent=indent, sort_keys=sort_keys, ensure_ascii=ensure_ascii, default=default)
+    write_text_atomic(path, text)
+
+
+def dump_json(obj: object, path: str | Path) -> None:
+    """A job file (manifest.json, stats.json, batches.json): indented, sorted, anything else as str()."""
+    write_json_atomic(path, obj, indent=2, sort_keys=True, ensure_ascii=True, default=str)
+
+
+def read_json(path: str | Path) -> Any:
+    """The counterpart of the writers above (UTF-8 whatever the locale)."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def write_parquet_atomic(path: str | Path, table: Any) -> None:
+    """A pyarrow Table as a Parquet file (pyarrow's default writer settings), appearing at once."""
+    import pyarrow.parquet as pq
+
+    _write_via(Path(path), lambda tmp: pq.write_table(table, tmp))
+
+
+def supersede(out: str | Path, names: Iterable[str]) -> Path:
+    """Move a run's outputs `names` (those present) under `out/superseded-<time>/` and return that directory.
+
+    A new run in an old run's directory keeps the old outputs instead of deleting them: they were paid for.
+    """
+    out = Path(out)
+    dest = out / f"superseded-{time.strftime('%Y%m%d-%H%M%S')}"
+    dest.mkdir()
+    for name in names:
+        if (out / name).exists():
+            shutil.move(str(out / name), str(dest / name))
+    return dest
