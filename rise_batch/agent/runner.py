@@ -10,9 +10,7 @@ watchdog cancels it (recorded as `wall_clock` with whatever it had done).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
-import re
 import shutil
 import threading
 import time
@@ -25,23 +23,15 @@ import orjson
 from rise_batch.agent.loop import AgentRun, run_agent
 from rise_batch.agent.run_config import RunConfig
 from rise_batch.agent.systems import ORIGINAL, get_system, open_tools, workspace_docs
-from rise_batch.eval.queries import Query
-from rise_batch.eval.rundir import read_json, write_json_atomic
+from rise_batch.io import read_json, write_json_atomic
+from rise_batch.names import safe_stem as safe_name  # a query id's file stem
 from rise_batch.prompts import load_prompt
+from rise_batch.queries import Query
 from rise_batch.space.sandbox import SandboxLimits
 from rise_batch.space.workspace import DocStore
 
 WORKER_SLACK_S = 5.0  # the worker-side deadline: budget + this, in case the loop's own checks are stuck
 TRAJECTORIES, EVENTS = "trajectories", "events.jsonl"
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def safe_name(query_id: str) -> str:
-    """A file stem for a query id: readable when the id is simple, unique (hash suffix) when it had to change."""
-    s = _UNSAFE.sub("_", query_id).strip("._")[:100]
-    if s == query_id and s:
-        return s
-    return f"{s or 'q'}-{hashlib.sha256(query_id.encode()).hexdigest()[:8]}"
 
 
 def trajectory_path(run_dir: str | Path, query_id: str) -> Path:

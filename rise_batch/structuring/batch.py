@@ -31,6 +31,7 @@ from typing import Any
 from rise_batch.config import ConfigError, StructureConfig
 from rise_batch.corpus.readers import ShardSpec, read_shard
 from rise_batch.llm.batch import BatchResult, reply_from_body, request_line
+from rise_batch.structure.tier import goes_to_llm, tier_rule
 from rise_batch.structuring.budget import BudgetExceeded
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.structuring.shard import materialize_shard, summarize
@@ -123,11 +124,7 @@ class BatchDriver:
             completion_window=b.completion_window,
             metadata={"rise_batch_run": plan.run_hash},
         )
-        self.rule = None
-        if cfg.tier is not None:
-            from rise_batch.structure.tier import parse_tier
-
-            self.rule = parse_tier(cfg.tier)
+        self.rule = tier_rule(cfg.tier)
         self.heuristic = HeuristicBackend()
         self.by_id = {s.shard_id: s for s in plan.shards}
         self.counts: Counter[str] = Counter()
@@ -154,7 +151,7 @@ class BatchDriver:
     async def replay(self, spec: ShardSpec, doc: Doc, results: Mapping[str, BatchResult]) -> DocResult | Deferred:
         from rise_batch.structure.backends import LLMBackend
 
-        if self.rule is not None and not self.rule.wants_llm(doc):
+        if not goes_to_llm(self.rule, doc):
             return self.heuristic.structure_sync(doc, self.plan.run_hash)[0]
         llm = self.cfg.llm
         backend = LLMBackend(Replay(self, results, base_id(spec.shard_id, doc.docid)), self.plan.prompt_text,
