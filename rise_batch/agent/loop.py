@@ -14,11 +14,10 @@ still leaves everything it did behind.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import functools
 import json
 import re
 import time
-import weakref
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -28,7 +27,6 @@ from typing import Any
 from rise_batch.llm.errors import LLMError
 from rise_batch.space.tools import ToolResult, ToolSet
 
-STOP_REASONS = ("answered", "max_calls", "wall_clock", "api_error", "context_overflow")
 STEP_OUTPUT_CHARS = 2000  # what a trajectory file keeps of each tool output
 TOOL_SLACK_S = 0.5  # a tool killed at the deadline needs a moment to report back
 # The HTTP timeout of a model call is set this much past the deadline, so that the deadline (our cancel) always
@@ -36,7 +34,6 @@ TOOL_SLACK_S = 0.5  # a tool killed at the deadline needs a moment to report bac
 # anyio can swallow the latter, and the client then retries past the budget.
 HTTP_TIMEOUT_MARGIN_S = 1.0
 CANCEL_GRACE_S = 1.0  # how long a cancelled call may take to unwind before the loop stops waiting for it
-_BASE_LIMITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # sandbox -> its own limits (cap per call)
 _OVERFLOW_HINTS = ("context_length_exceeded", "maximum context length", "context window", "prompt is too long")
 
 
@@ -205,15 +202,12 @@ async def _call_tool(
     tools: ToolSet, name: str, arguments: str, remaining: float, executor: Executor | None
 ) -> ToolResult | None:
     """Run one (blocking) tool call in a thread, bounded by the time left; None when the deadline came first."""
-    sandbox = getattr(tools, "sandbox", None)
-    if sandbox is not None:  # the sandbox kills the command at the deadline, so no process outlives the budget
-        base = _BASE_LIMITS.setdefault(sandbox, sandbox.limits)
-        sandbox.limits = dataclasses.replace(base, timeout_s=max(0.05, min(base.timeout_s, remaining)))
+    # a command tool caps its own time limit at `remaining` (tools.call's timeout_s), so the sandbox kills the
+    # command at the deadline and no process outlives the budget
+    call = functools.partial(tools.call, name, arguments, timeout_s=remaining)
     loop = asyncio.get_running_loop()
     try:
-        return await asyncio.wait_for(
-            loop.run_in_executor(executor, tools.call, name, arguments), remaining + TOOL_SLACK_S
-        )
+        return await asyncio.wait_for(loop.run_in_executor(executor, call), remaining + TOOL_SLACK_S)
     except TimeoutError:
         return None
 

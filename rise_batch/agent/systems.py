@@ -36,10 +36,6 @@ class System:
     def uses_index(self) -> bool:
         return self.tools != "dci"
 
-    @property
-    def uses_workspace(self) -> bool:
-        return self.tools == "rise"
-
 
 SYSTEMS: dict[str, System] = {
     s.name: s

@@ -228,8 +228,9 @@ class Sandbox:
             log.warning(msg)
             print(msg, file=sys.stderr)
 
-    def run(self, command: str) -> RunResult:
-        return _spawn_collect(self.bwrap, self.root, command, self.limits, self.run_as, self.sandboxed)
+    def run(self, command: str, limits: SandboxLimits | None = None) -> RunResult:
+        """Run `command` under `limits` for this call only (default: the sandbox's own); nothing is stored."""
+        return _spawn_collect(self.bwrap, self.root, command, limits or self.limits, self.run_as, self.sandboxed)
 
     def __call__(self, command: str) -> str:
         return self.run(command).render(self.limits.timeout_s)

@@ -7,10 +7,11 @@ raise on bad model input: a wrong argument becomes an error text the model can a
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -26,6 +27,7 @@ from rise_batch.space.fileview import (
 from rise_batch.space.sandbox import Sandbox, SandboxLimits
 from rise_batch.space.workspace import DocStore, Workspace
 
+MIN_COMMAND_S = 0.05  # a command capped at the deadline still gets this long (a cap of 0 would not run it)
 SNIPPET_CHARS_PER_TOKEN = 4  # the retrieval baseline's "512-token" snippets, without a tokenizer dependency
 _PATH_TOKEN = re.compile(r"[^\s:]+")
 
@@ -77,12 +79,16 @@ def surfaced_in(text: str, lookup: Callable[[str], str | None]) -> list[str]:
 
 
 class ToolSet:
-    """Dispatch from a model's tool call (name + JSON arguments) to a method, turning bad input into text."""
+    """Dispatch from a model's tool call (name + JSON arguments) to a method, turning bad input into text.
+
+    A tool method's keyword-only parameters belong to the caller, never to the model: the model's arguments are
+    checked against the other parameters only. `timeout_s` is one: the agent loop passes the time left in the
+    trajectory, and a tool that runs a command caps that call's time limit with it (nothing is stored)."""
 
     tools: dict[str, Callable[..., ToolResult]]
     schemas: list[dict]
 
-    def call(self, name: str, arguments: str | dict | None) -> ToolResult:
+    def call(self, name: str, arguments: str | dict | None, *, timeout_s: float | None = None) -> ToolResult:
         fn = self.tools.get(name)
         if fn is None:
             return ToolResult(f"error: unknown tool {name!r}; available: {', '.join(self.tools)}", error=True)
@@ -93,10 +99,14 @@ class ToolSet:
                 return ToolResult(f"error: arguments are not valid JSON ({e.msg} at {e.pos})", error=True)
         if not isinstance(arguments, dict):
             return ToolResult("error: arguments must be a JSON object", error=True)
+        sig = inspect.signature(fn)
+        callers = {n for n, p in sig.parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
         try:
-            inspect.signature(fn).bind(**arguments)
+            sig.replace(parameters=[p for n, p in sig.parameters.items() if n not in callers]).bind(**arguments)
         except TypeError as e:
             return ToolResult(f"error: bad arguments for {name}: {e}", error=True)
+        if timeout_s is not None and "timeout_s" in callers:
+            return fn(**arguments, timeout_s=timeout_s)
         return fn(**arguments)
 
 
@@ -121,16 +131,23 @@ def read_in(root: Path, path: Any, offset: Any, limit: Any, lookup: Callable[[st
     return ToolResult(note + text, surfaced=(docid,) if docid else ())
 
 
-def bash_in(sandbox: Sandbox, command: Any, lookup: Callable[[str], str | None]) -> ToolResult:
+def bash_in(
+    sandbox: Sandbox, command: Any, lookup: Callable[[str], str | None], timeout_s: float | None = None
+) -> ToolResult:
+    """Run a model's shell command. With `timeout_s` (the time left), this call's cap is min(the sandbox's cap,
+    timeout_s) but at least 0.05 s, so a command dies at the trajectory's deadline; the sandbox is not changed."""
     if not isinstance(command, str) or not command.strip():
         return ToolResult("error: `command` must be a non-empty string", error=True)
     if "\x00" in command:
         return ToolResult("error: the command contains a NUL character", error=True)
+    limits = sandbox.limits
+    if timeout_s is not None:
+        limits = dataclasses.replace(limits, timeout_s=max(MIN_COMMAND_S, min(limits.timeout_s, timeout_s)))
     try:
-        res = sandbox.run(command)
+        res = sandbox.run(command, limits)
     except OSError as e:  # e.g. E2BIG: a command longer than the kernel's argument limit
         return ToolResult(f"error: could not start the command: {e.strerror or e}", error=True)
-    return ToolResult(res.render(sandbox.limits.timeout_s), surfaced=tuple(surfaced_in(res.output, lookup)))
+    return ToolResult(res.render(limits.timeout_s), surfaced=tuple(surfaced_in(res.output, lookup)))
 
 
 def search_into(index: SearchIndex, ws: Workspace, queries: Any, k: int = 1000, preview: int = 10) -> ToolResult:
@@ -198,8 +215,8 @@ class RiseTools(ToolSet):
             return res._replace(text="Note: read `query` as `queries`.\n" + res.text)
         return search_into(self.index, self.ws, queries, self.k, self.preview)
 
-    def bash(self, command: Any) -> ToolResult:
-        return bash_in(self.sandbox, command, self.ws.by_relpath.get)
+    def bash(self, command: Any, *, timeout_s: float | None = None) -> ToolResult:
+        return bash_in(self.sandbox, command, self.ws.by_relpath.get, timeout_s)
 
     def read(self, path: Any, offset: Any = 0, limit: Any = MAX_READ_LINES) -> ToolResult:
         return read_in(self.ws.files_dir, path, offset, limit, self.ws.by_relpath.get)
@@ -218,8 +235,8 @@ class DciTools(ToolSet):
             schemas.read_schema(MAX_READ_LINES, what="corpus directory"),
         ]
 
-    def bash(self, command: Any) -> ToolResult:
-        return bash_in(self.sandbox, command, self.store.docid)
+    def bash(self, command: Any, *, timeout_s: float | None = None) -> ToolResult:
+        return bash_in(self.sandbox, command, self.store.docid, timeout_s)
 
     def read(self, path: Any, offset: Any = 0, limit: Any = MAX_READ_LINES) -> ToolResult:
         return read_in(self.store.corpus_dir, path, offset, limit, self.store.docid)
@@ -264,13 +281,3 @@ class RetrievalTools(ToolSet):
             cut = len(text) - self.max_doc_chars
             text = text[: self.max_doc_chars] + f"\n[document truncated: {cut:,} more characters]"
         return ToolResult(f"docid: {docid}\n{text}", surfaced=(docid,))
-
-
-def docids_of(results: Iterable[ToolResult]) -> tuple[set[str], set[str]]:
-    """(retrieved, surfaced) over a trajectory's tool results."""
-    retrieved: set[str] = set()
-    surfaced: set[str] = set()
-    for r in results:
-        retrieved.update(r.retrieved)
-        surfaced.update(r.surfaced)
-    return retrieved, surfaced

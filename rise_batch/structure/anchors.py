@@ -29,7 +29,6 @@ from rise_batch.types import AnchorOutcome
 
 PREFIX_WORDS = (12, 10, 8, 6)
 LOCATED = ("exact", "normalized", "prefix")
-DROPPED = ("not-found", "out-of-order", "duplicate")
 MAX_MATCHES = 256  # per tier; a phrase repeated more often than this is not a useful anchor anyway
 FRONTMATTER_MAX_LINES = 200
 

@@ -16,7 +16,7 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 from rise_batch.structure.anchors import LOCATED, validate_anchors
 from rise_batch.structure.heuristic import is_too_short, propose_heuristic
@@ -33,12 +33,6 @@ _FEEDBACK = {
     "for character from the beginning of the line where its section starts. Reply again, with only the JSON "
     "object, for the document below.",
 }
-
-
-class Backend(Protocol):
-    name: str
-
-    async def structure(self, doc: Doc, run_hash: str) -> tuple[DocResult, str]: ...
 
 
 class Usage(NamedTuple):

@@ -50,7 +50,10 @@ def test_dci_context_cuts_results_and_clears_old_ones():
     assert ctx.chars == sum(len(m["content"]) for m in messages)
 
 
-def _trajectory(agent_world, base_url: str, question: str, budget: Budget, system: str = "rise") -> AgentRun:
+def _trajectory(
+    agent_world, base_url: str, question: str, budget: Budget, system: str = "rise", seen: list | None = None
+) -> AgentRun:
+    """One trajectory with the real tools; `seen` receives the tool set (to inspect it afterwards)."""
     spec = get_system(system)
     store = DocStore(agent_world.docs)
     ws_root = Path(tempfile.mkdtemp(prefix="ws-", dir=agent_world.root))
@@ -62,6 +65,8 @@ def _trajectory(agent_world, base_url: str, question: str, budget: Budget, syste
         ws_root / "q",
         limits=SandboxLimits(timeout_s=60.0),
     )
+    if seen is not None:
+        seen.append(tools)
 
     async def go() -> AgentRun:
         cfg = LLMConfig(base_url=base_url, model="gpt-5.4-mini", max_attempts=2, rpm=100_000, tpm=10**10)
@@ -113,6 +118,20 @@ def test_sleeping_tool_is_cut_at_the_wall_clock_budget(agent_world, fake_server)
     assert "[killed: exceeded" in run.steps[0]["output"]
     assert run.elapsed_s < budget.wall_clock_s + 2.0
     assert _sleepers("93.17") == []  # the sandbox's process group went with the deadline
+
+
+def test_the_per_call_cap_leaves_the_sandbox_limits_unchanged(agent_world, fake_server):
+    """The bash cap is min(the sandbox's limit, the time left), passed per call: the sandbox's limits are unchanged
+    after the trajectory, and the command was still killed at the deadline, not at the sandbox's 60 s."""
+    seen: list = []
+    budget = Budget(max_calls=20, wall_clock_s=2.0)
+    run = _trajectory(
+        agent_world, fake_server.base_url, "What is 'Anarchism'? [fake:tool-sleep=93.19]", budget, seen=seen
+    )
+    assert seen[0].sandbox.limits == SandboxLimits(timeout_s=60.0)  # not left at the last call's cap
+    cap = float(run.steps[0]["output"].split("[killed: exceeded the ")[1].split(" s ")[0])
+    assert 0.05 <= cap < budget.wall_clock_s  # the time left when the call started, not the sandbox's 60 s
+    assert _sleepers("93.19") == []
 
 
 def test_hanging_server_is_cut_at_the_wall_clock_budget(agent_world, fake_server):

@@ -93,6 +93,21 @@ def test_bash_reports_surfaced_docids(rise):
     assert hits and set(res.surfaced) == {d for d, r in relpaths.items() if r in hits}
 
 
+def test_bash_cap_is_per_call_and_the_model_cannot_set_it(rise):
+    """`timeout_s` (the time left) caps one call at min(the sandbox's 2 s, timeout_s), at least 0.05 s; the
+    sandbox's limits object is never replaced or changed, and a model's `timeout_s` argument is refused."""
+    tools, _ = rise
+    limits = tools.sandbox.limits
+    assert "exceeded the 0.3 s time limit" in tools.call("bash", {"command": "sleep 5"}, timeout_s=0.3).text
+    assert tools.call("bash", {"command": "true"}, timeout_s=0.0).text.endswith("[exit code: 0]")  # the 0.05 s floor
+    assert "exceeded the 0.05 s time limit" in tools.call("bash", {"command": "sleep 5"}, timeout_s=-1.0).text
+    assert "exceeded the 2 s time limit" in tools.call("bash", {"command": "sleep 5"}, timeout_s=30.0).text
+    refused = tools.call("bash", {"command": "true", "timeout_s": 600})
+    assert refused.error and "unexpected keyword argument 'timeout_s'" in refused.text
+    assert tools.call("read", {"path": "x"}, timeout_s=0.3).error  # tools without a cap ignore it
+    assert tools.sandbox.limits is limits and limits == TEST_LIMITS
+
+
 def test_surfaced_in_recognizes_rg_and_find_output():
     table = {"a.org/X.txt": "1", "b.org/Y.txt": "2"}
     text = "a.org/X.txt:12:some text\n./b.org/Y.txt\n/workspace/a.org/X.txt\nnot/a/doc.txt"
