@@ -4,6 +4,9 @@
 agent on the original files, so the two differ only by the TOCs; `retrieval-agent` is the BrowseComp-Plus-style
 baseline (top-5 snippets + get_document); `dci` greps the whole corpus with no retriever and manages its context
 as the reference harness does. Budgets follow the paper: 100 calls / 1 h, and 300 calls / 1.5 h for DCI.
+
+SYSTEMS is the only list of systems: config validation, sweeps, the CLI's error for an unknown name and the report's
+labels all read it. Adding a system with an existing tool kind is one line here plus its prompt in prompts/.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ STRUCTURED, ORIGINAL = "structured", "original"
 @dataclass(frozen=True)
 class System:
     name: str
+    label: str  # the name reports and plots show
     prompt: str  # file in prompts/
     docs: str  # STRUCTURED or ORIGINAL files
     tools: str  # "rise" | "retrieval" | "dci"
@@ -40,10 +44,10 @@ class System:
 SYSTEMS: dict[str, System] = {
     s.name: s
     for s in (
-        System("rise", "agent_rise", STRUCTURED, "rise"),
-        System("rise-bm25", "agent_rise_bm25", ORIGINAL, "rise"),
-        System("retrieval-agent", "agent_retrieval", ORIGINAL, "retrieval"),
-        System("dci", "agent_dci", ORIGINAL, "dci", max_calls=300, wall_clock_s=5400.0, context=DCI_CONTEXT),
+        System("rise", "RISE", "agent_rise", STRUCTURED, "rise"),
+        System("rise-bm25", "RISE-BM25", "agent_rise_bm25", ORIGINAL, "rise"),
+        System("retrieval-agent", "Retrieval agent", "agent_retrieval", ORIGINAL, "retrieval"),
+        System("dci", "DCI", "agent_dci", ORIGINAL, "dci", max_calls=300, wall_clock_s=5400.0, context=DCI_CONTEXT),
     )
 }
 

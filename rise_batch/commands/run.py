@@ -10,18 +10,20 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     """Flags shared by `run` and jobs/run_trajectories.py; None means 'take the config file's value'."""
     p.add_argument("--config", help="YAML config (keys of RunConfig, optionally under `run:`; flags override it)")
     p.add_argument("--queries", help="JSONL with query_id, query and optionally answer / gold_doc_ids")
-    p.add_argument("--system", help="rise | rise-bm25 | retrieval-agent | dci")
+    p.add_argument(
+        "--system", help="agent system, a name in rise_batch/agent/systems.py (default rise; also rise-bm25, ...)"
+    )
     p.add_argument("--index", help="BM25 index directory (from `rise-batch index` or `structure --index`)")
     p.add_argument("--docs", help="structured docs dir (a `structure` output: corpus/<relpath> + docmap.parquet)")
     p.add_argument(
         "--original-docs",
-        help="docs dir with the original text, for rise-bm25/retrieval-agent/dci (default: derived once into "
+        help="docs dir with the original text, for systems that read original files (default: derived once into "
         "DOCS/original/ by removing the TOCs)",
     )
     p.add_argument("--out", help="run directory (created; re-running the same command resumes)")
     p.add_argument("--k", type=int, help="documents linked into the workspace per sub-query (default 1000)")
-    p.add_argument("--max-calls", type=int, help="model calls per query (default 100; dci 300)")
-    p.add_argument("--wall-clock-s", type=float, help="seconds per query (default 3600; dci 5400)")
+    p.add_argument("--max-calls", type=int, help="model calls per query (default: the system's; 100, dci 300)")
+    p.add_argument("--wall-clock-s", type=float, help="seconds per query (default: the system's; 3600, dci 5400)")
     p.add_argument("--limit", type=int, help="run only the first N queries")
     p.add_argument("--workers", type=int, help="Ray actors (default 2); 0 runs everything in this process")
     p.add_argument("--concurrency", type=int, help="trajectories in flight across all workers (default 8)")
@@ -66,7 +68,7 @@ def config_from_args(args: argparse.Namespace):
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "run",
-        help="run agent trajectories (rise, rise-bm25, retrieval-agent, dci) for a query file",
+        help="run agent trajectories of one agent system (rise, rise-bm25, ...) for a query file",
         description=(
             "Run one agent trajectory per query, each in its own workspace with its own budgets (model calls, "
             "wall clock), fanned across Ray actors. Writes RUN_DIR/run.json, RUN_DIR/trajectories/<query>.json and "

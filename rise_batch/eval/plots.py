@@ -13,11 +13,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-SYSTEM_NAMES = {"rise": "RISE", "rise-bm25": "RISE-BM25", "retrieval-agent": "Retrieval agent", "dci": "DCI"}
-
 
 def system_name(system: Any) -> str:
-    return SYSTEM_NAMES.get(str(system), str(system))
+    """The label a system's registry entry gives it (agent/systems.py), else the name as recorded in the run."""
+    from rise_batch.agent.systems import SYSTEMS  # here, not at the top: importing this module stays free
+
+    known = SYSTEMS.get(str(system))
+    return known.label if known is not None else str(system)
 
 
 def run_labels(summaries: Sequence[dict[str, Any]]) -> list[str]:

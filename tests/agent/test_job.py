@@ -49,6 +49,26 @@ def test_every_system_end_to_end(agent_world, fake_server, system):
     assert {e["event"] for e in events} >= {"start", "model_call", "tool_call", "end"}
 
 
+def test_a_new_system_is_one_registry_line(agent_world, fake_server, monkeypatch):
+    """A system with an existing tool kind needs only its SYSTEMS entry (and a prompt file): config validation,
+    budgets, the run, sweeps and the report's label all follow the registry."""
+    from rise_batch.agent.systems import STRUCTURED, System
+    from rise_batch.eval.plots import system_name
+    from rise_batch.eval.sweep import expand, parse_sweep
+
+    monkeypatch.setitem(SYSTEMS, "rise-lean", System("rise-lean", "RISE lean", "agent_rise", STRUCTURED, "rise", 9))
+    out = run_dir("sys-new")
+    cfg = run_config(out / "run", _queries(agent_world, out, 2), fake_server.base_url, system="rise-lean")
+    assert cfg.budget().max_calls == 9
+    stats = run_trajectories(cfg)
+    assert stats["stop_reasons"] == {"answered": 2} and stats["missing"] == 0
+    assert {t["system"] for t in read_trajectories(out / "run").values()} == {"rise-lean"}
+    grid = {"name": "s", "out": "/o", "queries": "/q", "systems": ["rise-lean"], "models": ["m"], "k": [10, 20]}
+    grid["corpora"] = [{"name": "c", "docs": "/d", "index": "/i"}]
+    assert [c.k for c in expand(parse_sweep({"sweep": grid}))] == [10, 20]  # it searches: one cell per K
+    assert system_name("rise-lean") == "RISE lean" and system_name("unknown") == "unknown"
+
+
 def test_structured_and_original_files(agent_world, fake_server):
     """rise reads files with a TOC; rise-bm25 the same relpaths with the TOC removed (DOCS/original/)."""
     out = run_dir("files")
