@@ -8,8 +8,8 @@ asks for a new run (the old files are then kept under superseded-*/, they were p
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
+import math
 import sys
 import time
 from collections import Counter
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from rise_batch.agent.run_config import RunConfig, config_hash
-from rise_batch.agent.runner import EVENTS, TRAJECTORIES, WorkerContext, finished, run_query, trajectory_path
+from rise_batch.agent.runner import EVENTS, TRAJECTORIES, finished, trajectory_path
 from rise_batch.agent.systems import ORIGINAL, get_system
 from rise_batch.config import ConfigError, config_to_dict
 from rise_batch.io import read_json, supersede, write_json_atomic
@@ -142,25 +142,48 @@ class Progress:
         self.bar.close()
 
 
-async def run_local(plan: RunPlan, progress: Progress) -> list[dict[str, Any]]:
-    """Every pending query in this process, `concurrency` at a time (workers=0: debugging, small runs)."""
-    ctx = WorkerContext(plan.cfg, plan.config_hash)
-    slots = asyncio.Semaphore(plan.cfg.concurrency)
+def run_queries(plan: RunPlan, progress: Progress) -> list[dict[str, Any]]:
+    """Every pending query through the executor the config asks for; returns the workers' transport stats.
 
-    async def one(q: Query) -> None:
-        async with slots:
-            progress.started()
-            try:
-                summary = await run_query(ctx, q)
-            finally:
-                progress.stopped()
-            progress.finished(summary)
+    `workers: 0` runs `concurrency` trajectories at once in this process (debugging, small runs); otherwise
+    `workers` Ray actors share them, with a watchdog at budget + grace_s (cancel, then kill after kill_grace_s)
+    and a query lost after its worker died `max_attempts` times recorded as failed (agent/stage.py).
+    """
+    from rise_batch.agent.stage import STUCK_WHY, TrajectoryOutcomes
+    from rise_batch.executor import executor_for
+    from rise_batch.executor.base import MapOptions, Stage, WorkerSpec
 
+    cfg = plan.cfg
+    options = MapOptions(
+        max_in_flight=cfg.concurrency,
+        per_worker=max(1, math.ceil(cfg.concurrency / max(cfg.workers, 1))),
+        spare_calls=4,
+        max_attempts=cfg.max_attempts,
+        deadline_s=cfg.budget().wall_clock_s + cfg.grace_s,
+        kill_grace_s=cfg.kill_grace_s,
+        worker_cpus=cfg.worker_cpus,
+        close_timeout_s=5,
+    )
+    outcomes = TrajectoryOutcomes(cfg, plan.config_hash, progress)
+    stage = Stage(
+        worker=WorkerSpec(
+            "rise_batch.agent.stage:QueryWorker", {"cfg": cfg, "config_hash": plan.config_hash}, "TrajectoryWorker"
+        ),
+        what="trajectory",
+        describe=outcomes.describe,
+        on_start=outcomes.on_start,
+        on_stop=outcomes.on_stop,
+        on_result=outcomes.on_result,
+        on_lost=outcomes.on_lost,
+        on_event=outcomes.on_event,
+        finished=outcomes.finished,
+        services=outcomes.services,
+        stuck_why=STUCK_WHY,
+    )
     try:
-        await asyncio.gather(*(one(q) for q in plan.pending))
+        return executor_for(cfg.workers, options, cfg.ray_address).map(stage, plan.pending)
     finally:
-        await ctx.aclose()
-    return [ctx.client.stats.as_dict()]
+        outcomes.close()
 
 
 def summarize(run_dir: str | Path, queries: list[Query], config_hash: str) -> dict[str, Any]:
@@ -206,12 +229,8 @@ def run_trajectories(cfg: RunConfig) -> dict[str, Any]:
     progress = Progress(len(plan.queries), len(plan.queries) - len(plan.pending), cfg.progress)
     transport: list[dict[str, Any]] = []
     try:
-        if plan.pending and cfg.workers == 0:
-            transport = asyncio.run(run_local(plan, progress))
-        elif plan.pending:
-            from rise_batch.executor.trajectories import run_on_ray
-
-            transport = run_on_ray(plan, progress)
+        if plan.pending:
+            transport = run_queries(plan, progress)
     finally:
         progress.close()
     stats = summarize(cfg.out, plan.queries, plan.config_hash)

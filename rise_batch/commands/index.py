@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     runner = None
     if args.ray or args.ray_address:
-        from rise_batch.executor.index_tasks import RayShardRunner
+        from rise_batch.index.shards import RayShardRunner
 
         runner = RayShardRunner(args.ray_address)
     t0 = time.perf_counter()

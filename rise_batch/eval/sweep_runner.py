@@ -45,7 +45,7 @@ class _JudgeLimiter:
         self._handle: Any = None
         self.concurrency = llm.concurrency
         if uses_ray:
-            from rise_batch.executor.structure import init_ray
+            from rise_batch.executor.ray import init_ray
             from rise_batch.llm.limiter_actor import start_limiter
 
             init_ray(cfg.run.get("ray_address"))

@@ -1,1 +1,23 @@
-"""Executors: map a stage's per-item function over items, in process or on Ray. Only this package imports ray."""
+"""Executors: map a stage's per-item function over items, in process or on Ray. Only executor/ray.py imports ray.
+
+`executor_for` is how a job driver chooses one from its config; stages never import this package (the executor
+builds their workers from an importable factory path, see executor/base.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rise_batch.executor.base import Executor, MapOptions
+
+
+def executor_for(workers: int, options: MapOptions, address: str | None = None) -> Executor:
+    """`workers == 0`: this process (debugging, small runs); otherwise `workers` Ray actors (local Ray or `address`)."""
+    if workers == 0:
+        from rise_batch.executor.local import LocalExecutor
+
+        return LocalExecutor(options)
+    from rise_batch.executor.ray import RayExecutor
+
+    return RayExecutor(workers, options, address)

@@ -89,8 +89,8 @@ def build_index(
     shards of about `shard_docs` rows are cut from file metadata. Bad rows and duplicate docids raise
     (`on_bad_row="error"`) or are left out and counted in meta.json ("skip"; the first of duplicates is kept).
     `runner` defaults to `workers` spawned local processes (as with any multiprocessing, a script calling this
-    with workers > 1 needs an `if __name__ == "__main__":` guard); rise_batch.executor.index_tasks.RayShardRunner
-    runs the same per-shard function as Ray tasks.
+    with workers > 1 needs an `if __name__ == "__main__":` guard); rise_batch.index.shards.RayShardRunner runs
+    the same per-shard function as Ray tasks.
     """
     from rise_batch.index.merge import GlobalStats, assemble
     from rise_batch.index.plan import plan_index_shards

@@ -1,14 +1,15 @@
-"""Run `tokenize_shard` over a corpus plan with local processes, yielding results in corpus order.
+"""The index build's per-shard function and where it runs: local processes, or Ray tasks; results in corpus order.
 
-Workers write their postings to a spill directory and send back only the small summary, so neither the pipe nor
-the parent ever holds more than a few shards' postings; the merge reads them back one shard at a time. The Ray
-runner (rise_batch/executor/index_tasks.py) has the same `map` shape and keeps postings in the object store instead.
+A shard runner yields (summary, fetch-postings) in the order of the shards, so the merge sees the corpus in order
+whatever the workers' speeds. Local workers write their postings to a spill directory and send back only the small
+summary, so neither the pipe nor the parent ever holds more than a few shards' postings; the merge reads them back
+one shard at a time. On Ray, postings stay in the object store until fetched. The scheduling itself is the
+executor's (`process_map`, `task_map`); this module only says what one shard is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -57,10 +58,9 @@ def tokenize_shard_to_disk(
 
 
 class ProcessShardRunner:
-    """`workers` processes, at most `2 * workers` shards in flight; workers <= 1 runs inline.
+    """`workers` spawned processes, at most `2 * workers` shards in flight; workers <= 1 runs inline.
 
-    Workers are spawned (not forked: the parent may hold threads, e.g. pyarrow's) and not from a forkserver,
-    whose own resident memory would add to the build's; they import only the tokenizer, pyarrow and PyStemmer.
+    The workers import only the tokenizer, pyarrow and PyStemmer (see executor.local.process_map for why spawn).
     """
 
     name = "process"
@@ -72,29 +72,32 @@ class ProcessShardRunner:
     def map(
         self, shards: Sequence[ShardSpec], settings: TokenizerSettings, on_bad_row: str, spill_dir: Path
     ) -> Iterator[tuple[ShardSummary, Fetch]]:
-        spill_dir.mkdir(parents=True, exist_ok=True)
-        bases = [str(spill_dir / f"shard-{i:06d}") for i in range(len(shards))]
-        if self.workers == 1:
-            for spec, base in zip(shards, bases, strict=True):
-                summary, paths = tokenize_shard_to_disk(spec, settings, on_bad_row, base)
-                yield summary, partial(load_postings, paths)
-            return
-        import multiprocessing as mp
+        from rise_batch.executor.local import process_map
 
-        ctx = mp.get_context(self.start_method)
-        window = 2 * self.workers
-        with ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx) as pool:
-            pending: dict[int, Future] = {}
-            nxt = 0
-            try:
-                for i in range(len(shards)):
-                    while nxt < len(shards) and nxt < i + window:
-                        pending[nxt] = pool.submit(
-                            tokenize_shard_to_disk, shards[nxt], settings, on_bad_row, bases[nxt]
-                        )
-                        nxt += 1
-                    summary, paths = pending.pop(i).result()
-                    yield summary, partial(load_postings, paths)
-            finally:
-                for f in pending.values():
-                    f.cancel()
+        spill_dir.mkdir(parents=True, exist_ok=True)
+        calls = [(spec, settings, on_bad_row, str(spill_dir / f"shard-{i:06d}")) for i, spec in enumerate(shards)]
+        for summary, paths in process_map(tokenize_shard_to_disk, calls, self.workers, self.start_method):
+            yield summary, partial(load_postings, paths)
+
+
+class RayShardRunner:
+    """One Ray task per shard on a cluster (`address`, or the already-initialised / a fresh local one).
+
+    At most `max_in_flight` shards are out (default: twice the cluster's CPUs).
+    """
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, max_in_flight: int | None = None) -> None:
+        from rise_batch.executor.ray import init_ray
+
+        init_ray(address, log_to_driver=False)
+        self.max_in_flight = max_in_flight
+
+    def map(
+        self, shards: Sequence[ShardSpec], settings: TokenizerSettings, on_bad_row: str, spill_dir: Path
+    ) -> Iterator[tuple[ShardSummary, Fetch]]:
+        from rise_batch.executor.ray import task_map
+
+        del spill_dir  # postings live in the object store
+        yield from task_map(tokenize_shard, shards, settings, on_bad_row, max_in_flight=self.max_in_flight)

@@ -7,7 +7,6 @@ different output is refused unless the user asks for a new run, so no document i
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 from pathlib import Path
@@ -19,7 +18,7 @@ from rise_batch.corpus.scan import scan_corpus, shards_from_json, shards_to_json
 from rise_batch.io import dump_json, supersede, write_parquet_atomic
 from rise_batch.structuring.batch import refuse_if_batches_open
 from rise_batch.structuring.checkpoint import CheckpointStore
-from rise_batch.structuring.shard import merge_stats, structure_shard
+from rise_batch.structuring.shard import merge_stats
 
 MANIFEST = "manifest.json"
 OUTPUTS = (
@@ -130,51 +129,45 @@ def prepare_run(cfg: StructureConfig) -> RunPlan:
     return RunPlan(plan.shards, rh, prompt_text, plan.n_docs, len(plan.bad_rows))
 
 
-def make_backend(cfg: StructureConfig, prompt_text: str, limiter=None):
-    """The backend a worker uses; built inside the worker so nothing heavy is pickled to it."""
-    from rise_batch.structure.backends import HeuristicBackend, LLMBackend
-
-    if cfg.backend == "heuristic":
-        return HeuristicBackend()
-    from rise_batch.llm.client import client_from_config
-
-    client = client_from_config(cfg.llm, limiter=limiter)
-    chat = client.chat
-    if cfg.max_cost_usd is not None:  # each Ray actor guards an equal share of what is left
-        from rise_batch.structuring.budget import CostBudget, checkpoint_cost, structuring_estimator
-
-        spent = checkpoint_cost(cfg.out)
-        share = spent + (cfg.max_cost_usd - spent) / cfg.n_workers if cfg.n_workers > 1 else None
-        budget = CostBudget(cfg.max_cost_usd, spent, share)
-        estimate = structuring_estimator(cfg.llm.model, client.prices, max_output_tokens=cfg.llm.max_output_tokens)
-        chat = budget.guard(chat, estimate)
-    backend = LLMBackend(chat, prompt_text, reask=cfg.llm.reask, max_input_chars=cfg.llm.max_input_chars)
-    from rise_batch.structure.tier import TieredBackend, tier_rule
-
-    rule = tier_rule(cfg.tier)  # the same routing batch mode and the cost plan use (structure.tier.goes_to_llm)
-    if rule is not None:
-        backend = TieredBackend(backend, rule)
-    backend.client = client  # type: ignore[attr-defined]  # for transport stats and closing
-    return backend
+MAX_SHARD_ATTEMPTS = 3  # worker deaths under one shard before it is an application bug and the job fails loudly
 
 
-def transport_stats(backend) -> dict:
-    """HTTP-level counters (attempts, retries, 429s, timeouts) of one worker's client; {} for the heuristic."""
-    client = getattr(backend, "client", None)
-    if client is None:
-        return {}
-    d = client.stats.as_dict()
-    return {k: v for k, v in d.items() if k not in ("input_tokens", "cached_input_tokens", "output_tokens", "cost_usd")}
+def run_shards(cfg: StructureConfig, plan: RunPlan, bar) -> tuple[list[dict], list[dict]]:
+    """Every shard of `plan` through the executor `cfg` asks for: (per-shard stats, per-worker transport stats).
 
+    `--workers 0` runs the shards one after another in this process (the bar counts documents); otherwise
+    `workers` Ray actors each run a share of `max_shards_in_flight` shards at once (the bar counts whole shards).
+    A --max-cost stop lets the running shards finish with their rows flushed, then raises BudgetExceeded.
+    """
+    from rise_batch.executor import executor_for
+    from rise_batch.executor.base import MapOptions, Stage, WorkerSpec
+    from rise_batch.structuring.budget import BudgetExceeded
+    from rise_batch.structuring.worker import describe_shard, shard_services
 
-async def _run_local(cfg: StructureConfig, plan: RunPlan, bar) -> tuple[list[dict], list[dict]]:
-    backend = make_backend(cfg, plan.prompt_text)
-    try:
-        stats = [await structure_shard(cfg, spec, backend, plan.run_hash, bar.update) for spec in plan.shards]
-    finally:
-        if getattr(backend, "client", None) is not None:
-            await backend.client.aclose()
-    return stats, [transport_stats(backend)]
+    results: list[dict] = []
+    local = cfg.n_workers == 0
+
+    def on_result(spec: ShardSpec, stats: dict) -> None:
+        results.append(stats)
+        if not local:
+            bar.update(stats.get("docs_total", 0))
+
+    n = max(cfg.n_workers, 1)
+    per_worker = 1 if local else max(1, (cfg.max_shards_in_flight or 2 * n) // n)
+    options = MapOptions(
+        max_in_flight=n * per_worker, per_worker=per_worker, max_attempts=MAX_SHARD_ATTEMPTS, wait_ready=False
+    )
+    config = {"cfg": cfg, "prompt_text": plan.prompt_text, "run_hash": plan.run_hash}
+    stage = Stage(
+        worker=WorkerSpec("rise_batch.structuring.worker:ShardWorker", config, name="StructureWorker"),
+        what="structure",
+        describe=describe_shard,
+        on_result=on_result,
+        services=shard_services(cfg, plan.run_hash, bar.update),
+        stop_on=(BudgetExceeded,),
+    )
+    transport = executor_for(cfg.n_workers, options, cfg.ray_address).map(stage, plan.shards)
+    return results, transport
 
 
 def run_structure(cfg: StructureConfig) -> dict:
@@ -188,12 +181,8 @@ def run_structure(cfg: StructureConfig) -> dict:
             from rise_batch.structuring.batch import run_batch
 
             shard_stats, transport = run_batch(cfg, plan, bar)
-        elif cfg.n_workers == 0:
-            shard_stats, transport = asyncio.run(_run_local(cfg, plan, bar))
         else:
-            from rise_batch.executor.structure import run_on_ray
-
-            shard_stats, transport = run_on_ray(cfg, plan, bar)
+            shard_stats, transport = run_shards(cfg, plan, bar)
     stats = merge_stats(shard_stats)
     if cfg.backend == "llm":
         stats["transport"] = merge_stats(transport)  # this run's HTTP traffic (not that of killed earlier runs)
@@ -230,7 +219,7 @@ def build_job_index(cfg: StructureConfig, plan: RunPlan) -> str:
         return str(out)
     runner = None
     if cfg.n_workers > 0:
-        from rise_batch.executor.index_tasks import RayShardRunner
+        from rise_batch.index.shards import RayShardRunner
 
         runner = RayShardRunner(cfg.ray_address)
     build_index(

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import pytest
-import ray
 
 from rise_batch.config import load_structure_config
 from rise_batch.fake_llm import FakeLLMServer
 from rise_batch.structuring.budget import BudgetExceeded
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.structuring.job import run_structure
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
 
 
 def test_max_cost_on_ray_stops_below_the_limit_and_resumes(tmp_path, sample_path, ray_local, monkeypatch):

@@ -5,22 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
-import ray
 
 from rise_batch.index import build_index, load_index
 from tests.conftest import sample_rows, write_parquet
 from tests.index.conftest import assert_same_arrays
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
-
-
 def test_ray_build_equals_local_build(tmp_path, ray_local):
-    from rise_batch.executor.index_tasks import RayShardRunner
+    from rise_batch.index.shards import RayShardRunner
 
     write_parquet(tmp_path / "c.parquet", sample_rows(), row_group_size=10)
     local = build_index(tmp_path / "c.parquet", tmp_path / "local", workers=2, shard_docs=10)
@@ -36,7 +28,7 @@ def test_ray_build_equals_local_build(tmp_path, ray_local):
 
 def test_ray_task_errors_name_the_row(tmp_path, ray_local):
     from rise_batch.corpus.readers import CorpusError
-    from rise_batch.executor.index_tasks import RayShardRunner
+    from rise_batch.index.shards import RayShardRunner
 
     rows = sample_rows(12)
     rows[7]["text"] = ""

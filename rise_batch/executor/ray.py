@@ -1,0 +1,320 @@
+"""The Ray executor: actors that build a stage once and run its items, and an ordered task map for the index build.
+
+`RayExecutor.map` keeps at most `max_in_flight` items out over `workers` actors (each runs `per_worker` at once, on
+its own event loop). Actors receive a WorkerSpec (a factory path and a small config) and items (shard specs,
+queries), never documents, so nothing large crosses the object store. What it does when things go wrong:
+
+- an actor that dies (crash, OOM kill) is replaced and every item it held goes back to the queue; an item whose
+  workers died `max_attempts` times under it is lost: the stage records it (`on_lost`) or the job fails loudly;
+- with a deadline, an item still out at the deadline is cancelled; if its actor does not answer the cancel within
+  `kill_grace_s` (a frozen process, a blocked event loop) the actor is killed (SIGKILL when it is on this node:
+  a frozen process never answers ray.kill) and replaced, its overdue items are lost, the others requeued;
+- an error listed in the stage's `stop_on` stops new items; the running ones finish; then it is raised.
+
+This module and rise_batch/llm/limiter_actor.py are the only ones that import ray at module level.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from rise_batch.executor.base import Lost, LostKind, MapOptions, Stage, WorkerSpec, build_worker
+
+POLL_S = 0.2
+_DIED = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.ActorUnavailableError)
+
+
+def init_ray(address: str | None, log_to_driver: bool = True) -> None:
+    """Connect to `address`, to the cluster of a `ray job submit` (RAY_ADDRESS), or start a local Ray."""
+    if not ray.is_initialized():
+        ray.init(address=address or None, log_to_driver=log_to_driver, include_dashboard=False)
+
+
+class _StageActor:
+    """Builds the stage's worker once, then runs items on request (several at once: an async actor)."""
+
+    def __init__(self, spec: WorkerSpec, services: Mapping[str, Any]) -> None:
+        self.worker = build_worker(spec, services)
+        self.where = (os.getpid(), ray.get_runtime_context().get_node_id())
+
+    async def ready(self) -> tuple[int, str]:
+        """Warm up before the first item starts its clock; returns (pid, node id) for the watchdog."""
+        warm_up = getattr(self.worker, "warm_up", None)
+        if warm_up is not None:
+            await warm_up()
+        return self.where
+
+    async def run(self, item: Any, attempt: int) -> Any:
+        return await self.worker.run(item, attempt)
+
+    async def close(self) -> Any:
+        return await self.worker.close()
+
+
+_ACTOR_CLASSES: dict[str, Any] = {}
+
+
+def _actor_class(name: str) -> Any:
+    """An actor class named after the stage's workers (StructureWorker, ...): process titles show `ray::<name>`."""
+    if name not in _ACTOR_CLASSES:
+        cls = type(name, (_StageActor,), {"__module__": __name__, "__qualname__": name})
+        _ACTOR_CLASSES[name] = ray.remote(cls)
+    return _ACTOR_CLASSES[name]
+
+
+@dataclass
+class _Flight:
+    slot: int
+    index: int  # into the items
+    attempt: int
+    started: float
+    cancelled_at: float | None = None
+
+
+@dataclass
+class _Slot:
+    actor: Any
+    ready_ref: Any  # None once ready
+    pid: int | None = None
+    node: str | None = None
+    load: int = 0
+
+
+class RayExecutor:
+    """A stage's items over `workers` Ray actors (started on a local Ray, or the cluster at `address`)."""
+
+    name = "ray"
+
+    def __init__(self, workers: int, options: MapOptions, address: str | None = None) -> None:
+        self.workers, self.options, self.address = max(workers, 1), options, address
+
+    def map(self, stage: Stage, items: Sequence[Any]) -> list[Any]:
+        init_ray(self.address)
+        services, handle = stage.services("ray") if stage.services is not None else ({}, None)
+        d = _Dispatch(stage, items, self.options, self.workers, services)
+        try:
+            while d.queue or d.flights:
+                d.step()
+            reports = d.close()
+        finally:
+            d.kill_all()
+            del handle  # shared services are held until every item is done
+        if d.stopped is not None:
+            raise d.stopped
+        return reports
+
+
+class _Dispatch:
+    """The driver's bookkeeping for one map: actors, queue, flights, deaths; one `step()` per poll."""
+
+    def __init__(
+        self, stage: Stage, items: Sequence[Any], options: MapOptions, n: int, services: Mapping[str, Any]
+    ) -> None:
+        self.stage, self.items, self.o, self.services = stage, items, options, services
+        self.per = options.per_worker or max(1, math.ceil(options.max_in_flight / n))
+        self.cls = _actor_class(stage.worker.name)
+        self.queue: deque[tuple[int, int]] = deque((i, 1) for i in range(len(items)))  # (index, attempt)
+        self.flights: dict[Any, _Flight] = {}
+        self.deaths: dict[int, int] = {}
+        self.start_failures = 0
+        self.stopped: BaseException | None = None
+        self.slots = [self._spawn() for _ in range(n)]
+
+    def _spawn(self) -> _Slot:
+        opts: dict[str, Any] = {"max_concurrency": self.per + self.o.spare_calls}
+        if self.o.worker_cpus is not None:
+            opts["num_cpus"] = self.o.worker_cpus
+        actor = self.cls.options(**opts).remote(self.stage.worker, self.services)
+        return _Slot(actor, actor.ready.remote() if self.o.wait_ready else None)
+
+    def _respawn(self, i: int, why: str, hard: bool = False) -> None:
+        old = self.slots[i]
+        self.stage.on_event("worker_replaced", None, {"slot": i, "pid": old.pid, "why": why})
+        ray.kill(old.actor, no_restart=True)
+        if hard and old.pid is not None and old.node == ray.get_runtime_context().get_node_id():
+            try:  # ray.kill asks the worker to exit; a frozen process never answers, so make sure
+                os.kill(old.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.slots[i] = self._spawn()
+
+    def step(self) -> None:
+        self._submit()
+        starting = {s.ready_ref: i for i, s in enumerate(self.slots) if s.ready_ref is not None}
+        refs = list(self.flights) + list(starting)
+        if refs:
+            ready, _ = ray.wait(refs, num_returns=1, timeout=POLL_S)
+            if ready:
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            for ref in ready:
+                if ref in starting:
+                    self._on_ready(starting[ref], ref)
+                elif ref in self.flights:  # not landed by an actor replacement in this same pass
+                    self._on_result(ref)
+        self._watchdog(time.monotonic())
+
+    def _submit(self) -> None:
+        """Fill the least loaded ready actors, keeping at most `max_in_flight` items out in total."""
+        while self.queue and len(self.flights) < self.o.max_in_flight:
+            ready = [i for i, s in enumerate(self.slots) if s.ready_ref is None and s.load < self.per]
+            if not ready:
+                return
+            i = min(ready, key=lambda j: self.slots[j].load)
+            index, attempt = self.queue.popleft()
+            item = self.items[index]
+            if attempt > 1 and (done := self.stage.finished(item)) is not None:
+                self.stage.on_result(item, done)  # its worker finished it just before dying
+                continue
+            ref = self.slots[i].actor.run.remote(item, attempt)
+            self.flights[ref] = _Flight(i, index, attempt, time.monotonic())
+            self.slots[i].load += 1
+            self.stage.on_start(item)
+
+    def _on_ready(self, i: int, ref: Any) -> None:
+        try:
+            self.slots[i].pid, self.slots[i].node = ray.get(ref)
+            self.slots[i].ready_ref = None
+        except (*_DIED, ray.exceptions.RayTaskError) as e:
+            self.start_failures += 1
+            if self.start_failures >= self.o.max_start_failures:
+                raise RuntimeError(f"{self.stage.what} workers fail to start ({self.start_failures} times): {e}") from e
+            self._respawn(i, f"failed to start: {e}")
+
+    def _land(self, ref: Any) -> _Flight:
+        f = self.flights.pop(ref)
+        self.slots[f.slot].load -= 1
+        self.stage.on_stop(self.items[f.index])
+        return f
+
+    def _lost(self, f: _Flight, kind: LostKind, why: str, error: BaseException | None = None) -> None:
+        elapsed = time.monotonic() - f.started
+        self.stage.lose(self.items[f.index], Lost(kind, why, self.deaths.get(f.index, 0), elapsed, error))
+
+    def _on_result(self, ref: Any) -> None:
+        f = self.flights[ref]
+        item = self.items[f.index]
+        try:
+            result = ray.get(ref)
+        except ray.exceptions.TaskCancelledError:
+            self._land(ref)
+            self._lost(f, "cancelled", "cancelled by the watchdog")
+            return
+        except _DIED as e:
+            self._worker_died(f.slot, ref, f"died running {self.stage.describe(item)}: {type(e).__name__}", e)
+            return
+        except self.stage.stop_on as e:  # Ray re-raises it as a subclass that keeps the original as `cause`
+            self._land(ref)
+            self.stopped = self.stopped or getattr(e, "cause", e)
+            self.queue.clear()  # no new items; the running ones finish
+            return
+        except ray.exceptions.RayTaskError as e:
+            self._land(ref)
+            self._lost(f, "error", str(e), e)
+            return
+        self._land(ref)
+        self.stage.on_result(item, result)
+
+    def _worker_died(self, i: int, first: Any, why: str, error: BaseException) -> None:
+        """Every item the dead actor held goes back to the queue, or is lost after max_attempts deaths."""
+        held = sorted((ref for ref, f in self.flights.items() if f.slot == i), key=lambda ref: ref != first)
+        requeue: list[tuple[int, int]] = []
+        for ref in held:  # the item whose failure surfaced first, then the others in submission order
+            f = self._land(ref)
+            n = self.deaths[f.index] = self.deaths.get(f.index, 0) + 1
+            if n >= self.o.max_attempts:
+                self._lost(f, "died", why, error)
+            else:
+                requeue.append((f.index, f.attempt + 1))
+        self.queue.extendleft(reversed(requeue))
+        self._respawn(i, why)
+
+    def _watchdog(self, now: float) -> None:
+        if self.o.deadline_s is None:
+            return
+        for ref, f in list(self.flights.items()):
+            if ref not in self.flights:
+                continue  # landed by an actor replacement in this same pass
+            if f.cancelled_at is None and now - f.started > self.o.deadline_s:
+                f.cancelled_at = now
+                self.stage.on_event("watchdog_cancel", self.items[f.index], {"slot": f.slot})
+                ray.cancel(ref)
+            elif f.cancelled_at is not None and now - f.cancelled_at > self.o.kill_grace_s:
+                self._kill_stuck(f.slot, now)
+
+    def _kill_stuck(self, i: int, now: float) -> None:
+        """The actor did not honour a cancel: its overdue items are lost, the rest are requeued."""
+        assert self.o.deadline_s is not None
+        for ref, f in list(self.flights.items()):
+            if f.slot != i:
+                continue
+            self._land(ref)
+            if f.cancelled_at is not None or now - f.started > self.o.deadline_s:
+                self._lost(f, "stuck", "the worker did not stop at its deadline; the watchdog killed it")
+            else:
+                self.queue.appendleft((f.index, f.attempt + 1))
+        self._respawn(i, self.stage.stuck_why, hard=True)
+
+    def close(self) -> list[Any]:
+        """Every started actor's report (a dead or stuck one has none to give), gathered in parallel."""
+        asked = [(s, s.actor.close.remote()) for s in self.slots if s.ready_ref is None]
+        reports = []
+        for _, ref in asked:
+            try:
+                reports.append(ray.get(ref, timeout=self.o.close_timeout_s))
+            except Exception:  # noqa: BLE001, S112 - nothing to report
+                continue
+        return reports
+
+    def kill_all(self) -> None:
+        for s in self.slots:
+            ray.kill(s.actor, no_restart=True)
+
+
+def task_map(
+    fn: Callable[..., tuple[Any, Any]],
+    items: Sequence[Any],
+    *shared: Any,
+    max_in_flight: int | None = None,
+    max_retries: int = 2,
+) -> Iterator[tuple[Any, Callable[[], Any]]]:
+    """`fn(item, *shared) -> (summary, payload)` as one Ray task per item; yields (summary, fetch payload) in order.
+
+    Each task returns two objects: the small summary, which the caller gets as soon as the items before it are
+    done, and the payload, which stays in the object store (spilled to disk by Ray if need be) until the caller
+    fetches it, once. So the driver holds one payload at a time. `shared` arguments are put in the store once.
+    At most `max_in_flight` tasks (default: twice the cluster's CPUs) are out at once.
+    """
+    task = ray.remote(num_returns=2, max_retries=max_retries)(fn)
+    window = max_in_flight or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
+    shared_refs = [ray.put(a) for a in shared]
+    refs: dict[int, tuple[Any, Any]] = {}
+    nxt = 0
+    for i in range(len(items)):
+        while nxt < len(items) and nxt < i + window:
+            refs[nxt] = task.remote(items[nxt], *shared_refs)
+            nxt += 1
+        summary_ref, payload_ref = refs.pop(i)
+        yield ray.get(summary_ref), _Fetch(payload_ref)
+
+
+class _Fetch:
+    """A payload fetched on demand; the reference is dropped once fetched so Ray can free it."""
+
+    def __init__(self, ref: Any) -> None:
+        self.ref: Any = ref
+
+    def __call__(self) -> Any:
+        if self.ref is None:
+            raise RuntimeError("payload already fetched")
+        payload = ray.get(self.ref)
+        self.ref = None
+        return payload

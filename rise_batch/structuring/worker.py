@@ -1,0 +1,102 @@
+"""One structure worker: builds its backend (and LLM client) once, then structures whole shards.
+
+The executor builds it from its path (`rise_batch.structuring.worker:ShardWorker`) inside each worker, in this
+process for `--workers 0` or in each Ray actor, so nothing heavy is pickled to it. A worker receives shard specs (a
+file name and a row range), never documents. Re-running a shard is safe: it resumes from its own checkpoint parts,
+which is what lets the executor resubmit the shards of a dead worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rise_batch.config import StructureConfig
+from rise_batch.corpus.readers import ShardSpec
+from rise_batch.structuring.shard import structure_shard
+
+
+def make_backend(cfg: StructureConfig, prompt_text: str, limiter=None):
+    """The backend a worker uses; built inside the worker so nothing heavy is pickled to it."""
+    from rise_batch.structure.backends import HeuristicBackend, LLMBackend
+
+    if cfg.backend == "heuristic":
+        return HeuristicBackend()
+    from rise_batch.llm.client import client_from_config
+
+    client = client_from_config(cfg.llm, limiter=limiter)
+    chat = client.chat
+    if cfg.max_cost_usd is not None:  # each Ray actor guards an equal share of what is left
+        from rise_batch.structuring.budget import CostBudget, checkpoint_cost, structuring_estimator
+
+        spent = checkpoint_cost(cfg.out)
+        share = spent + (cfg.max_cost_usd - spent) / cfg.n_workers if cfg.n_workers > 1 else None
+        budget = CostBudget(cfg.max_cost_usd, spent, share)
+        estimate = structuring_estimator(cfg.llm.model, client.prices, max_output_tokens=cfg.llm.max_output_tokens)
+        chat = budget.guard(chat, estimate)
+    backend = LLMBackend(chat, prompt_text, reask=cfg.llm.reask, max_input_chars=cfg.llm.max_input_chars)
+    from rise_batch.structure.tier import TieredBackend, tier_rule
+
+    rule = tier_rule(cfg.tier)  # the same routing batch mode and the cost plan use (structure.tier.goes_to_llm)
+    if rule is not None:
+        backend = TieredBackend(backend, rule)
+    backend.client = client  # type: ignore[attr-defined]  # for transport stats and closing
+    return backend
+
+
+def transport_stats(backend) -> dict:
+    """HTTP-level counters (attempts, retries, 429s, timeouts) of one worker's client; {} for the heuristic."""
+    client = getattr(backend, "client", None)
+    if client is None:
+        return {}
+    d = client.stats.as_dict()
+    return {k: v for k, v in d.items() if k not in ("input_tokens", "cached_input_tokens", "output_tokens", "cost_usd")}
+
+
+class ShardWorker:
+    """config: {"cfg": StructureConfig, "prompt_text", "run_hash"}; services: {"limiter": actor name} on Ray,
+    {"on_doc": progress callback} in process (per-document progress; on Ray the driver counts whole shards)."""
+
+    def __init__(self, config: Mapping[str, Any], services: Mapping[str, Any]) -> None:
+        self.cfg: StructureConfig = config["cfg"]
+        self.run_hash: str = config["run_hash"]
+        limiter = None
+        if services.get("limiter"):
+            from rise_batch.llm.limiter_actor import RemoteLimiter
+
+            limiter = RemoteLimiter(services["limiter"], self.cfg.llm.concurrency)
+        self.backend = make_backend(self.cfg, config["prompt_text"], limiter)
+        self.on_doc: Callable[[int], None] | None = services.get("on_doc")
+
+    async def run(self, spec: ShardSpec, attempt: int) -> dict:
+        del attempt  # a shard resumes from its checkpoint, whichever attempt this is
+        return await structure_shard(self.cfg, spec, self.backend, self.run_hash, self.on_doc)
+
+    async def close(self) -> dict:
+        """The transport stats, then the client closed in this worker's own event loop (its aiohttp session's)."""
+        stats = transport_stats(self.backend)
+        client = getattr(self.backend, "client", None)
+        if client is not None:
+            await client.aclose()
+        return stats
+
+
+def describe_shard(spec: ShardSpec) -> str:
+    return f"shard {spec.shard_id} ({spec.source} rows {spec.start}-{spec.stop})"
+
+
+def shard_services(cfg: StructureConfig, run_hash: str, on_doc: Callable[[int], None]):
+    """What every worker shares: in process, the per-document progress callback; on Ray, the job's limiter actor
+    (LLM backend only), whose handle the executor holds until every shard is done."""
+
+    def services(kind: str) -> tuple[dict[str, Any], Any]:
+        if kind == "local":
+            return {"on_doc": on_doc}, None
+        if cfg.backend != "llm":
+            return {}, None
+        from rise_batch.llm.limiter_actor import start_limiter
+
+        name, handle = start_limiter(cfg.llm, run_hash)
+        return {"limiter": name}, handle
+
+    return services
