@@ -16,12 +16,12 @@ from typing import Any
 
 from rise_batch.agent.loop import Budget
 from rise_batch.config import ConfigError, LLMConfig, build_section, read_yaml_section
+from rise_batch.llm.transport import APIS  # chat completions, or the Responses API
 
 # An agent turn of a reasoning model can think for minutes and spend thousands of tokens before a tool call.
 # llm.concurrency (model calls in flight per worker) defaults to the worker's share of `concurrency`, since each
 # trajectory has at most one call in flight.
 AGENT_LLM_DEFAULTS: dict[str, Any] = {"timeout_s": 600.0, "max_output_tokens": 16384}
-APIS = ("chat", "responses")  # chat completions, or the Responses API (gpt-5-class reference harnesses)
 
 
 @dataclass(frozen=True)

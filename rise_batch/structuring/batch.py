@@ -34,7 +34,7 @@ from rise_batch.llm.batch import BatchResult, reply_from_body, request_line
 from rise_batch.structure.tier import goes_to_llm, tier_rule
 from rise_batch.structuring.budget import BudgetExceeded
 from rise_batch.structuring.checkpoint import CheckpointStore
-from rise_batch.structuring.shard import materialize_shard, summarize
+from rise_batch.structuring.shard import finish_shard
 from rise_batch.types import Doc, DocResult, Reply
 
 MANIFEST = "batches.json"
@@ -185,9 +185,7 @@ class BatchDriver:
                 raise g  # BudgetExceeded (rows above are kept) or a bug
         requests = [(g.custom_id, chat_request(self.cfg.llm, g.messages)) for g in got if isinstance(g, Deferred)]
         if not requests:
-            all_rows = self.store.read_rows(spec.shard_id)
-            materialize_shard(self.out, spec, self.cfg.max_doc_chars, all_rows)
-            self.store.mark_done(spec.shard_id, summarize(all_rows))
+            await finish_shard(self.out, spec, self.cfg.max_doc_chars)
         return requests
 
     # -- packs ----------------------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """structure_shard(): one shard in, checkpoint parts + materialized files + shard stats out.
 
-This is the only function that structures documents. The in-process runner and the Ray actors both call it with
-a ShardSpec and a backend, so whatever the tests prove about it holds on a cluster. Order of writes is the
-resume contract: parts (atomic) -> structured files (atomic) -> shard stats (the done marker, written last).
+Online, this is the only function that structures documents: the in-process executor and the Ray actors both call
+it with a ShardSpec and a backend, so whatever the tests prove about it holds on a cluster. Batch mode replays the
+same backend over the provider's replies (structuring/batch.py). Both end every shard in `finish_shard`, whose order
+of writes is the resume contract: parts (atomic) -> structured files (atomic) -> shard stats (the done marker, last).
 """
 
 from __future__ import annotations
@@ -199,10 +200,30 @@ async def structure_shard(
         flush()
         raise
     flush()
+    return await finish_shard(
+        out,
+        spec,
+        cfg.max_doc_chars,
+        rendered,
+        lambda: {"resumed_docs": skipped, "shard_seconds": time.monotonic() - t0},
+    )
+
+
+async def finish_shard(
+    out: Path,
+    spec: ShardSpec,
+    max_chars: int,
+    rendered: dict[str, str] | None = None,
+    extra: Callable[[], dict] | None = None,
+) -> dict:
+    """The end of every shard, online or batch: its files from the whole checkpoint, then the done marker, last.
+
+    `extra()` adds run-specific stats to the marker once the files are written (the online loop's timing).
+    """
+    store = CheckpointStore(out)
     rows = store.read_rows(spec.shard_id)
     # file writes block for ~1 ms each: off the event loop, so the requests of other shards keep flowing
-    await asyncio.to_thread(materialize_shard, out, spec, cfg.max_doc_chars, rows, rendered)
-    rendered.clear()
-    stats = summarize(rows) | {"resumed_docs": skipped, "shard_seconds": time.monotonic() - t0}
+    await asyncio.to_thread(materialize_shard, out, spec, max_chars, rows, rendered)
+    stats = summarize(rows) | (extra() if extra is not None else {})
     store.mark_done(spec.shard_id, stats)
     return stats
