@@ -82,7 +82,17 @@ class FakeServer:
 
     def __init__(self, latency_ms: float) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rise_batch.cli", "fake-llm", "--port", "0", "--latency-ms", str(latency_ms)],
+            [
+                sys.executable,
+                "-m",
+                "rise_batch.cli",
+                "fake-llm",
+                "--port",
+                "0",
+                "--allow-config",
+                "--latency-ms",
+                str(latency_ms),
+            ],
             stdout=subprocess.PIPE,
             text=True,
         )

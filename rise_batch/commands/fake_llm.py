@@ -1,7 +1,8 @@
 """`rise-batch fake-llm`: run the project's OpenAI-compatible test server in the foreground.
 
 Point a job's `llm.base_url` at it to dry-run structuring for free (no key needed for localhost), or to rehearse
-rate limits and failures before paying for them. `GET /v1/_stats` and `GET /v1/_log` show what it received.
+rate limits and failures before paying for them. `GET /v1/_stats` and `GET /v1/_log` show what it received;
+`POST /v1/_config` changes fault settings while it runs only when started with --allow-config.
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765, help="0 picks a free port (printed at start)")
+    p.add_argument(
+        "--allow-config",
+        action="store_true",
+        help="let anyone who can reach the port change settings (POST /v1/_config, _batch_config, _reset)",
+    )
+    p.add_argument("--max-body-bytes", type=int, default=None, help="larger requests get a 413 (default 256 MiB)")
     for flag, kind, text in _FAULT_FLAGS:
         p.add_argument(flag, type=kind, default=None, help=text)
     p.set_defaults(func=run)
@@ -53,7 +60,10 @@ def run(args: argparse.Namespace) -> int:
 
     from rise_batch.fake_llm import FakeLLMServer
 
-    server = FakeLLMServer(args.host, args.port, **fault_options(args))  # bad settings: ValueError, exit 2
+    limits: dict[str, object] = {"allow_config": args.allow_config}
+    if args.max_body_bytes is not None:
+        limits["max_body_bytes"] = args.max_body_bytes
+    server = FakeLLMServer(args.host, args.port, **limits, **fault_options(args))  # bad settings: ValueError, exit 2
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     with server:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,8 @@ _PROBABILITY_FIELD = {
     "400": "p400",
 }
 RETRY_AFTER_STYLES = ("both", "ms", "seconds", "none")
+_INTS = ("seed", "max_faults_per_key", "rpm_limit", "tpm_limit")
+_STRINGS = ("retry_after_style", "require_key")
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class FaultConfig:
     require_key: str | None = None  # when set, any other bearer token gets a 401
 
     def __post_init__(self) -> None:
+        self._check_types()
         named = {f: getattr(self, f) for f in _PROBABILITY_FIELD.values()}
         probabilities = list(named.values())
         if any(not 0.0 <= p <= 1.0 for p in probabilities):
@@ -64,6 +68,24 @@ class FaultConfig:
                 raise ValueError(f"{name} must be > 0 or None, got {getattr(self, name)!r}")
         if self.limit_window_s <= 0:
             raise ValueError(f"limit_window_s must be > 0, got {self.limit_window_s!r}")
+
+    def _check_types(self) -> None:
+        """Numbers must be finite numbers of the right kind: NaN passes every `<` test, so a NaN latency or window
+        would otherwise be accepted and break the server's timing (JSON allows NaN and Infinity, CLI floats too)."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in _INTS:
+                if value is None and f.name != "seed":
+                    continue
+                if not isinstance(value, int) or isinstance(value, bool):
+                    raise ValueError(f"{f.name} must be an integer, got {value!r}")
+            elif f.name in _STRINGS:
+                if value is not None and not isinstance(value, str):
+                    raise ValueError(f"{f.name} must be a string, got {value!r}")
+            elif not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+                raise ValueError(f"{f.name} must be a finite number, got {value!r}")
+        if self.max_faults_per_key is not None and self.max_faults_per_key < 0:
+            raise ValueError(f"max_faults_per_key must be >= 0 or None, got {self.max_faults_per_key!r}")
 
     def updated(self, changes: dict[str, Any]) -> FaultConfig:
         """A copy with `changes` applied; unknown names are refused rather than silently ignored."""

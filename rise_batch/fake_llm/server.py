@@ -3,6 +3,11 @@
 Routes are data (`FakeLLMServer.add_route`), so later surfaces of the API (files, batches, responses) are new
 handler modules registering routes, not edits to the request loop. Admin endpoints under `/v1/_...` let a test or a
 benchmark read the server's own counts and request log, and change fault settings while it runs.
+
+Left running on a shared machine, the server must not be a toy anyone can reconfigure or exhaust: the admin routes
+that change behaviour (`_config`, `_batch_config`, `_reset`) answer 403 unless the server was started with
+`allow_config=True` (`--allow-config`), and a request body over `max_body_bytes` is refused with a 413 before it is
+read. In-process callers change settings with `configure()` directly.
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ from rise_batch.fake_llm.http import BadRequest, HttpRequest, HttpResponse, erro
 from rise_batch.fake_llm.request import Responder
 from rise_batch.fake_llm.state import ServerState
 
+ADMIN_WRITES = frozenset({"/v1/_config", "/v1/_batch_config", "/v1/_reset"})  # they change how the server answers
+MAX_BODY_BYTES = 256 * 2**20  # above the Batch API's 200 MB input file, so a real batch upload still fits
+
 
 class FakeLLMServer:
     """`with FakeLLMServer(p429=0.2, seed=1) as server:` ... `server.base_url` ... `server.stats()`."""
@@ -33,8 +41,13 @@ class FakeLLMServer:
         *,
         responders: list[Responder] | None = None,
         log_limit: int = 1_000_000,
+        allow_config: bool = False,
+        max_body_bytes: int = MAX_BODY_BYTES,
         **faults: Any,
     ) -> None:
+        if not isinstance(max_body_bytes, int) or max_body_bytes <= 0:
+            raise ValueError(f"max_body_bytes must be a positive integer, got {max_body_bytes!r}")
+        self.allow_config, self.max_body_bytes = allow_config, max_body_bytes
         self.state = ServerState(FaultConfig().updated(faults), log_limit)
         self.responders = responders if responders is not None else default_responders()
         self.routes: list[tuple[str, re.Pattern[str], RouteHandler]] = []
@@ -90,6 +103,9 @@ class FakeLLMServer:
         self.state.reset()
 
     def dispatch(self, request: HttpRequest) -> HttpResponse:
+        if request.path in ADMIN_WRITES and not self.allow_config:
+            message = f"{request.path} is disabled: start the server with --allow-config (allow_config=True)"
+            return json_response(403, error_body(message, "permission_error"))
         path_matched = False
         for method, pattern, handler in self.routes:
             match = pattern.fullmatch(request.path)
@@ -163,10 +179,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self) -> None:
         split = urlsplit(self.path)
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        request = HttpRequest(self.command, split.path, dict(parse_qsl(split.query)), self.headers, body)
-        response = self.server.fake.dispatch(request)
+        response = self._refuse_body()
+        if response is None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            request = HttpRequest(self.command, split.path, dict(parse_qsl(split.query)), self.headers, body)
+            response = self.server.fake.dispatch(request)
         try:
             self.send_response(response.status)
             self.send_header("Content-Type", response.content_type)
@@ -177,6 +195,21 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(response.body)
         except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout on a hang)
             self.close_connection = True
+
+    def _refuse_body(self) -> HttpResponse | None:
+        """A 400 for an unreadable Content-Length, a 413 for one over the limit: the body is never read, so the
+        connection is closed after the answer (its unread bytes would otherwise be taken for the next request)."""
+        raw = self.headers.get("Content-Length") or "0"
+        limit = self.server.fake.max_body_bytes
+        if not raw.strip().isdigit():
+            response = json_response(400, error_body(f"bad Content-Length {raw!r}", "invalid_request_error"))
+        elif int(raw) > limit:
+            message = f"request body of {int(raw)} bytes is over this server's limit of {limit} (--max-body-bytes)"
+            response = json_response(413, error_body(message, "invalid_request_error"))
+        else:
+            return None
+        self.close_connection = True
+        return response._replace(headers={"Connection": "close"})
 
     do_GET = do_POST = do_DELETE = _serve
 

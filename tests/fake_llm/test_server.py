@@ -159,7 +159,12 @@ def test_server_side_rpm_limit_and_ratelimit_headers() -> None:
         assert server.stats()["by_fault"] == {"rate-limit": 1}
 
 
-def test_admin_endpoints(server: FakeLLMServer) -> None:
+def test_admin_endpoints() -> None:
+    with FakeLLMServer(allow_config=True) as server:
+        check_admin_endpoints(server)
+
+
+def check_admin_endpoints(server: FakeLLMServer) -> None:
     base = server.base_url
     status, models, _ = http(base + "/models")
     assert status == 200 and "gpt-5.4-nano" in {m["id"] for m in models["data"]}
