@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from rise_batch.corpus.readers import canonical_columns
 from rise_batch.errors import ConfigError as ConfigError  # re-exported: callers import it from here too
 from rise_batch.structure.tier import parse_tier
 
@@ -126,6 +127,7 @@ class StructureConfig:
     mode: str = "online"  # llm backend: "online" (chat completions) or "batch" (OpenAI Batch API, half price)
     max_cost_usd: float | None = None  # stop cleanly (exit code 3) before the run's total cost would pass this
     tier: str | None = None  # only these docs go to the LLM ("chars>=N" or a docid list file); the rest: heuristic
+    columns: str = ""  # source columns of the fields, "docid=id,text=contents" (as --columns); "" = the field names
     llm: LLMConfig = field(default_factory=LLMConfig)
     batch: BatchConfig = field(default_factory=BatchConfig)
 
@@ -157,6 +159,10 @@ class StructureConfig:
             raise ConfigError(f"max_cost_usd must be > 0, got {self.max_cost_usd!r}")
         if self.tier is not None:
             parse_tier(self.tier)
+        try:
+            canonical_columns(self.columns)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         if self.backend == "llm":
             self.llm.api_key()
 
@@ -184,6 +190,8 @@ def run_hash(cfg: StructureConfig, prompt_text: str) -> str:
         if cfg.tier is not None:  # which documents the LLM sees changes outputs; mode and cost limit do not
             basis["tier"] = parse_tier(cfg.tier).identity
     basis["max_doc_chars"] = cfg.max_doc_chars
+    if canonical_columns(cfg.columns):  # only a mapping that changes what is read changes the hash
+        basis["columns"] = canonical_columns(cfg.columns)
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:16]
 
 

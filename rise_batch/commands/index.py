@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from rise_batch.commands.structure import add_columns_flag
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -19,6 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=2, help="tokenizer processes (default 2)")
     p.add_argument("--shard-docs", type=int, default=2000, help="documents per shard (default 2000)")
     p.add_argument("--on-bad-row", choices=("error", "skip"), default="error", help="bad rows/duplicates policy")
+    add_columns_flag(p)
     p.add_argument("--ray", action="store_true", help="tokenize shards as Ray tasks (local Ray if no address)")
     p.add_argument("--ray-address", default=None, help="Ray cluster address (implies --ray)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing index directory")
@@ -46,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         on_bad_row=args.on_bad_row,
         runner=runner,
         overwrite=args.overwrite,
+        columns=args.columns or "",
         log=lambda msg: print(f"index: {msg}", file=sys.stderr),
     )
     c = meta.counts

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from rise_batch.commands.structure import add_columns_flag
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -16,6 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--corpus", required=True, help="Parquet file, directory of Parquet files, or JSONL[.gz]")
+    add_columns_flag(p)
     p.add_argument("--model", default="gpt-5.4-nano", help="model to price (default gpt-5.4-nano)")
     p.add_argument("--mode", choices=["online", "batch"], default="online", help="the mode the run will use")
     p.add_argument("--sample", type=int, default=1000, help="documents to sample (default 1000)")
@@ -59,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         chars_per_token=args.chars_per_token,
         batch_queue_tokens=args.batch_queue_tokens,
         seed=args.seed,
+        columns=args.columns or "",
     )
     print(json.dumps(plan | {"mode": args.mode}, indent=2) if args.json else format_plan(plan, args.mode))
     return 0

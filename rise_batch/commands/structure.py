@@ -6,6 +6,13 @@ import argparse
 import json
 
 
+def add_columns_flag(p: argparse.ArgumentParser) -> None:
+    """--columns, the same for structure, index and plan: one syntax to read rows whose columns are named otherwise."""
+    from rise_batch.corpus.readers import COLUMNS_HELP
+
+    p.add_argument("--columns", metavar="FIELD=COL,...", help=COLUMNS_HELP)
+
+
 def add_structure_flags(p: argparse.ArgumentParser) -> None:
     """Flags shared by `structure` and jobs/structure_corpus.py; None means 'take the config file's value'."""
     p.add_argument("--config", help="YAML config (keys of StructureConfig; flags override it)")
@@ -18,6 +25,7 @@ def add_structure_flags(p: argparse.ArgumentParser) -> None:
         choices=["heuristic", "llm"],
         help="heuristic: free, offline (default); llm: any OpenAI-compatible endpoint",
     )
+    add_columns_flag(p)
     p.add_argument("--limit", type=int, help="structure only the first N valid documents")
     p.add_argument(
         "--on-bad-row",

@@ -7,6 +7,11 @@ worker never has to know about the rest of the corpus.
 
 Formats are a registry (`FORMATS`: name, file-name suffixes, row reader). Row checks, scan, shards, the index plan
 and plan sampling only ask the registry, so adding a format is one row reader and one line in FORMATS here.
+
+Everything the scan accepts can be written and sent later: every string field must encode as UTF-8 (a JSON escape
+such as "\\ud800" decodes to a lone surrogate that crashes the first Parquet write or HTTP request, after money was
+spent), and a file that cannot be read (truncated gzip or Parquet, a `.gz` that is not gzip) is one CorpusError
+naming it. Columns with other names (`id`, `contents`) are mapped by a `columns` spec ("docid=id,text=contents").
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import zlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import NamedTuple
@@ -39,6 +46,111 @@ class ShardSpec(NamedTuple):
     stop: int
     byte_offset: int = 0  # plain JSONL only: where row `start` begins
     skip_rows: tuple[int, ...] = ()
+    columns: str = ""  # canonical column spec (see `canonical_columns`): the shard reads exactly as the scan did
+
+
+FIELDS = ("docid", "text", "url", "title")
+COLUMNS_HELP = "read fields from other columns, e.g. 'docid=id,text=contents' (fields: docid, text, url, title)"
+
+
+class Columns(NamedTuple):
+    """The source column each document field is read from."""
+
+    docid: str = "docid"
+    text: str = "text"
+    url: str = "url"
+    title: str = "title"
+
+
+DEFAULT_COLUMNS = Columns()
+
+
+def column_map(spec: str | None) -> Columns:
+    """Parse 'docid=id,text=contents' (unnamed fields keep their own name); ValueError naming what is wrong.
+
+    One syntax for the --columns flag of structure, index and plan and the `columns` config key."""
+    pairs: dict[str, str] = {}
+    for part in (spec or "").split(","):
+        if not part.strip():
+            continue
+        field, sep, column = (x.strip() for x in part.partition("="))
+        if not sep or field not in FIELDS or not column:
+            raise ValueError(f"columns: {part.strip()!r} is not FIELD=COLUMN with FIELD one of {', '.join(FIELDS)}")
+        if field in pairs:
+            raise ValueError(f"columns: {field} is mapped twice")
+        pairs[field] = column
+    cols = Columns(**pairs)
+    if len(set(cols)) < len(FIELDS):
+        raise ValueError(f"columns: two fields read the same column in {spec!r}")
+    return cols
+
+
+def canonical_columns(spec: str | None) -> str:
+    """The spec with identity entries dropped, in field order: '' means the default names (so it hashes stably)."""
+    return ",".join(f"{f}={c}" for f, c in zip(FIELDS, column_map(spec), strict=True) if c != f)
+
+
+def _missing_column(field: str, cols: Columns, have: list[str]) -> str:
+    """The reason for a record or file without a required column: what it lacks, what it has, the remedy."""
+    col = getattr(cols, field)
+    named = field if col == field else f"{col!r} column (for {field})"
+    shown = ", ".join(have[:20]) + (", ..." if len(have) > 20 else "")
+    return f"no {named} column; the rows have [{shown}] (name the columns with --columns docid=COL,text=COL)"
+
+
+def _utf8_problem(s: str) -> str | None:
+    """Why `s` cannot be encoded as UTF-8 (a lone surrogate from a JSON escape), or None; ASCII is checked fast."""
+    if s.isascii():
+        return None
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"U+{ord(s[e.start]):04X} at char {e.start}"
+    return None
+
+
+def printable(s: str) -> str:
+    """`s` with unencodable characters escaped (\\ud800): safe to store in Parquet and print in an error."""
+    return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@contextmanager
+def file_errors(src: Path) -> Iterator[None]:
+    """Turn what a truncated or mislabelled file raises (gzip, zlib, Arrow, I/O) into one CorpusError naming it."""
+    try:
+        yield
+    except CorpusError:
+        raise
+    except Exception as e:
+        what = _read_failure(e)
+        if what is None:
+            raise
+        detail = " ".join(str(e).split())
+        raise CorpusError(f"{src}: {what} ({detail}); re-create or re-download the file") from e
+
+
+def _read_failure(e: Exception) -> str | None:
+    if isinstance(e, gzip.BadGzipFile):
+        return "not a gzip file despite its name"
+    if isinstance(e, (EOFError, zlib.error)):
+        return "truncated or corrupt gzip data"
+    if isinstance(e, UnicodeDecodeError):
+        return "undecodable text in the file"
+    import pyarrow as pa
+
+    if isinstance(e, pa.ArrowException):
+        return "not a readable Parquet file (truncated or corrupt)"
+    if isinstance(e, OSError):
+        return "cannot read the file"
+    return None
+
+
+def open_parquet(src: Path):
+    """pyarrow.parquet.ParquetFile(src), or a CorpusError naming a truncated or corrupt file."""
+    import pyarrow.parquet as pq
+
+    with file_errors(src):
+        return pq.ParquetFile(src)
 
 
 def list_sources(path: str | Path) -> list[Path]:
@@ -72,14 +184,19 @@ def source_format(src: Path) -> CorpusFormat:
 
 
 def _check_row(rec: dict, source: str, row: int, max_chars: int) -> Doc | BadRow:
-    """Turn one raw record into a Doc, or a BadRow saying exactly what is wrong with it."""
+    """Turn one raw record (fields under their own names) into a Doc, or a BadRow saying exactly what is wrong."""
     docid = rec.get("docid")
     if docid is None:
         return BadRow(None, source, row, "null docid")
     if not isinstance(docid, str):
         return BadRow(str(docid), source, row, f"non-string docid ({type(docid).__name__})")
     if docid == "" or any(ord(c) < 32 for c in docid):
-        return BadRow(docid, source, row, "empty docid or control characters in docid")
+        return BadRow(printable(docid), source, row, "empty docid or control characters in docid")
+    for field in FIELDS:  # every string that will be written or sent must encode as UTF-8
+        value = rec.get(field)
+        problem = _utf8_problem(value) if isinstance(value, str) else None
+        if problem:
+            return BadRow(printable(docid), source, row, f"lone surrogate in {field} ({problem}): not valid UTF-8")
     text = rec.get("text")
     if text is None:
         return BadRow(docid, source, row, "null text")
@@ -105,7 +222,9 @@ def _check_row(rec: dict, source: str, row: int, max_chars: int) -> Doc | BadRow
     )
 
 
-def _jsonl_rows(src: Path, start: int = 0, stop: int | None = None, byte_offset: int = 0) -> Iterator[dict]:
+def _jsonl_rows(
+    src: Path, start: int = 0, stop: int | None = None, byte_offset: int = 0, cols: Columns = DEFAULT_COLUMNS
+) -> Iterator[dict]:
     """Rows of a plain JSONL file; a shard's `byte_offset` (where row `start` begins) saves re-reading the head."""
     fh = open(src, "rb")  # noqa: SIM115 - closed by _line_rows
     if byte_offset:
@@ -113,7 +232,9 @@ def _jsonl_rows(src: Path, start: int = 0, stop: int | None = None, byte_offset:
     yield from _line_rows(fh, src, start, stop, start if byte_offset else 0)
 
 
-def _jsonl_gz_rows(src: Path, start: int = 0, stop: int | None = None, byte_offset: int = 0) -> Iterator[dict]:
+def _jsonl_gz_rows(
+    src: Path, start: int = 0, stop: int | None = None, byte_offset: int = 0, cols: Columns = DEFAULT_COLUMNS
+) -> Iterator[dict]:
     """Rows of a gzipped JSONL file, always read from the start (gzip cannot seek)."""
     yield from _line_rows(gzip.open(src, "rb"), src, start, stop, 0)
 
@@ -144,16 +265,21 @@ def _parse_jsonl_line(raw: bytes, src: Path, row: int) -> dict:
     return rec
 
 
-def _parquet_rows(src: Path, start: int = 0, stop: int | None = None, byte_offset: int = 0) -> Iterator[dict]:
-    """Rows of a Parquet file, decoding only the row groups that hold [start, stop); `byte_offset` is unused."""
-    import pyarrow.parquet as pq
+def parquet_columns(src: Path, pf, cols: Columns) -> list[str]:
+    """The source columns of `cols` that the file has; CorpusError when it lacks docid or text."""
+    names = pf.schema_arrow.names
+    for field in ("docid", "text"):
+        if getattr(cols, field) not in names:
+            raise CorpusError(f"{src}: {_missing_column(field, cols, names)}")
+    return [c for c in cols if c in names]
 
-    pf = pq.ParquetFile(src)
-    names = set(pf.schema_arrow.names)
-    missing = {"docid", "text"} - names
-    if missing:
-        raise CorpusError(f"{src}: missing required column(s) {sorted(missing)}; has {sorted(names)}")
-    cols = [c for c in ("docid", "text", "url", "title") if c in names]
+
+def _parquet_rows(
+    src: Path, start: int = 0, stop: int | None = None, byte_offset: int = 0, cols: Columns = DEFAULT_COLUMNS
+) -> Iterator[dict]:
+    """Rows of a Parquet file, decoding only the row groups that hold [start, stop); `byte_offset` is unused."""
+    pf = open_parquet(src)
+    wanted = parquet_columns(src, pf, cols)
     meta = pf.metadata
     first = 0
     for rg in range(meta.num_row_groups):
@@ -164,7 +290,7 @@ def _parquet_rows(src: Path, start: int = 0, stop: int | None = None, byte_offse
             continue
         # stream the group in small batches: a row group can hold millions of rows (GBs of text), and a shard
         # only needs its own range, so stop as soon as it is read
-        for batch in pf.iter_batches(_BATCH_ROWS, row_groups=[rg], columns=cols):
+        for batch in pf.iter_batches(_BATCH_ROWS, row_groups=[rg], columns=wanted):
             if lo + batch.num_rows > start:
                 for i, rec in enumerate(batch.to_pylist()):
                     row = lo + i
@@ -189,12 +315,10 @@ def _count_lines(src: Path, opener: Callable[..., io.BufferedIOBase] = open) -> 
 
 
 def _parquet_count(src: Path) -> int:
-    import pyarrow.parquet as pq
-
-    return pq.ParquetFile(src).metadata.num_rows
+    return open_parquet(src).metadata.num_rows
 
 
-RowReader = Callable[[Path, int, int | None, int], Iterator[dict]]
+RowReader = Callable[[Path, int, int | None, int, Columns], Iterator[dict]]
 
 
 class CorpusFormat(NamedTuple):
@@ -205,7 +329,9 @@ class CorpusFormat(NamedTuple):
 
     name: str
     suffixes: tuple[str, ...]  # lower-case file-name endings; the first is the one error messages show
-    read_rows: RowReader  # (src, start, stop, byte_offset) -> raw records of rows [start, stop), each with "__row"
+    # (src, start, stop, byte_offset, columns) -> raw records of rows [start, stop), each with "__row"; `columns`
+    # says which source columns hold the fields (a reader returning whole records may ignore it)
+    read_rows: RowReader
     count_rows: Callable[[Path], int] | None = None  # fast row count; None: read the file once
     checks_columns: bool = False  # read_rows itself refuses a file without docid/text (a Parquet schema check)
     seekable_lines: bool = False  # rows are the lines of a plain file: a shard may start at a byte offset
@@ -221,9 +347,10 @@ FORMATS: tuple[CorpusFormat, ...] = (
 def count_rows(src: Path) -> int:
     """Rows of one corpus file (row numbers run 0..count-1), as cheaply as its format allows."""
     fmt = source_format(src)
-    if fmt.count_rows is not None:
-        return fmt.count_rows(src)
-    return max((rec["__row"] + 1 for rec in fmt.read_rows(src, 0, None, 0)), default=0)
+    with file_errors(src):
+        if fmt.count_rows is not None:
+            return fmt.count_rows(src)
+        return max((rec["__row"] + 1 for rec in fmt.read_rows(src, 0, None, 0, DEFAULT_COLUMNS)), default=0)
 
 
 def iter_rows(
@@ -232,27 +359,50 @@ def iter_rows(
     stop: int | None = None,
     byte_offset: int = 0,
     max_chars: int = DEFAULT_MAX_DOC_CHARS,
+    columns: str = "",
 ) -> Iterator[Doc | BadRow]:
-    """Checked rows of one file: a Doc or a BadRow for every row, nothing dropped silently."""
+    """Checked rows of one file: a Doc or a BadRow for every row, nothing dropped silently.
+
+    `columns` maps fields to source columns ("docid=id,text=contents"); a file that cannot be read is one
+    CorpusError naming it, wherever in the file the damage is."""
     fmt = source_format(src)
-    for rec in fmt.read_rows(src, start, stop, byte_offset):
-        row = rec.pop("__row")
-        if "__bad" in rec:
-            yield BadRow(None, str(src), row, rec["__bad"])
-        else:
-            if not fmt.checks_columns and "docid" in rec and "text" not in rec:
-                yield BadRow(str(rec.get("docid")), str(src), row, "missing column 'text'")
+    cols = column_map(columns)
+    with file_errors(src):
+        for rec in fmt.read_rows(src, start, stop, byte_offset, cols):
+            row = rec.pop("__row")
+            if "__bad" in rec:
+                yield BadRow(None, str(src), row, rec["__bad"])
                 continue
-            yield _check_row(rec, str(src), row, max_chars)
+            yield check_record(rec, str(src), row, cols, max_chars)
 
 
-def iter_docs(path: str | Path, on_bad_row: str = "error", max_chars: int = DEFAULT_MAX_DOC_CHARS) -> Iterator[Doc]:
+def check_record(
+    rec: dict, source: str, row: int, cols: Columns, max_chars: int = DEFAULT_MAX_DOC_CHARS
+) -> Doc | BadRow:
+    """One raw record (source column names) as a Doc, or a BadRow naming a missing column or what else is wrong."""
+    missing = [f for f in ("docid", "text") if getattr(cols, f) not in rec]
+    if missing:
+        docid = rec.get(cols.docid)
+        return BadRow(
+            printable(docid) if isinstance(docid, str) else None,
+            source,
+            row,
+            _missing_column(missing[0], cols, list(rec)),
+        )
+    if cols != DEFAULT_COLUMNS:
+        rec = {f: rec[c] for f, c in zip(FIELDS, cols, strict=True) if c in rec}
+    return _check_row(rec, source, row, max_chars)
+
+
+def iter_docs(
+    path: str | Path, on_bad_row: str = "error", max_chars: int = DEFAULT_MAX_DOC_CHARS, columns: str = ""
+) -> Iterator[Doc]:
     """Every valid document of a corpus, streamed; duplicates and bad rows raise or are skipped by policy."""
     if on_bad_row not in BAD_ROW_POLICIES:
         raise ValueError(f"on_bad_row must be one of {BAD_ROW_POLICIES}, got {on_bad_row!r}")
     seen: dict[str, tuple[str, int]] = {}
     for src in list_sources(path):
-        for item in iter_rows(src, max_chars=max_chars):
+        for item in iter_rows(src, max_chars=max_chars, columns=columns):
             if isinstance(item, BadRow):
                 if on_bad_row == "error":
                     raise CorpusError(f"{item.source}: row {item.row}: {item.reason}")
@@ -271,7 +421,7 @@ def iter_docs(path: str | Path, on_bad_row: str = "error", max_chars: int = DEFA
 def read_shard(spec: ShardSpec, max_chars: int = DEFAULT_MAX_DOC_CHARS) -> Iterator[Doc]:
     """The valid documents of one shard, as the scan judged them (refused rows are skipped here)."""
     skip = set(spec.skip_rows)
-    for item in iter_rows(Path(spec.source), spec.start, spec.stop, spec.byte_offset, max_chars):
+    for item in iter_rows(Path(spec.source), spec.start, spec.stop, spec.byte_offset, max_chars, spec.columns):
         if item.row in skip:
             continue
         if isinstance(item, BadRow):  # the file changed since the scan: refuse loudly

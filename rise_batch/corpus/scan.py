@@ -18,8 +18,10 @@ from rise_batch.corpus.readers import (
     DEFAULT_MAX_DOC_CHARS,
     CorpusError,
     ShardSpec,
+    canonical_columns,
     iter_rows,
     list_sources,
+    open_parquet,
     source_format,
 )
 from rise_batch.io import write_parquet_atomic
@@ -63,15 +65,18 @@ def scan_corpus(
     max_chars: int = DEFAULT_MAX_DOC_CHARS,
     on_doc: Callable[[str, str, int], None] | None = None,
     progress: Callable[[int], None] | None = None,
+    columns: str = "",
 ) -> CorpusPlan:
     """Check every row and cut shards of at most `shard_docs` rows; `on_doc(docid, relpath, shard_id)` per doc.
 
     With `limit`, only the first `limit` valid documents belong to the plan (the last shard stops there).
+    `columns` ("docid=id,text=contents") names the source columns; the shards carry it, so workers read alike.
     """
     if on_bad_row not in BAD_ROW_POLICIES:
         raise ValueError(f"on_bad_row must be one of {BAD_ROW_POLICIES}, got {on_bad_row!r}")
     if shard_docs < 1:
         raise ValueError("shard_docs must be >= 1")
+    columns = canonical_columns(columns)
     sources = list_sources(path)
     _warn_huge_row_groups(sources, shard_docs)
     assigner = RelpathAssigner()
@@ -89,7 +94,7 @@ def scan_corpus(
                 pending.append((cur_start, stop, cur_skip))
             cur_start, cur_skip = None, []
 
-        for item in iter_rows(src, max_chars=max_chars):
+        for item in iter_rows(src, max_chars=max_chars, columns=columns):
             if limit is not None and n_docs >= limit:
                 break
             n_rows += 1
@@ -119,7 +124,7 @@ def scan_corpus(
         close(last_row + 1)
         offsets = _jsonl_offsets(src, {s for s, _, _ in pending}) if source_format(src).seekable_lines else {}
         for start, stop, skip in pending:
-            shards.append(ShardSpec(len(shards), str(src), start, stop, offsets.get(start, 0), tuple(skip)))
+            shards.append(ShardSpec(len(shards), str(src), start, stop, offsets.get(start, 0), tuple(skip), columns))
         if limit is not None and n_docs >= limit:
             break
     if n_docs == 0:
@@ -132,12 +137,10 @@ def _warn_huge_row_groups(sources: list[Path], shard_docs: int) -> None:
     it. Say so up front (it is a property of the file, fixable by rewriting it) rather than be mysteriously slow."""
     import sys
 
-    import pyarrow.parquet as pq
-
     for src in sources:
         if source_format(src).name != "parquet":
             continue
-        meta = pq.ParquetFile(src).metadata
+        meta = open_parquet(src).metadata
         biggest = max((meta.row_group(i).num_rows for i in range(meta.num_row_groups)), default=0)
         if biggest > 20 * shard_docs:
             print(

@@ -27,6 +27,7 @@ from typing import Any
 
 import ray
 
+from rise_batch.errors import USER_ERRORS
 from rise_batch.executor.base import Lost, LostKind, MapOptions, Stage, WorkerSpec, build_worker
 
 POLL_S = 0.2
@@ -303,7 +304,13 @@ def task_map(
             refs[nxt] = task.remote(items[nxt], *shared_refs)
             nxt += 1
         summary_ref, payload_ref = refs.pop(i)
-        yield ray.get(summary_ref), _Fetch(payload_ref)
+        try:
+            summary = ray.get(summary_ref)
+        except ray.exceptions.RayTaskError as e:
+            if isinstance(e.cause, USER_ERRORS):  # bad input (a corrupt corpus file): its one-line message, as local
+                raise e.cause from None
+            raise
+        yield summary, _Fetch(payload_ref)
 
 
 class _Fetch:

@@ -82,6 +82,7 @@ def build_index(
     overwrite: bool = False,
     use_numba: bool | None = None,
     log: Callable[[str], None] | None = None,
+    columns: str = "",
 ) -> IndexMeta:
     """Build the BM25 index of a corpus (Parquet / JSONL[.gz], see rise_batch.corpus.readers) into `out_dir`.
 
@@ -90,7 +91,7 @@ def build_index(
     (`on_bad_row="error"`) or are left out and counted in meta.json ("skip"; the first of duplicates is kept).
     `runner` defaults to `workers` spawned local processes (as with any multiprocessing, a script calling this
     with workers > 1 needs an `if __name__ == "__main__":` guard); rise_batch.index.shards.RayShardRunner runs
-    the same per-shard function as Ray tasks.
+    the same per-shard function as Ray tasks. `columns` ("docid=id,text=contents") names the source columns.
     """
     from rise_batch.index.merge import GlobalStats, assemble
     from rise_batch.index.plan import plan_index_shards
@@ -102,7 +103,7 @@ def build_index(
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out}: exists and is not empty (pass overwrite=True / --overwrite to replace it)")
-    shards = list(shards) if shards is not None else plan_index_shards(corpus_path, shard_docs)
+    shards = list(shards) if shards is not None else plan_index_shards(corpus_path, shard_docs, columns)
     runner = runner or ProcessShardRunner(workers)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

@@ -12,14 +12,26 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from rise_batch.corpus.readers import BAD_ROW_POLICIES, CorpusError, ShardSpec, iter_rows, list_sources, source_format
+from rise_batch.corpus.readers import (
+    BAD_ROW_POLICIES,
+    CorpusError,
+    ShardSpec,
+    canonical_columns,
+    iter_rows,
+    list_sources,
+    open_parquet,
+    source_format,
+)
 from rise_batch.types import BadRow, Doc
 
 
-def plan_index_shards(path: str | Path, shard_docs: int) -> list[ShardSpec]:
-    """Row ranges of about `shard_docs` rows: Parquet row groups (split only when larger than 2x), JSONL lines."""
+def plan_index_shards(path: str | Path, shard_docs: int, columns: str = "") -> list[ShardSpec]:
+    """Row ranges of about `shard_docs` rows: Parquet row groups (split only when larger than 2x), JSONL lines.
+
+    Every shard carries `columns` ("docid=id,text=contents"), so the workers read the fields the user named."""
     if shard_docs < 1:
         raise ValueError("shard_docs must be >= 1")
+    columns = canonical_columns(columns)
     shards: list[ShardSpec] = []
     for src in list_sources(path):
         fmt = source_format(src)
@@ -30,14 +42,12 @@ def plan_index_shards(path: str | Path, shard_docs: int) -> list[ShardSpec]:
         else:  # cannot seek (gzip, or a format that says nothing): one shard per file
             ranges = [(0, None, 0)]
         for start, stop, offset in ranges:
-            shards.append(ShardSpec(len(shards), str(src), start, stop, offset))
+            shards.append(ShardSpec(len(shards), str(src), start, stop, offset, columns=columns))
     return shards
 
 
 def _parquet_ranges(src: Path, shard_docs: int) -> list[tuple[int, int, int]]:
-    import pyarrow.parquet as pq
-
-    meta = pq.ParquetFile(src).metadata
+    meta = open_parquet(src).metadata
     out: list[tuple[int, int, int]] = []
     start = row = 0
     for g in range(meta.num_row_groups):
@@ -72,7 +82,7 @@ def read_shard_docs(spec: ShardSpec, on_bad_row: str, bad: list[BadRow]) -> Iter
     if on_bad_row not in BAD_ROW_POLICIES:
         raise ValueError(f"on_bad_row must be one of {BAD_ROW_POLICIES}, got {on_bad_row!r}")
     skip = set(spec.skip_rows)
-    for item in iter_rows(Path(spec.source), spec.start, spec.stop, spec.byte_offset):
+    for item in iter_rows(Path(spec.source), spec.start, spec.stop, spec.byte_offset, columns=spec.columns):
         if item.row in skip:
             continue
         if isinstance(item, BadRow):

@@ -105,7 +105,9 @@ def prepare_run(cfg: StructureConfig) -> RunPlan:
         shard_ids.append(shard)
 
     with progress_bar(cfg.limit or 0, "scan", cfg.progress) as bar:
-        plan = scan_corpus(cfg.corpus, cfg.shard_docs, cfg.on_bad_row, cfg.limit, cfg.max_doc_chars, on_doc, bar.update)
+        plan = scan_corpus(
+            cfg.corpus, cfg.shard_docs, cfg.on_bad_row, cfg.limit, cfg.max_doc_chars, on_doc, bar.update, cfg.columns
+        )
     import pyarrow as pa
 
     docmap = pa.table({"docid": docids, "relpath": relpaths, "shard": pa.array(shard_ids, pa.int32())})

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 from rise_batch.llm.pricing import PriceTable
 from rise_batch.llm.tokens import MESSAGE_OVERHEAD_TOKENS, message_text
-from rise_batch.types import Doc
+from rise_batch.types import BadRow, Doc
 
 CACHE_MIN_TOKENS = 1024  # OpenAI caches a prompt prefix only from this length on
 
@@ -98,14 +98,18 @@ def estimate_doc(
 
 
 # -- sampling ---------------------------------------------------------------------------------------------------
-def sample_docs(corpus: str | Path, n: int, seed: int = 0, chunks: int = 200) -> tuple[list[Doc], int]:
+def sample_docs(
+    corpus: str | Path, n: int, seed: int = 0, chunks: int = 200, columns: str = ""
+) -> tuple[list[Doc], int]:
     """About `n` valid documents from `chunks` runs of consecutive rows at random places, and the corpus's row count.
 
     Runs, not single rows: a Parquet row group holding no run is never decoded, so sampling a 1M-document corpus
     reads a fraction of it. Runs are short (n / chunks rows): neighbouring rows are alike (same source, same crawl
     stretch), and long runs made the estimate of wiki2015's total tokens swing twice as much as single rows did.
+    Rows are checked as the scan checks them (`columns` maps the fields); a sample with no valid document raises
+    the first refused row's reason ("no docid column; the rows have [id, contents]") rather than a bare "none".
     """
-    from rise_batch.corpus.readers import count_rows, iter_rows, list_sources, source_format
+    from rise_batch.corpus.readers import CorpusError, count_rows, iter_rows, list_sources, source_format
 
     sources = list_sources(corpus)
     sizes = [count_rows(s) for s in sources]
@@ -120,37 +124,41 @@ def sample_docs(corpus: str | Path, n: int, seed: int = 0, chunks: int = 200) ->
         rng = random.Random(seed)
         starts = sorted(rng.sample(range(0, total - per + 1, per), min(chunks, (total - per) // per + 1)))
         runs = [(s, s + per) for s in starts]
-    docs: list[Doc] = []
+    items: list[Doc | BadRow] = []
     offset = 0
     for src, size in zip(sources, sizes, strict=True):
         wanted = [(max(lo, offset) - offset, min(hi, offset + size) - offset) for lo, hi in runs]
         wanted = [(a, b) for a, b in wanted if a < b]
         if wanted and source_format(src).name == "parquet":
-            docs.extend(_parquet_sample(src, wanted))
+            items.extend(_parquet_sample(src, wanted, columns))
         elif wanted:  # one pass over the file; rows outside the runs are not parsed
-            rows = iter_rows(src, wanted[0][0], wanted[-1][1])
-            docs.extend(d for d in rows if isinstance(d, Doc) and any(a <= d.row < b for a, b in wanted))
+            rows = iter_rows(src, wanted[0][0], wanted[-1][1], columns=columns)
+            items.extend(d for d in rows if any(a <= d.row < b for a, b in wanted))
         offset += size
+    docs = [d for d in items if isinstance(d, Doc)]
+    if items and not docs:
+        bad = items[0]
+        raise CorpusError(f"{bad.source}: row {bad.row}: {bad.reason} (no valid document in the sample)")
     return docs, total
 
 
-def _parquet_sample(src: Path, runs: list[tuple[int, int]]) -> list[Doc]:
-    """Rows of `runs` read by row group (a group holding no sampled row is never decoded)."""
-    import pyarrow.parquet as pq
+def _parquet_sample(src: Path, runs: list[tuple[int, int]], columns: str) -> list[Doc | BadRow]:
+    """Rows of `runs` read by row group (a group holding no sampled row is never decoded), checked like the scan."""
+    from rise_batch.corpus.readers import check_record, column_map, file_errors, open_parquet, parquet_columns
 
-    pf = pq.ParquetFile(src)
-    cols = [c for c in ("docid", "text") if c in pf.schema_arrow.names]
-    out: list[Doc] = []
+    cols = column_map(columns)
+    pf = open_parquet(src)
+    wanted = parquet_columns(src, pf, cols)
+    out: list[Doc | BadRow] = []
     first = 0
-    for rg in range(pf.metadata.num_row_groups):
-        size = pf.metadata.row_group(rg).num_rows
-        rows = [r for a, b in runs for r in range(max(a, first), min(b, first + size))]
-        if rows and len(cols) == 2:
-            table = pf.read_row_group(rg, columns=cols).take([r - first for r in rows])
-            for r, docid, text in zip(rows, *(table.column(c).to_pylist() for c in cols), strict=True):
-                if isinstance(text, str) and text.strip() and docid is not None:
-                    out.append(Doc(str(docid), text, source=str(src), row=r))
-        first += size
+    with file_errors(src):
+        for rg in range(pf.metadata.num_row_groups):
+            size = pf.metadata.row_group(rg).num_rows
+            rows = [r for a, b in runs for r in range(max(a, first), min(b, first + size))]
+            if rows:
+                table = pf.read_row_group(rg, columns=wanted).take([r - first for r in rows])
+                out += [check_record(rec, str(src), r, cols) for r, rec in zip(rows, table.to_pylist(), strict=True)]
+            first += size
     return out
 
 
@@ -171,6 +179,7 @@ def make_plan(
     batch_queue_tokens: int | None = None,
     prices: PriceTable | None = None,
     seed: int = 0,
+    columns: str = "",
 ) -> dict[str, Any]:
     """Everything `rise-batch plan` prints, as a dict (n_docs: scale the sample to this many documents)."""
     from rise_batch.prompts import load_prompt
@@ -180,7 +189,7 @@ def make_plan(
     prices = prices or PriceTable.load()
     prompt_text = load_prompt(prompt)
     rule = tier_rule(tier)
-    docs, rows = sample_docs(corpus, sample, seed)
+    docs, rows = sample_docs(corpus, sample, seed, columns=columns)
     if not docs:
         raise ValueError(f"{corpus}: no valid documents to sample")
     est = [

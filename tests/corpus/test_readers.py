@@ -78,7 +78,7 @@ def test_undecodable_parquet_binary_text(tmp_path):
 
 def test_missing_column_and_bad_paths(tmp_path):
     write_parquet(tmp_path / "c.parquet", [{"id": "a", "body": "x"}])
-    with pytest.raises(CorpusError, match=r"missing required column\(s\) \['docid', 'text'\]"):
+    with pytest.raises(CorpusError, match=r"c\.parquet: no docid column; the rows have \[id, body\]"):
         list(iter_docs(tmp_path / "c.parquet"))
     with pytest.raises(CorpusError, match="does not exist"):
         list_sources(tmp_path / "nope")
@@ -107,7 +107,7 @@ def test_limit_stops_after_n_valid_docs(sample_path):
     assert sum(1 for s in plan.shards for _ in read_shard(s)) == 10
 
 
-def _tsv_rows(src, start=0, stop=None, byte_offset=0):
+def _tsv_rows(src, start=0, stop=None, byte_offset=0, columns=None):
     """A minimal reader for the registry test: `docid<TAB>text` per line."""
     with open(src, encoding="utf-8") as fh:
         for row, line in enumerate(fh):
