@@ -23,10 +23,20 @@ OUT/work/, command logs to OUT/logs/):
   sample_llm_ray    the same with `--workers 2` (local Ray; a Ray task first checks that Ray workers import REPO's
                     package): its outputs must equal sample_llm's (only config.out/config.workers of manifest.json
                     may differ: they are the command's own inputs).
+  sample_llm_batch  `structure --mode batch` (the fake server's Batch API: files, batches; 4 shards of 25 documents,
+                    batch files of <= 30 requests, polled every 0.05 s), once clean and once with 20% of the batch
+                    lines failed by the server (POST /v1/_batch_config p_line_error, a deterministic draw per
+                    custom_id; reset to 0 after), which --batch-retry online (the default) redoes online. Checks:
+                    both give sample_llm's corpus/ files and checkpoint rows, cost_usd aside (batch price).
   wiki_heuristic    2,000 wiki2015 documents: `structure --backend heuristic --index --workers 0`.
   wiki_llm          the same documents: `structure --backend llm --workers 0`.
   trajectories      `run` for rise, rise-bm25, retrieval-agent and dci (jobs/queries_demo.jsonl, workers 0) over the
                     structured sample, `judge` of each run dir, `report` over the four (all against fake-llm).
+  trajectories_ray  `run --workers 2` (local Ray) for rise and dci into runs_ray/; checks: each run dir equals the
+                    in-process one (its judgments/ aside; run.json may differ in config.out, config.workers and
+                    config.llm.concurrency, which run_config derives from workers).
+  judge_batch       `judge --mode batch` of runs_ray/rise (Batch API); check: its judgments equal the online
+                    judgments of runs/rise except cost_usd, whose total is exactly half (batch price).
 
 A file belongs to the workload that created it (e.g. `sample_heuristic/original/` is written by `run`, so it is
 listed under trajectories). Digests are taken once, after the last workload, so they show the final state.
@@ -62,13 +72,22 @@ Normalisation (what is NOT compared, and why):
     runs and before each system's `run`, a one-document warm-up (`--limit 1`, into OUT/work/warmup/) is sent, so
     every measured request is a cache hit and cached-token counts and costs are deterministic. The warm-ups are
     digested too (sequential, so deterministic).
+  * The fake server's batch and file ids (`batch-fake000012`, `file-fake000007`, also inside the batch result
+    lines' `batch_req_<batch id>_<n>`) are counters over everything that server process has made (with the real
+    API they are random). In `batches.json` and `batches/*.jsonl` (structure and judge) each distinct id becomes
+    <BATCH_n> / <FILE_n>, numbered by first appearance in the file: which batch links to which file, null ids,
+    counts and statuses are all still compared. The batch objects' timestamps are not stored by the pipeline; the
+    result lines' `created` is a timing key (above).
+  * The fake server's stats (a check of the fake_llm workload): batch lines are logged per path `batch:<id>`; those
+    become one `batch:*` total and the sorted list of lines per batch. The Batch API counters (files, batches,
+    polls, downloads, lines answered/failed, statuses) are compared as they are.
   * stdout/stderr of the commands are kept in OUT/logs/ but not compared (they print timings); the manifest's
     `seconds`, `timings`, `repo` and `git_head` are informational too.
 
 The manifest (OUT/manifest.json) holds, per workload, each command's argv and exit code, the checks (materialize,
-in-process vs Ray, what the fake server received) and `files`: relative path under OUT/work -> digest. `compare`
-reports every differing, missing and extra file per workload, differing exit codes and checks, a summary line, and
-exits 1 on any difference.
+in-process vs Ray, batch vs online, what the fake server received) and `files`: relative path under OUT/work ->
+digest. `compare` reports every differing, missing and extra file per workload, differing exit codes and checks, a
+summary line, and exits 1 on any difference.
 """
 
 from __future__ import annotations
@@ -99,7 +118,12 @@ SAMPLE = "rise_batch/data/enwiki_sample.jsonl.gz"
 QUERIES = "jobs/queries_demo.jsonl"
 SYSTEMS = ("rise", "rise-bm25", "retrieval-agent", "dci")
 AGENT_MODEL = "gpt-5.4-mini"  # as in jobs/run_rise_fake.yaml
-AGENT_FLAGS = "--workers 0 --rpm 6000 --tpm 100000000 --wall-clock-s 300 --index-backend numpy".split()
+AGENT_FLAGS = "--rpm 6000 --tpm 100000000 --wall-clock-s 300 --index-backend numpy".split()
+RAY_SYSTEMS = ("rise", "dci")  # `run --workers 2` on a local Ray, each compared with its in-process run
+JUDGE_BATCH_SYSTEM = "rise"  # its Ray run dir is judged with `judge --mode batch`
+# Batch API mode: 4 shards in 2 packs of 2 batch files each; the fake server completes a batch at its second poll
+BATCH_FLAGS = "--mode batch --workers 0 --shard-docs 25 --batch-max-requests 30 --batch-poll-s 0.05".split()
+BATCH_LINE_ERRORS = 0.2  # share of batch lines the fake server fails (a deterministic draw per custom_id)
 LLM_LIMITS = ["--rpm", "100000", "--tpm", "100000000"]  # the fake server is free: do not wait on our own limiter
 COMMAND_TIMEOUT_S = 900.0
 
@@ -148,6 +172,13 @@ ray.shutdown()
 """
 # in-process vs Ray: the only differences allowed are the two flags that differ between the two commands
 RAY_ALLOWED = {"manifest.json": ("config.out", "config.workers")}
+# trajectories: also llm.concurrency, which run_config derives from workers (model calls per worker = 8 / workers)
+RAY_RUN_ALLOWED = {"run.json": ("config.out", "config.workers", "config.llm.concurrency")}
+# The fake server's batch and file ids (`batch-fake000012`, `file-fake000007`) count every batch and file the server
+# process made so far (with the real API they are random): in batch manifests and batch result files each distinct id
+# becomes <BATCH_n> / <FILE_n>, n in order of first appearance in that file, so links between ids are still compared.
+BATCH_ID = re.compile(rb"\b(batch|file)-fake\d+\b")
+BATCH_FILE = re.compile(r"(?:^|/)(?:batches\.json|batches/[^/]+\.jsonl)$")
 
 
 # --------------------------------------------------------------------------------------------- normalisation
@@ -200,6 +231,20 @@ def norm_json(obj: Any, ph: Placeholders, drop: Iterable[str] = (), where: str =
     return obj
 
 
+def relabel_batch_ids(raw: bytes) -> bytes:
+    """Each distinct fake-server batch/file id -> <BATCH_n>/<FILE_n>, numbered per kind by first appearance."""
+    seen: dict[bytes, bytes] = {}
+    per_kind: dict[bytes, int] = {}
+
+    def label(m: re.Match[bytes]) -> bytes:
+        if m[0] not in seen:
+            per_kind[m[1]] = per_kind.get(m[1], 0) + 1
+            seen[m[0]] = b"<%s_%d>" % (m[1].upper(), per_kind[m[1]])
+        return seen[m[0]]
+
+    return BATCH_ID.sub(label, raw)
+
+
 def canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
 
@@ -208,8 +253,13 @@ def sha(data: bytes | str) -> str:
     return hashlib.sha256(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data).hexdigest()
 
 
-def digest_json(path: Path, ph: Placeholders, drop: Iterable[str] = ()) -> str:
+def read_raw(path: Path) -> bytes:
     raw = path.read_bytes()
+    return relabel_batch_ids(raw) if BATCH_FILE.search(path.as_posix()) else raw
+
+
+def digest_json(path: Path, ph: Placeholders, drop: Iterable[str] = ()) -> str:
+    raw = read_raw(path)
     try:
         obj = json.loads(raw)
     except ValueError:
@@ -221,13 +271,14 @@ def digest_json(path: Path, ph: Placeholders, drop: Iterable[str] = ()) -> str:
 
 def digest_jsonl(path: Path, ph: Placeholders) -> str:
     lines = []
-    for line in path.read_bytes().splitlines():
+    raw = read_raw(path)
+    for line in raw.splitlines():
         if not line.strip():
             continue
         try:
             lines.append(canonical(norm_json(json.loads(line), ph)))
         except ValueError:
-            return digest_bytes(path.read_bytes(), ph)
+            return digest_bytes(raw, ph)
     if path.name in SORTED_JSONL:
         lines.sort()
     return "jsonl:" + sha("\n".join(lines))
@@ -446,16 +497,45 @@ class Capture:
             stop_process(self.server)
             self.server = None
 
-    def server_stats(self) -> dict[str, Any] | None:
-        """What the server received (requests by path and status, tokens): deterministic once it is warmed up."""
+    def server_get(self, route: str) -> Any:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         try:
-            with opener.open(f"{self.base_url}/_stats", timeout=10) as r:
-                s = json.loads(r.read())
+            with opener.open(f"{self.base_url}/{route}", timeout=10) as r:
+                return json.loads(r.read())
         except (OSError, ValueError):
             return None
-        keys = ("requests", "by_status", "by_fault", "by_path", "prompt_tokens", "cached_tokens", "completion_tokens")
-        return {k: s.get(k) for k in keys}
+
+    def batch_config(self, **settings: Any) -> dict[str, Any] | None:
+        """Change the fake server's Batch API settings (POST /v1/_batch_config); returns them, None on failure."""
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        req = urllib.request.Request(
+            f"{self.base_url}/_batch_config",
+            data=json.dumps(settings).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with opener.open(req, timeout=10) as r:
+                return json.loads(r.read())
+        except (OSError, ValueError):
+            return None
+
+    def server_stats(self) -> dict[str, Any] | None:
+        """What the server received (requests by path and status, tokens, Batch API counters): deterministic once it
+        is warmed up. Batch lines are logged under `batch:<batch id>`: those paths become one `batch:*` total and
+        the sorted list of lines per batch (the ids are the server's counters, see BATCH_ID)."""
+        s = self.server_get("_stats")
+        if not isinstance(s, dict):
+            return None
+        keys = ("requests", "by_status", "by_fault", "prompt_tokens", "cached_tokens", "completion_tokens")
+        out = {k: s.get(k) for k in keys}
+        by_path = dict(s.get("by_path") or {})
+        per_batch = sorted(by_path.pop(k) for k in [k for k in by_path if k.startswith("batch:")])
+        out["by_path"] = by_path | ({"batch:*": sum(per_batch)} if per_batch else {})
+        out["batch_lines_per_batch"] = per_batch
+        batch = self.server_get("_batch_stats")
+        out["batch_api"] = {k: v for k, v in batch.items() if k != "settings"} if isinstance(batch, dict) else None
+        return out
 
     # -- digests
 
@@ -557,6 +637,55 @@ def run_sample_llm(cap: Capture) -> None:
     cap.claim(w)
 
 
+def checkpoint_rows(root: Path) -> dict[str, dict[str, Any]]:
+    """docid -> checkpoint row, over every part of every shard."""
+    rows: dict[str, dict[str, Any]] = {}
+    for part in sorted((root / "checkpoint").glob("shard-*.part-*.parquet")):
+        rows.update((r["docid"], r) for r in pq.read_table(part).to_pylist())
+    return rows
+
+
+def check_batch_vs_online(cap: Capture, w: str, name: str, batch: Path, online: Path) -> None:
+    """Batch mode must give the online run's documents and checkpoint rows; only cost_usd may differ (batch lines
+    are billed at the Batch API's half price, lines retried online at the online price)."""
+    corpus_a = digest_files(online / "corpus", list_files(online / "corpus"), cap.ph)
+    corpus_b = digest_files(batch / "corpus", list_files(batch / "corpus"), cap.ph)
+    d = diff_digests(corpus_a, corpus_b)
+    rows_a, rows_b = checkpoint_rows(online), checkpoint_rows(batch)
+    fields: dict[str, int] = {}
+    for docid in rows_a.keys() & rows_b.keys():
+        for k in rows_a[docid].keys() | rows_b[docid].keys():
+            if k != "cost_usd" and rows_a[docid].get(k) != rows_b[docid].get(k):
+                fields[k] = fields.get(k, 0) + 1
+    ids = {"docs_missing": len(rows_a.keys() - rows_b.keys()), "docs_extra": len(rows_b.keys() - rows_a.keys())}
+    costs = {
+        "cost_usd_online": round(sum(r["cost_usd"] for r in rows_a.values()), 10),
+        "cost_usd_batch": round(sum(r["cost_usd"] for r in rows_b.values()), 10),
+    }
+    ok = bool(corpus_a) and bool(rows_a) and not any(d.values()) and not fields and not any(ids.values())
+    cap.check(w, name, ok, files=len(corpus_a), docs=len(rows_a), differing_fields=fields, **ids, **costs, **d)
+
+
+def run_sample_llm_batch(cap: Capture) -> None:
+    """`structure --mode batch` of the sample (Batch API of the fake server), clean and with failed batch lines
+    (retried online, the default --batch-retry): documents and rows must equal the online run's."""
+    w = "sample_llm_batch"
+    llm = ["--base-url", cap.base_url, *LLM_LIMITS]
+    clean = cap.work / "sample_llm_batch"
+    cap.cli(w, "structure", *structure_args(SAMPLE, clean, "llm", *BATCH_FLAGS), *llm)
+    check_batch_vs_online(cap, w, "equal_to_online", clean, cap.work / "sample_llm")
+    settings = cap.batch_config(p_line_error=BATCH_LINE_ERRORS)
+    cap.check(w, "line_errors_set", settings is not None and settings.get("p_line_error") == BATCH_LINE_ERRORS)
+    faulty = cap.work / "sample_llm_batch_line_errors"
+    try:
+        cap.cli(w, "structure-line-errors", *structure_args(SAMPLE, faulty, "llm", *BATCH_FLAGS), *llm)
+    finally:
+        reset = cap.batch_config(p_line_error=0.0)
+    cap.check(w, "line_errors_reset", reset is not None and reset.get("p_line_error") == 0.0)
+    check_batch_vs_online(cap, w, "line_errors_equal_to_online", faulty, cap.work / "sample_llm")
+    cap.claim(w)
+
+
 def run_wiki(cap: Capture, corpus: str) -> None:
     w = "wiki_heuristic"
     cap.cli(w, "structure", *structure_args(corpus, cap.work / w, "heuristic", "--index", "--workers", "0"))
@@ -567,11 +696,15 @@ def run_wiki(cap: Capture, corpus: str) -> None:
     cap.claim(w)
 
 
+def agent_flags(cap: Capture, docs: Path, workers: int) -> list[str]:
+    flags = ["--queries", QUERIES, "--docs", str(docs), "--index", str(docs / "index"), *AGENT_FLAGS]
+    return [*flags, "--workers", str(workers), "--model", AGENT_MODEL, "--base-url", cap.base_url]
+
+
 def run_trajectories(cap: Capture, docs: Path) -> None:
     """`run` per system (after its warm-up), `judge` per run dir, one `report` over all of them."""
     w = "trajectories"
-    flags = ["--queries", QUERIES, "--docs", str(docs), "--index", str(docs / "index"), *AGENT_FLAGS]
-    flags += ["--model", AGENT_MODEL, "--base-url", cap.base_url]
+    flags = agent_flags(cap, docs, 0)
     run_dirs = []
     for system in SYSTEMS:
         warm = cap.work / "warmup" / f"run-{system}"
@@ -582,6 +715,50 @@ def run_trajectories(cap: Capture, docs: Path) -> None:
     for system, run_dir in zip(SYSTEMS, run_dirs, strict=True):
         cap.cli(w, f"judge-{system}", "judge", run_dir, "--model", AGENT_MODEL, "--base-url", cap.base_url)
     cap.cli(w, "report", "report", *run_dirs, "--out", str(cap.work / "report"))
+    cap.claim(w)
+
+
+def run_trajectories_ray(cap: Capture, docs: Path) -> None:
+    """`run --workers 2` (local Ray) per RAY_SYSTEMS; each run dir must equal the in-process one (trajectories
+    workload; its judgments/ are left out: the Ray run dirs are not judged online)."""
+    w = "trajectories_ray"
+    flags = agent_flags(cap, docs, 2)
+    for system in RAY_SYSTEMS:
+        run_dir = cap.work / "runs_ray" / system
+        cap.cli(w, f"run-{system}", "run", "--system", system, *flags, "--out", str(run_dir))
+        local = cap.work / "runs" / system
+        rels = [r for r in list_files(local) if not r.startswith("judgments/")]
+        a = digest_files(local, rels, cap.ph, RAY_RUN_ALLOWED)
+        b = digest_files(run_dir, list_files(run_dir), cap.ph, RAY_RUN_ALLOWED)
+        d = diff_digests(a, b)
+        allowed = [f"{f}: {', '.join(keys)}" for f, keys in RAY_RUN_ALLOWED.items()]
+        ok = bool(a) and not any(d.values())
+        cap.check(w, f"{system}_equal_to_in_process", ok, files=len(a), allowed=allowed, **d)
+    cap.claim(w)
+
+
+def run_judge_batch(cap: Capture) -> None:
+    """`judge --mode batch` of one Ray run dir: the judgments must equal the online judgments of the same system's
+    in-process run (same trajectories, checked above) except cost_usd, which is the Batch API's half price."""
+    w = "judge_batch"
+    run_dir = cap.work / "runs_ray" / JUDGE_BATCH_SYSTEM
+    argv = ["judge", str(run_dir), "--model", AGENT_MODEL, "--base-url", cap.base_url, "--mode", "batch"]
+    cap.cli(w, f"judge-{JUDGE_BATCH_SYSTEM}", *argv, "--poll-s", "0.05")
+    online = cap.work / "runs" / JUDGE_BATCH_SYSTEM / "judgments"
+    a = {p.name: json.loads(p.read_text()) for p in sorted(online.glob("*.json"))}
+    b = {p.name: json.loads(p.read_text()) for p in sorted((run_dir / "judgments").glob("*.json"))}
+
+    def strip(j: dict[str, Any]) -> Any:
+        return norm_json({k: v for k, v in j.items() if k != "cost_usd"}, cap.ph)
+
+    differing = sorted(k for k in a.keys() & b.keys() if strip(a[k]) != strip(b[k]))
+    online_usd = round(sum(j.get("cost_usd") or 0.0 for j in a.values()), 10)
+    batch_usd = round(sum(j.get("cost_usd") or 0.0 for j in b.values()), 10)
+    half = abs(2 * batch_usd - online_usd) <= 1e-9 * max(online_usd, 1e-12)
+    ok = bool(a) and a.keys() == b.keys() and not differing and half
+    detail = {"judgments": len(b), "missing": sorted(a.keys() - b.keys()), "extra": sorted(b.keys() - a.keys())}
+    detail |= {"differing": differing, "cost_usd_online": online_usd, "cost_usd_batch": batch_usd}
+    cap.check(w, "equal_to_online_at_half_cost", ok, **detail)
     cap.claim(w)
 
 
@@ -612,9 +789,12 @@ def capture(args: argparse.Namespace) -> int:
         try:
             cap.check("fake_llm", "started", True)
             run_sample_llm(cap)
+            run_sample_llm_batch(cap)
             if wiki_corpus is not None:
                 run_wiki(cap, wiki_corpus)
             run_trajectories(cap, sample_docs)
+            run_trajectories_ray(cap, sample_docs)
+            run_judge_batch(cap)
             stats = cap.server_stats()
             cap.check("fake_llm", "server_stats", stats is not None, **(stats or {}))
         finally:
