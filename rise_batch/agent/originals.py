@@ -4,6 +4,11 @@ RISE-BM25, the retrieval agent and DCI read the documents as they were. The stru
 only, and a TOC can be removed exactly (DESIGN.md's invariant), so the twin is derived from them: same relpaths,
 same docmap, TOC block and inserted headings removed. Files without a TOC are hardlinked, not copied. The twin is
 built once, into DOCS/original/, and marked complete only at the end, so an interrupted build is redone.
+
+What to strip is read from the checkpoint, never guessed from the text: a document whose own text holds a
+TOC-like block ("## Table of Contents" ... "=== DOCUMENT BODY ===") is left whole unless its checkpoint row says
+a TOC was inserted. Every original is then checked against the row's content hash (the SHA-256 of the corpus text
+the job read), so a twin never holds a text the corpus did not: a mismatch stops the build, naming the file.
 """
 
 from __future__ import annotations
@@ -17,7 +22,14 @@ from rise_batch.space.workspace import DocStore
 
 ORIGINAL_DIR = "original"
 COMPLETE = ".complete"
+# The marker's content: a twin built by an older rule (text-guessed stripping, unchecked) is rebuilt, not reused.
+BUILD_RULE = "checkpoint-outcome+content-hash v1\n"
 _CHUNK = 2000
+REMEDY = "re-create the structured files with `rise-batch materialize {docs}`, then re-run"
+
+
+class OriginalMismatch(ValueError):
+    """A structured file that does not give back the corpus text its checkpoint row recorded."""
 
 
 def is_structure_output(docs_dir: Path) -> bool:
@@ -25,20 +37,37 @@ def is_structure_output(docs_dir: Path) -> bool:
     return (docs_dir / "manifest.json").is_file() and (docs_dir / "checkpoint").is_dir()
 
 
+def checkpoint_outcomes(docs_dir: Path) -> dict[str, tuple[bool, str]]:
+    """docid -> (a TOC was inserted, content hash of the corpus text), from every checkpoint part of the run."""
+    import pyarrow.parquet as pq
+
+    from rise_batch.structuring.checkpoint import CheckpointStore
+    from rise_batch.types import OUTCOME_TOC
+
+    out: dict[str, tuple[bool, str]] = {}
+    for part in CheckpointStore(docs_dir).parts():
+        cols = pq.read_table(part, columns=["docid", "outcome", "content_hash"]).to_pydict()
+        for docid, outcome, digest in zip(cols["docid"], cols["outcome"], cols["content_hash"], strict=True):
+            out[docid] = (outcome == OUTCOME_TOC, digest or "")
+    return out
+
+
 def original_docs(docs_dir: str | Path, workers: int = 2) -> Path:
     """The docs dir holding original text: DOCS/original (built on first use) or DOCS itself if never structured."""
     docs = Path(docs_dir)
     twin = docs / ORIGINAL_DIR
-    if (twin / COMPLETE).exists():
+    marker = twin / COMPLETE
+    if marker.is_file() and marker.read_text(encoding="utf-8") == BUILD_RULE:
         return twin
     if not is_structure_output(docs):
         return docs
-    store = DocStore(docs)
+    store = DocStore(docs)  # every relpath checked before it is joined below
+    rows = checkpoint_outcomes(docs)
     if twin.exists():
         shutil.rmtree(twin)
     (twin / "corpus").mkdir(parents=True)
-    rels = list(store.relpath.values())
-    chunks = [rels[i : i + _CHUNK] for i in range(0, len(rels), _CHUNK)]
+    items = [(docid, rel, *rows.get(docid, (False, None))) for docid, rel in store.relpath.items()]
+    chunks = [items[i : i + _CHUNK] for i in range(0, len(items), _CHUNK)]
     src, dst = str(store.corpus_dir), str(twin / "corpus")
     if workers > 1 and len(chunks) > 1:
         with ProcessPoolExecutor(workers) as pool:
@@ -47,22 +76,38 @@ def original_docs(docs_dir: str | Path, workers: int = 2) -> Path:
         for chunk in chunks:
             _strip_chunk(src, dst, chunk)
     shutil.copyfile(docs / "docmap.parquet", twin / "docmap.parquet")
-    (twin / COMPLETE).touch()
+    marker.write_text(BUILD_RULE, encoding="utf-8")
     return twin
 
 
-def _strip_chunk(src: str, dst: str, rels: list[str]) -> int:
+def _strip_chunk(src: str, dst: str, items: list[tuple[str, str, bool, str | None]]) -> int:
+    """Write the originals of (docid, relpath, has_toc, content_hash) items; a None hash means no checkpoint row."""
+    from rise_batch.structure.backends import content_hash
     from rise_batch.structure.render import strip_structure
 
-    for rel in rels:
+    remedy = REMEDY.format(docs=os.path.dirname(src))
+    for docid, rel, has_toc, digest in items:
         a, b = f"{src}/{rel}", f"{dst}/{rel}"
-        os.makedirs(os.path.dirname(b), exist_ok=True)
         try:
             with open(a, encoding="utf-8", newline="") as f:
                 text = f.read()
         except FileNotFoundError:
-            continue
-        original = strip_structure(text)
+            continue  # not materialized (an unfinished shard): absent here as in the structured dir
+        where = f"{a} (docid {docid!r})"
+        if digest is None:
+            raise OriginalMismatch(
+                f"{where}: no checkpoint row says whether it holds a TOC; remove the file or finish the run with "
+                "the same `rise-batch structure` command"
+            )
+        original = strip_structure(text) if has_toc else text
+        if has_toc and original is text:
+            raise OriginalMismatch(f"{where}: its checkpoint row says a TOC was inserted, the file has none; {remedy}")
+        if not digest or content_hash(original) != digest:
+            raise OriginalMismatch(
+                f"{where}: original text does not match the checkpoint's content hash {digest!r} (the file was "
+                f"edited, or the checkpoint is another corpus's); {remedy}"
+            )
+        os.makedirs(os.path.dirname(b), exist_ok=True)
         if original is text:
             try:
                 os.link(a, b)
@@ -71,4 +116,4 @@ def _strip_chunk(src: str, dst: str, rels: list[str]) -> int:
                 pass
         with open(b, "w", encoding="utf-8", newline="") as f:
             f.write(original)
-    return len(rels)
+    return len(items)

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from rise_batch.corpus.docmap import check_relpath
 from rise_batch.io import dump_json, write_bytes_atomic
 from rise_batch.llm.batch import (
     ENDPOINT,
@@ -76,8 +77,18 @@ class BatchRunner:
             self.manifest = json.loads(self.manifest_path.read_text())
             if self.manifest.get("endpoint", endpoint) != endpoint:
                 raise ValueError(f"{self.manifest_path} holds batches for {self.manifest['endpoint']}, not {endpoint}")
+            self._check_names()
 
     # -- manifest ---------------------------------------------------------------------------------------------
+    def _check_names(self) -> None:
+        """File names read from batches.json are joined to batches/ and written to: checked before any use."""
+        remedy = "restore the file or fix the name (the runner writes <group>.f<N>); deleting it re-pays its batches"
+        for group, g in self.manifest.get("groups", {}).items():
+            where = f"{self.manifest_path}: group {group!r}"
+            check_relpath(group, where, remedy)
+            for entry in g.get("files", []):
+                check_relpath(entry.get("name"), f"{where}: file", remedy)
+
     @property
     def groups(self) -> dict[str, dict[str, Any]]:
         return self.manifest["groups"]

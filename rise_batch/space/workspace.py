@@ -21,6 +21,8 @@ from typing import NamedTuple
 
 import orjson
 
+from rise_batch.corpus.docmap import check_relpath, check_relpaths, checked_columns
+
 log = logging.getLogger(__name__)
 
 FILES = "files"
@@ -30,13 +32,18 @@ _FALLBACK_NOTICES: set[tuple[int, int, int]] = set()
 
 
 class DocStore:
-    """A materialized corpus: DIR/corpus/<relpath> files plus DIR/docmap.parquet (docid, relpath)."""
+    """A materialized corpus: DIR/corpus/<relpath> files plus DIR/docmap.parquet (docid, relpath).
+
+    Every relpath is checked once here, so the joins below (workspace links, previews, reads) never leave corpus/.
+    """
 
     def __init__(self, docs_dir: str | Path, relpaths: Mapping[str, str] | None = None) -> None:
         self.dir = Path(docs_dir)
         self.corpus_dir = self.dir / "corpus"
         if not self.corpus_dir.is_dir():
             raise FileNotFoundError(f"no corpus/ directory in {self.dir} (expected DIR/corpus/<relpath> files)")
+        if relpaths is not None:
+            check_relpaths(list(relpaths.values()), f"relpaths for {self.dir}", names=list(relpaths))
         self.relpath: Mapping[str, str] = relpaths if relpaths is not None else load_docmap(self.dir)
         self._docid: dict[str, str] | None = None
 
@@ -54,13 +61,14 @@ class DocStore:
 
 
 def load_docmap(docs_dir: str | Path) -> dict[str, str]:
+    """docid -> relpath of a docs dir; a docmap holding one unsafe relpath refuses the whole dir, naming the row."""
     import pyarrow.parquet as pq
 
     path = Path(docs_dir) / "docmap.parquet"
     if not path.exists():
         raise FileNotFoundError(f"no docmap.parquet in {docs_dir} (written by `rise-batch structure`)")
-    cols = pq.read_table(path, columns=["docid", "relpath"]).to_pydict()
-    return dict(zip(cols["docid"], cols["relpath"], strict=True))
+    docids, rels = checked_columns(pq.read_table(path, columns=["docid", "relpath"]), f"{path}: refusing this docs dir")
+    return dict(zip(docids, rels, strict=True))
 
 
 class Arrival(NamedTuple):
@@ -78,8 +86,16 @@ class AddResult(NamedTuple):
 
 
 def read_manifest(ws_dir: str | Path) -> list[Arrival]:
-    with open(Path(ws_dir) / MANIFEST, encoding="utf-8") as f:
-        return [Arrival(**json.loads(line)) for line in f if line.strip()]
+    """The arrivals recorded in WS/manifest.jsonl; an unsafe relpath refuses the workspace (it is joined below)."""
+    path = Path(ws_dir) / MANIFEST
+    out: list[Arrival] = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                a = Arrival(**json.loads(line))
+                check_relpath(a.relpath, f"{path}: line {n}", "not a workspace this project wrote; delete it")
+                out.append(a)
+    return out
 
 
 class Workspace:
