@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from rise_batch.config import StructureConfig
+from rise_batch.corpus.docmap import checked_columns
 from rise_batch.corpus.readers import ShardSpec, read_shard
 from rise_batch.io import write_text_atomic
 from rise_batch.structuring.budget import BudgetExceeded
@@ -75,10 +76,11 @@ def shard_relpaths(out_dir: Path, shard_id: int) -> dict[str, str]:
     """This shard's slice of docmap.parquet: a worker never loads the whole 1M-row map."""
     import pyarrow.dataset as ds
 
-    table = ds.dataset(out_dir / "docmap.parquet").to_table(
-        columns=["docid", "relpath"], filter=ds.field("shard") == shard_id
-    )
-    return dict(zip(table.column("docid").to_pylist(), table.column("relpath").to_pylist(), strict=True))
+    path = out_dir / "docmap.parquet"
+    table = ds.dataset(path).to_table(columns=["docid", "relpath"], filter=ds.field("shard") == shard_id)
+    # joined to OUT/corpus/ and written: one unsafe row would write outside the run (checked before any write)
+    docids, rels = checked_columns(table, f"{path} (shard {shard_id})")
+    return dict(zip(docids, rels, strict=True))
 
 
 def _write_doc(path: Path, text: str, made: set[Path] | None = None) -> None:
