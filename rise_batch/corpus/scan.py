@@ -128,7 +128,8 @@ def scan_corpus(
         if limit is not None and n_docs >= limit:
             break
     if n_docs == 0:
-        raise CorpusError(f"{path}: no valid documents ({n_rows} rows read, {len(bad)} refused)")
+        first = f"; the first: {bad[0].source} row {bad[0].row}: {bad[0].reason}" if bad else ""
+        raise CorpusError(f"{path}: no valid documents ({n_rows} rows read, {len(bad)} refused{first})")
     return CorpusPlan(shards, n_rows, n_docs, bad, corpus_fingerprint(sources))
 
 

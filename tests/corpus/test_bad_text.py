@@ -152,6 +152,8 @@ def test_other_column_names_are_named_and_mappable(tmp_path, fmt):
     told = "no docid column; the rows have [id, contents]"
     with pytest.raises(CorpusError, match=re.escape(told)):
         scan_corpus(path)
+    with pytest.raises(CorpusError, match=re.escape(told)):  # skipping every row still says why
+        scan_corpus(path, on_bad_row="skip")
     docs = list(iter_docs(path, columns="docid=id,text=contents"))
     assert [(d.docid, d.text) for d in docs] == [(r["docid"], r["text"]) for r in GOOD]
     done = {}
