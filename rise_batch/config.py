@@ -120,7 +120,7 @@ class StructureConfig:
     ray_address: str | None = None
     max_shards_in_flight: int | None = None  # None: 2 x workers
     flush_docs: int = 200
-    flush_seconds: float = 30.0
+    flush_seconds: float = 5.0  # a kill loses at most this much of finished replies (measured from the oldest row)
     new_run: bool = False
     index: bool = False
     progress: bool = True
@@ -148,6 +148,8 @@ class StructureConfig:
             raise ConfigError(f"workers must be >= 0, got {self.workers!r}")
         if self.flush_docs <= 0:
             raise ConfigError(f"flush_docs must be >= 1, got {self.flush_docs!r}")
+        if not self.flush_seconds > 0:  # also refuses NaN
+            raise ConfigError(f"flush_seconds must be > 0, got {self.flush_seconds!r}")
         self.llm.validate()
         self.batch.validate()
         if self.mode not in ("online", "batch"):

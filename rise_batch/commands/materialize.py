@@ -22,14 +22,18 @@ def run(args: argparse.Namespace) -> int:
     from rise_batch.corpus.scan import shards_from_json
     from rise_batch.structuring.job import MANIFEST, progress_bar
     from rise_batch.structuring.shard import materialize_shard
+    from rise_batch.structuring.verify import require_intact
 
     out = Path(args.out)
     manifest = json.loads((out / MANIFEST).read_text())
     shards = shards_from_json(manifest["shards"])
+    require_intact(out, shards)  # a damaged part or marker: one line naming it and the command that repairs it
     n = 0
     with progress_bar(len(shards), "materialize") as bar:
         for spec in shards:
             n += materialize_shard(out, spec, manifest["config"]["max_doc_chars"])
             bar.update(1)
-    print(f"materialize docs={n} out={out / 'corpus'}")
+    missing = manifest["n_docs"] - n  # documents of an unfinished run are said to be missing, never left out quietly
+    note = f" missing={missing} (not structured yet: re-run `rise-batch structure` to finish)" if missing else ""
+    print(f"materialize docs={n}{note} out={out / 'corpus'}")
     return 0

@@ -107,15 +107,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     add_structure_flags(p)
     p.add_argument("--json", action="store_true", help="print the full stats as JSON at the end")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="before resuming, check every checkpoint part's digest and rows against its done marker (resume always "
+        "checks sizes, footers and row counts); damaged files go to OUT/damaged/ and their documents are redone",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from rise_batch.structuring.job import run_structure, summary_line
 
-    want_json = args.json
-    del args.json
+    want_json, verify = args.json, args.verify
+    del args.json, args.verify  # command options, not run settings (the manifest's config stays the same)
     cfg = config_from_args(args)
-    stats = run_structure(cfg)  # --max-cost reached: BudgetExceeded, exit 3 (rise_batch.errors)
+    stats = run_structure(cfg, verify)  # --max-cost reached: BudgetExceeded, exit 3 (rise_batch.errors)
     print(json.dumps(stats, indent=2, sort_keys=True) if want_json else summary_line(stats, cfg.out))
     return 0

@@ -81,12 +81,10 @@ class CostBudget:
 
 def checkpoint_cost(out_dir: str | Path) -> float:
     """Dollars already recorded in a run's checkpoint (all shards)."""
-    import pyarrow.parquet as pq
-
     from rise_batch.structuring.checkpoint import CheckpointStore
 
-    parts = CheckpointStore(out_dir).parts()
-    return float(sum(sum(pq.read_table(p, columns=["cost_usd"]).column("cost_usd").to_pylist()) for p in parts))
+    store = CheckpointStore(out_dir)  # a damaged part is a CheckpointError naming it and the remedy
+    return float(sum(sum(store.read_part(p, ["cost_usd"]).column("cost_usd").to_pylist()) for p in store.parts()))
 
 
 def structuring_estimator(

@@ -1,21 +1,51 @@
 """Parquet checkpoint store: one row per document, written in small parts, each appearing atomically.
 
-A shard is flushed in parts (every few hundred documents or seconds) so a kill loses at most one part's worth
-of work, never a paid-for reply that was already written. A part is written to a temporary name and renamed, so a
-reader sees a part whole or not at all. A shard is *done* only when its stats file exists, which is written last.
+A shard is flushed in parts (every `flush_docs` documents, or once its oldest unwritten row is `flush_seconds` old)
+so a kill loses at most a few seconds of work. A part is written to a temporary name and renamed, so a reader sees
+a part whole or not at all. A shard's *done marker* (stats/shard-N.json, written last) records what it covers: every
+part's name, rows, bytes, BLAKE2b digest and paid LLM calls, so a resume can check the parts instead of trusting
+them (structuring/verify.py). While a shard runs, a *reply journal* (checkpoint/shard-N.replies.jsonl, one line
+appended per paid document, removed when the shard is done) records what was paid for, so a resume can say how
+many replies a kill made it buy again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import get_type_hints
 
-from rise_batch.io import read_json, write_json_atomic, write_parquet_atomic
+from rise_batch.io import read_json, write_json_atomic, write_parquet_atomic, write_text_atomic
 from rise_batch.types import DocResult
 
 _PART = re.compile(r"shard-(\d+)\.part-(\d+)\.parquet$")
+REPAIR = (
+    "re-run the same `rise-batch structure` command: it moves damaged files to OUT/damaged/ and redoes their "
+    "documents (`--verify` also checks every part's digest)"
+)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be trusted. A ValueError, so every command exits 2 with the one-line message,
+    which names the file and says what to run."""
+
+
+def file_digest(path: Path) -> str:
+    """BLAKE2b of a file's bytes: what `--verify` compares with the done marker's record."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def paid_calls(row: DocResult) -> int:
+    """LLM replies paid for this row (the same count as the stats' llm_calls)."""
+    return row.attempts if row.tier == "llm" else 0
 
 
 def _schema():  # lazy: pyarrow is an I/O-edge dependency, not needed to import this module
@@ -57,21 +87,25 @@ class CheckpointStore:
         write_parquet_atomic(path, pa.table(cols, schema=_schema()))
         return path
 
-    def read_rows(self, shard_id: int | None = None) -> list[DocResult]:
+    def read_part(self, path: Path, columns: list[str] | None = None):
+        """One part as a pyarrow Table; an unreadable part is a CheckpointError naming it and the remedy."""
         import pyarrow.parquet as pq
 
-        out: list[DocResult] = []
-        for p in self.parts(shard_id):
-            for rec in pq.read_table(p).to_pylist():
-                out.append(DocResult(**rec))
-        return out
+        try:
+            return pq.read_table(path, columns=columns)
+        except (OSError, ValueError) as e:  # pyarrow: ArrowInvalid is a ValueError, ArrowIOError an OSError
+            raise CheckpointError(f"{path}: damaged checkpoint part ({str(e).splitlines()[0]}); {REPAIR}") from e
+
+    def read_parts(self, shard_id: int | None = None) -> list[tuple[Path, list[DocResult]]]:
+        return [(p, [DocResult(**rec) for rec in self.read_part(p).to_pylist()]) for p in self.parts(shard_id)]
+
+    def read_rows(self, shard_id: int | None = None) -> list[DocResult]:
+        return [row for _, rows in self.read_parts(shard_id) for row in rows]
 
     def done_docids(self, shard_id: int) -> set[str]:
-        import pyarrow.parquet as pq
-
         done: set[str] = set()
         for p in self.parts(shard_id):
-            done.update(pq.read_table(p, columns=["docid"]).column("docid").to_pylist())
+            done.update(self.read_part(p, ["docid"]).column("docid").to_pylist())
         return done
 
     def stats_path(self, shard_id: int) -> Path:
@@ -80,11 +114,56 @@ class CheckpointStore:
     def is_done(self, shard_id: int) -> bool:
         return self.stats_path(shard_id).exists()
 
-    def mark_done(self, shard_id: int, stats: dict) -> None:
+    def mark_done(self, shard_id: int, stats: dict, parts: list[tuple[Path, list[DocResult]]] | None = None) -> None:
+        """The done marker: the shard's stats plus, under "parts", what they cover (a list, so `merge_stats`,
+        which adds numbers and dicts, leaves it out of stats.json). Then the shard's reply journal goes."""
+        if parts is not None:
+            stats = stats | {"parts": [part_record(p, rows) for p, rows in parts]}
         write_json_atomic(self.stats_path(shard_id), stats, indent=None, sort_keys=True, ensure_ascii=True)
+        self.journal_path(shard_id).unlink(missing_ok=True)
 
     def shard_stats(self, shard_id: int) -> dict:
-        return read_json(self.stats_path(shard_id))
+        path = self.stats_path(shard_id)
+        try:
+            stats = read_json(path)
+        except (OSError, ValueError) as e:
+            raise CheckpointError(f"{path}: damaged done marker ({e}); {REPAIR}") from e
+        if not isinstance(stats, dict):
+            raise CheckpointError(f"{path}: damaged done marker (not a JSON object); {REPAIR}")
+        return stats
+
+    # -- the reply journal: what a kill could lose ---------------------------------------------------------------
+    def journal_path(self, shard_id: int) -> Path:
+        return self.parts_dir / f"shard-{shard_id:06d}.replies.jsonl"
+
+    def open_journal(self, shard_id: int) -> int:
+        """An O_APPEND descriptor: each line reaches the file (the page cache) with one write, so a SIGKILL right
+        after it keeps it; a line cut by a crash mid-write is skipped when read."""
+        return os.open(self.journal_path(shard_id), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    @staticmethod
+    def journal_append(fd: int, row: DocResult) -> None:
+        if paid_calls(row):
+            line = {"docid": row.docid, "llm_calls": paid_calls(row), "cost_usd": row.cost_usd}
+            os.write(fd, (json.dumps(line, ensure_ascii=True) + "\n").encode("ascii"))
+
+    def read_journal(self, shard_id: int) -> dict[str, dict]:
+        """docid -> its last journal line ({} without a journal)."""
+        path = self.journal_path(shard_id)
+        if not path.exists():
+            return {}
+        out: dict[str, dict] = {}
+        for line in path.read_bytes().splitlines():
+            try:
+                rec = json.loads(line)
+                out[rec["docid"]] = rec
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut by a kill mid-write
+        return out
+
+    def rewrite_journal(self, shard_id: int, keep: dict[str, dict]) -> None:
+        text = "".join(json.dumps(rec, ensure_ascii=True) + "\n" for rec in keep.values())
+        write_text_atomic(self.journal_path(shard_id), text)
 
     def clean_temporaries(self) -> int:
         """Leftovers of a kill between write and rename: never valid, always safe to delete."""
@@ -94,3 +173,16 @@ class CheckpointStore:
                 p.unlink(missing_ok=True)
                 n += 1
         return n
+
+
+def part_record(path: Path, rows: list[DocResult]) -> dict:
+    """What a done marker records about one part: enough to check it cheaply (bytes, rows from the footer) or fully
+    (digest), and to say what redoing it would cost (paid replies and dollars)."""
+    return {
+        "file": path.name,
+        "rows": len(rows),
+        "bytes": path.stat().st_size,
+        "blake2b": file_digest(path),
+        "llm_calls": sum(paid_calls(r) for r in rows),
+        "cost_usd": sum(r.cost_usd for r in rows),
+    }

@@ -32,6 +32,7 @@ OUTPUTS = (
     "index",
     "batches.json",
     "batches",
+    "damaged",
 )
 
 
@@ -172,10 +173,25 @@ def run_shards(cfg: StructureConfig, plan: RunPlan, bar) -> tuple[list[dict], li
     return results, transport
 
 
-def run_structure(cfg: StructureConfig) -> dict:
-    """The whole job; returns the merged stats that are also written to OUT/stats.json."""
+def check_checkpoint(cfg: StructureConfig, plan: RunPlan, full: bool) -> dict:
+    """Verify the checkpoint before resuming it (structuring/verify.py); damaged files are moved aside, named on
+    stderr, and their documents redone. Returns the stats.json keys saying what that re-buys ({} when nothing)."""
+    from rise_batch.structuring.verify import repair, verify_checkpoint
+
+    found = verify_checkpoint(cfg.out, plan.shards, full)
+    repair(cfg.out, found, lambda line: print(f"rise-batch: {line}", file=sys.stderr, flush=True))
+    return found.stats()
+
+
+def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
+    """The whole job; returns the merged stats that are also written to OUT/stats.json. `verify` is `--verify`:
+    every checkpoint part's digest and rows are checked, not only its footer."""
+    from rise_batch.structuring.budget import require_price
+
     t0 = time.monotonic()
+    require_price(cfg)  # a --max-cost over an unpriced model could never stop the run: refuse before the scan
     plan = prepare_run(cfg)
+    rebought = check_checkpoint(cfg, plan, verify)
     if cfg.mode == "online":
         refuse_if_batches_open(cfg.out)
     with progress_bar(plan.n_docs, f"structure[{cfg.backend}]", cfg.progress) as bar:
@@ -200,6 +216,7 @@ def run_structure(cfg: StructureConfig) -> dict:
         cost_usd=round(stats.get("cost_usd", 0.0), 6),
     )
     stats["outcomes"] = stats.get("outcomes", {}) | ({"skipped": plan.n_bad_rows} if plan.n_bad_rows else {})
+    stats.update(rebought)
     if cfg.index:
         stats["index"] = build_job_index(cfg, plan)
     dump_json(stats, Path(cfg.out) / "stats.json")
@@ -251,4 +268,8 @@ def summary_line(stats: dict, out: str) -> str:
         "wall_seconds",
         "docs_per_second",
     )
+    if "rebought_replies" in stats:  # only after a kill or damage: an undamaged run's line is unchanged
+        keys += ("rebought_replies",)
+        damaged = len(stats.get("damaged_files", []))
+        return "structure " + " ".join(f"{k}={stats.get(k, 0)}" for k in keys) + f" damaged_files={damaged} out={out}"
     return "structure " + " ".join(f"{k}={stats.get(k, 0)}" for k in keys) + f" out={out}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -143,26 +144,40 @@ async def structure_shard(
     buffer: list[DocResult] = []
     rendered: dict[str, str] = {}  # written by materialize without re-reading or re-rendering the shard
     retained = 0
-    last_flush = time.monotonic()
+    oldest = 0.0  # when the oldest row of `buffer` arrived: a part is due flush_seconds after it, not after a flush
     skipped = 0
+    journal = store.open_journal(spec.shard_id)
 
     def flush() -> None:
-        nonlocal last_flush
         store.write_part(spec.shard_id, buffer)
         buffer.clear()
-        last_flush = time.monotonic()
+
+    def flush_due_in() -> float | None:
+        """Seconds until the buffer must be written (None: empty), so a wait for replies wakes up to write it."""
+        return max(0.0, oldest + cfg.flush_seconds - time.monotonic()) if buffer else None
 
     def finished(result: tuple[DocResult, str]) -> None:
-        nonlocal retained
+        nonlocal retained, oldest
         res, text = result
+        store.journal_append(journal, res)
+        if not buffer:
+            oldest = time.monotonic()
         buffer.append(res)
         if retained < RETAIN_CHARS:
             rendered[res.docid] = text
             retained += len(text)
         if on_doc is not None:
             on_doc(1)
-        if len(buffer) >= cfg.flush_docs or time.monotonic() - last_flush >= cfg.flush_seconds:
+        if len(buffer) >= cfg.flush_docs or flush_due_in() == 0.0:
             flush()
+
+    async def wait(tasks: set[asyncio.Task]) -> tuple[set[asyncio.Task], set[asyncio.Task]]:
+        """The next finished replies, or none once the buffer is due: replies that stall (a hung request, a rate
+        limit) never hold finished rows in memory past flush_seconds."""
+        complete, rest = await asyncio.wait(tasks, timeout=flush_due_in(), return_when=asyncio.FIRST_COMPLETED)
+        if not complete and flush_due_in() == 0.0:
+            flush()
+        return complete, rest
 
     pending: set[asyncio.Task] = set()
 
@@ -183,15 +198,15 @@ async def structure_shard(
                 if on_doc is not None:
                     on_doc(1)
                 continue
-            if concurrency == 1:
+            if backend.name != "llm":  # the heuristic: no waiting, rows in corpus order
                 finished(await backend.structure(doc, run_hash))
                 continue
             pending.add(asyncio.create_task(backend.structure(doc, run_hash)))
-            if len(pending) >= concurrency:
-                complete, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            while len(pending) >= concurrency:
+                complete, pending = await wait(pending)
                 take(complete)
         while pending:
-            complete, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            complete, pending = await wait(pending)
             take(complete)
     except BudgetExceeded:  # --max-cost: keep every finished row, leave the shard unfinished for a resume
         if pending:
@@ -201,6 +216,8 @@ async def structure_shard(
                     finished(t.result())
         flush()
         raise
+    finally:
+        os.close(journal)
     flush()
     return await finish_shard(
         out,
@@ -223,9 +240,10 @@ async def finish_shard(
     `extra()` adds run-specific stats to the marker once the files are written (the online loop's timing).
     """
     store = CheckpointStore(out)
-    rows = store.read_rows(spec.shard_id)
+    parts = store.read_parts(spec.shard_id)
+    rows = [row for _, part in parts for row in part]
     # file writes block for ~1 ms each: off the event loop, so the requests of other shards keep flowing
     await asyncio.to_thread(materialize_shard, out, spec, max_chars, rows, rendered)
     stats = summarize(rows) | (extra() if extra is not None else {})
-    store.mark_done(spec.shard_id, stats)
+    store.mark_done(spec.shard_id, stats, parts)  # records every part (rows, bytes, digest) it covers
     return stats

@@ -1,0 +1,239 @@
+"""A checkpoint is verified, not trusted: what resume, `--verify` and `materialize` check before using it.
+
+A shard is done when its marker (stats/shard-N.json) holds and every part it records is there as recorded. Resume
+checks cheaply, from metadata only: the marker parses, each recorded part exists with its recorded size and its
+Parquet footer gives the recorded row count, no unrecorded part sits beside them, and a shard's rows add up to its
+documents in docmap.parquet (which also covers markers written before parts were recorded). `--verify` adds the
+full check: every part's BLAKE2b digest against the marker, every part read whole, and the docids of each shard
+equal to the docmap's, each once. Parts of unfinished shards have no record yet: their footers are checked (and,
+with `--verify`, their rows read).
+
+What fails is moved aside under OUT/damaged/ (kept, never deleted: it may be evidence) and the shard loses its done
+marker, so the run redoes exactly the documents that are gone. How many paid replies that re-buys comes from the
+marker's per-part record; for unfinished shards, and for replies a kill lost before they were written, from the
+reply journal (checkpoint.py). Nothing is counted that was not recorded: a part of an old marker without records is
+reported as re-buying an unknown number of replies.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import NamedTuple
+
+from rise_batch.corpus.readers import ShardSpec
+from rise_batch.structuring.checkpoint import REPAIR, CheckpointError, CheckpointStore, file_digest
+from rise_batch.types import DocResult
+
+DAMAGED = "damaged"
+
+
+class Damage(NamedTuple):
+    path: Path
+    shard_id: int
+    reason: str
+    docs: int | None = None  # documents it held, as recorded (None: unknown)
+    llm_calls: int | None = 0  # paid replies redoing them re-buys, as recorded (None: not recorded)
+    cost_usd: float = 0.0
+
+
+class Verification(NamedTuple):
+    damaged: list[Damage]
+    lost: dict[int, dict[str, dict]]  # shard -> journal lines of paid replies no readable part holds
+    kept: dict[int, dict[str, dict]]  # shard -> journal lines of checkpointed documents (the journal to keep)
+
+    @property
+    def rebought_replies(self) -> int:
+        recorded = sum(d.llm_calls or 0 for d in self.damaged)
+        return recorded + sum(r["llm_calls"] for lines in self.lost.values() for r in lines.values())
+
+    @property
+    def rebought_cost_usd(self) -> float:
+        recorded = sum(d.cost_usd for d in self.damaged)
+        return recorded + sum(r.get("cost_usd", 0.0) for lines in self.lost.values() for r in lines.values())
+
+    def stats(self) -> dict:
+        """Keys for stats.json: present only when something was damaged or re-bought, so the stats of an
+        undamaged, uninterrupted run keep their bytes."""
+        if not self.damaged and not self.rebought_replies:
+            return {}
+        unknown = sum(d.llm_calls is None for d in self.damaged)
+        return {
+            "damaged_files": sorted(f"{d.path.parent.name}/{d.path.name}" for d in self.damaged),
+            "rebought_replies": self.rebought_replies,
+            "rebought_cost_usd": round(self.rebought_cost_usd, 6),
+        } | ({"rebought_unrecorded_files": unknown} if unknown else {})
+
+
+def docmap_shards(out: Path, with_docids: bool) -> tuple[Counter[int], dict[int, list[str]]]:
+    """Documents per shard from docmap.parquet (and, for --verify, their docids)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(out / "docmap.parquet", columns=["docid", "shard"] if with_docids else ["shard"])
+    shards = table.column("shard").to_pylist()
+    docids: dict[int, list[str]] = {}
+    if with_docids:
+        for d, s in zip(table.column("docid").to_pylist(), shards, strict=True):
+            docids.setdefault(s, []).append(d)
+    return Counter(shards), docids
+
+
+def _part_problem(store: CheckpointStore, path: Path, rec: dict | None, full: bool) -> tuple[str | None, int]:
+    """(why the part cannot be trusted or None, its footer's row count)."""
+    import pyarrow.parquet as pq
+
+    try:
+        rows = pq.read_metadata(path).num_rows
+    except (OSError, ValueError) as e:
+        return f"unreadable Parquet footer ({str(e).splitlines()[0][:120]})", 0
+    if rec is not None:
+        if path.stat().st_size != rec.get("bytes"):
+            return f"{path.stat().st_size} bytes, the done marker recorded {rec.get('bytes')}", rows
+        if rows != rec.get("rows"):
+            return f"{rows} rows, the done marker recorded {rec.get('rows')}", rows
+    if full:
+        if rec is not None and file_digest(path) != rec.get("blake2b"):
+            return "its digest differs from the done marker's", rows
+        try:
+            table = store.read_part(path)
+        except CheckpointError as e:
+            return f"unreadable rows ({str(e.__cause__).splitlines()[0][:120]})", rows
+        if table.column_names != list(DocResult._fields):
+            return f"columns {table.column_names} are not a checkpoint's", rows
+    return None, rows
+
+
+def _marker_records(store: CheckpointStore, sid: int) -> tuple[dict | None, dict[str, dict] | None, str | None]:
+    """(marker, its part records by file name or None when it has none, why it is damaged or None)."""
+    if not store.is_done(sid):
+        return None, None, None
+    try:
+        marker = store.shard_stats(sid)
+        parts = marker.get("parts")
+        if parts is None:
+            return marker, None, None
+        return marker, {r["file"]: r for r in parts}, None
+    except CheckpointError as e:
+        return None, None, str(e.__cause__ or "not a JSON object")
+    except (TypeError, KeyError, AttributeError):
+        return None, None, "its part records are malformed"
+
+
+def check_shard(store: CheckpointStore, sid: int, expected: int, docids: list[str] | None, full: bool) -> list[Damage]:
+    """Every damaged file of one shard (parts and marker); an empty list when the shard can be trusted."""
+    marker, records, marker_problem = _marker_records(store, sid)
+    damaged: list[Damage] = []
+    if marker_problem is not None:
+        damaged.append(Damage(store.stats_path(sid), sid, f"damaged done marker ({marker_problem})"))
+    on_disk = {p.name: p for p in store.parts(sid)}
+    for name, rec in (records or {}).items():
+        if name not in on_disk:
+            why = "missing: the done marker records it"
+            damaged.append(Damage(store.parts_dir / name, sid, why, rec.get("rows"), rec.get("llm_calls"),
+                                  rec.get("cost_usd", 0.0)))  # fmt: skip
+    rows_ok = 0
+    for name, path in on_disk.items():
+        rec = (records or {}).get(name)
+        problem, rows = _part_problem(store, path, rec, full)
+        if problem is None and records is not None and rec is None:
+            problem = "not recorded in the done marker"
+        if problem is None:
+            rows_ok += rows
+            continue
+        if rec is not None:
+            damaged.append(Damage(path, sid, problem, rec.get("rows"), rec.get("llm_calls"), rec.get("cost_usd", 0.0)))
+        else:  # unfinished shard (the journal counts its replies) or an old marker (nothing recorded)
+            damaged.append(Damage(path, sid, problem, None, None if marker is not None else 0))
+    if marker is not None and not damaged and rows_ok != expected:
+        why = f"its parts hold {rows_ok} rows, the shard has {expected} documents"
+        damaged.append(Damage(store.stats_path(sid), sid, f"done marker does not cover the shard ({why})", None, None))
+    if full and docids is not None and not damaged:
+        seen = Counter(d for p in on_disk.values() for d in store.read_part(p, ["docid"]).column("docid").to_pylist())
+        extra = [d for d, n in seen.items() if n > 1] + sorted(set(seen) - set(docids))
+        if extra:
+            why = f"docids not in this shard of docmap.parquet or checkpointed twice: {extra[:3]!r}"
+            damaged.extend(Damage(p, sid, why, None, None) for p in on_disk.values())
+    return damaged
+
+
+def _unrecorded_part(store: CheckpointStore, d: Damage) -> bool:
+    return d.docs is None and d.llm_calls == 0 and d.path.parent == store.parts_dir
+
+
+def verify_checkpoint(out: str | Path, shards: Iterable[ShardSpec], full: bool = False) -> Verification:
+    """Check every shard of a run (read-only); `full` is `--verify`."""
+    out = Path(out)
+    store = CheckpointStore(out)
+    counts, docids = docmap_shards(out, full)
+    damaged: list[Damage] = []
+    lost: dict[int, dict[str, dict]] = {}
+    kept: dict[int, dict[str, dict]] = {}
+    for spec in shards:
+        sid = spec.shard_id
+        bad = check_shard(store, sid, counts.get(sid, 0), docids.get(sid, []) if full else None, full)
+        if not store.journal_path(sid).exists():  # a run before journals: an unfinished part's replies are unknown
+            bad = [d._replace(llm_calls=None) if _unrecorded_part(store, d) else d for d in bad]
+        damaged.extend(bad)
+        journal = store.read_journal(sid)
+        if journal:
+            gone = {d.path for d in bad}
+            have: set[str] = set()
+            for p in store.parts(sid):
+                if p not in gone:
+                    have.update(store.read_part(p, ["docid"]).column("docid").to_pylist())
+            kept[sid] = {d: r for d, r in journal.items() if d in have}
+            lost[sid] = {d: r for d, r in journal.items() if d not in have}
+    return Verification(damaged, lost, kept)
+
+
+def _aside(out: Path, path: Path) -> Path:
+    """Move `path` under OUT/damaged/ (same relative path; a numbered suffix when that name was used before)."""
+    dest = out / DAMAGED / path.relative_to(out)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    while dest.exists():
+        n += 1
+        dest = dest.with_name(f"{path.name}.{n}")
+    shutil.move(str(path), str(dest))
+    return dest
+
+
+def repair(out: str | Path, v: Verification, say) -> None:
+    """Move damaged files aside and unmark their shards, so the run redoes exactly what is gone; keep each journal
+    to the documents that are checkpointed (the lost ones are redone and journalled again)."""
+    out = Path(out)
+    store = CheckpointStore(out)
+    for d in v.damaged:
+        where = f"moved to {_aside(out, d.path)}" if d.path.exists() else "gone"
+        redo = "its documents are redone" if d.docs is None else f"its {d.docs} documents are redone"
+        bought = "an unrecorded number of" if d.llm_calls is None else str(d.llm_calls)
+        if d.path.parent == store.parts_dir:
+            then = f"{redo} (re-buys {bought} paid replies)"
+        elif d.llm_calls is None:  # a marker that does not cover its shard: the missing documents are redone
+            then = f"shard {d.shard_id} is finished again, its missing documents redone (re-buys {bought} paid replies)"
+        else:
+            then = f"shard {d.shard_id} is finished again from its parts (nothing re-bought)"
+        say(f"{d.path}: {d.reason}; {where}; {then}")
+    for sid in sorted({d.shard_id for d in v.damaged}):
+        if store.is_done(sid):
+            _aside(out, store.stats_path(sid))
+    for sid, keep in v.kept.items():
+        store.rewrite_journal(sid, keep)
+    for sid, lines in v.lost.items():
+        if lines:
+            replies = sum(r["llm_calls"] for r in lines.values())
+            say(f"shard {sid}: {len(lines)} documents whose {replies} paid replies were never checkpointed (an "
+                "interrupted run) are redone")  # fmt: skip
+        if sid not in v.kept:
+            store.rewrite_journal(sid, {})
+
+
+def require_intact(out: str | Path, shards: Iterable[ShardSpec]) -> None:
+    """For commands that only read a checkpoint (materialize): refuse a damaged one, naming the file and the fix."""
+    v = verify_checkpoint(out, shards)
+    if v.damaged:
+        d = v.damaged[0]
+        more = f" (and {len(v.damaged) - 1} more damaged files)" if len(v.damaged) > 1 else ""
+        raise CheckpointError(f"{d.path}: {d.reason}{more}; {REPAIR}")
