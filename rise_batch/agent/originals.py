@@ -39,14 +39,13 @@ def is_structure_output(docs_dir: Path) -> bool:
 
 def checkpoint_outcomes(docs_dir: Path) -> dict[str, tuple[bool, str]]:
     """docid -> (a TOC was inserted, content hash of the corpus text), from every checkpoint part of the run."""
-    import pyarrow.parquet as pq
-
     from rise_batch.structuring.checkpoint import CheckpointStore
     from rise_batch.types import OUTCOME_TOC
 
     out: dict[str, tuple[bool, str]] = {}
-    for part in CheckpointStore(docs_dir).parts():
-        cols = pq.read_table(part, columns=["docid", "outcome", "content_hash"]).to_pydict()
+    store = CheckpointStore(docs_dir)
+    for part in store.parts():  # a damaged part: one line naming it and the command that repairs it
+        cols = store.read_part(part, ["docid", "outcome", "content_hash"]).to_pydict()
         for docid, outcome, digest in zip(cols["docid"], cols["outcome"], cols["content_hash"], strict=True):
             out[docid] = (outcome == OUTCOME_TOC, digest or "")
     return out

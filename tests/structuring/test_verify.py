@@ -138,3 +138,15 @@ def test_marker_that_does_not_cover_its_shard(finished):
     assert stats["docs_total"] == 100 and "stats/shard-000001.json" in stats["damaged_files"]
     assert stats["rebought_unrecorded_files"] == 1  # an old marker does not say what its parts cost: not counted
     assert outputs(out) == expected
+
+
+def test_original_text_twin_names_a_damaged_part(finished):
+    """rise-bm25, the retrieval agent and dci read the checkpoint for original texts: same message, no traceback."""
+    from rise_batch.agent.originals import original_docs
+    from rise_batch.structuring.checkpoint import CheckpointError
+
+    _, out, _, _ = finished
+    part = CheckpointStore(out).parts(0)[0]
+    part.write_bytes(part.read_bytes()[:500])
+    with pytest.raises(CheckpointError, match=rf"{part}: damaged checkpoint part .*rise-batch structure"):
+        original_docs(out, workers=1)
