@@ -22,9 +22,13 @@ PROMPTS_DIR = _prompts_dir()
 
 
 def prompt_path(name: str) -> Path:
-    """A bare name ("structure_toc") or file name resolves inside PROMPTS_DIR; a path to a file is used as is."""
+    """A file that exists at `name` (absolute, or relative to the working directory) is used as is; any other
+    name with a directory part is a path too (so a typo is reported as a missing file, never guessed into
+    prompts/); a bare name ("structure_toc") or file name ("structure_toc.txt") resolves inside PROMPTS_DIR."""
+    if not str(name).strip():
+        raise ValueError("the prompt name is empty: give a name in prompts/ or a file path")
     p = Path(name)
-    if p.is_file() and (p.is_absolute() or len(p.parts) > 1):
+    if p.is_file() or p.is_absolute() or len(p.parts) > 1:
         return p
     if not p.suffix:
         p = p.with_suffix(".txt")
@@ -32,11 +36,23 @@ def prompt_path(name: str) -> Path:
 
 
 def load_prompt(name: str) -> str:
+    """The prompt's text; a missing, unreadable or non-UTF-8 prompt is a one-line user error naming the file."""
     path = prompt_path(name)
     if not path.is_file():
+        if path.parent != PROMPTS_DIR:
+            where = "" if path.is_absolute() else f" (relative to the working directory {Path.cwd()})"
+            kind = "is not a file" if path.exists() else "not found"
+            raise FileNotFoundError(f"prompt file {str(name)!r} {kind}{where}")
         have = sorted(x.name for x in PROMPTS_DIR.glob("*.txt")) if PROMPTS_DIR.is_dir() else []
-        raise FileNotFoundError(f"prompt {name!r} not found at {path} (available: {', '.join(have) or 'none'})")
-    return path.read_text(encoding="utf-8")
+        raise FileNotFoundError(
+            f"prompt {name!r} not found at {path} (available: {', '.join(have) or 'none'}; or give a file path)"
+        )
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"prompt file {path} is not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise ValueError(f"prompt file {path} cannot be read: {e.strerror or e}") from None
 
 
 def prompt_hash(text: str) -> str:

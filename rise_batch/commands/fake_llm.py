@@ -42,6 +42,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="let anyone who can reach the port change settings (POST /v1/_config, _batch_config, _reset)",
     )
+    p.add_argument(
+        "--judge-reply",
+        default="grader",
+        help="how judge requests are answered: grader (default); echo (non-grader text repeating the prompt) or "
+        "truncated (a grader reply cut before its last field) to rehearse a broken judge; echo-once and "
+        "truncated-once answer the judge's re-ask properly",
+    )
     p.add_argument("--max-body-bytes", type=int, default=None, help="larger requests get a 413 (default 256 MiB)")
     for flag, kind, text in _FAULT_FLAGS:
         p.add_argument(flag, type=kind, default=None, help=text)
@@ -59,11 +66,13 @@ def run(args: argparse.Namespace) -> int:
     import threading
 
     from rise_batch.fake_llm import FakeLLMServer
+    from rise_batch.fake_llm.chat import default_responders
 
     limits: dict[str, object] = {"allow_config": args.allow_config}
     if args.max_body_bytes is not None:
         limits["max_body_bytes"] = args.max_body_bytes
-    server = FakeLLMServer(args.host, args.port, **limits, **fault_options(args))  # bad settings: ValueError, exit 2
+    responders = default_responders(args.judge_reply)  # bad settings: ValueError, exit 2
+    server = FakeLLMServer(args.host, args.port, responders=responders, **limits, **fault_options(args))
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     with server:

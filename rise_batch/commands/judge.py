@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rise_batch.eval.judge_runner import JudgeSummary
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -13,7 +17,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "For every trajectory of RUN_DIR without a judgment, write RUN_DIR/judgments/<query>.json: empty "
             "answers are wrong without a call, a normalised exact match with a gold answer is right without a "
             "call, the rest go to the grader prompt (prompts/judge_grader.txt) through the rate-limited client. "
-            "Re-running skips judged queries (--force re-grades them). Judge cost is recorded apart from agent cost."
+            "A grader reply that is not in the grader format is re-asked once, then written as unjudged (no verdict: "
+            "left out of accuracy, counted apart, graded again by the next run). Re-running skips judged queries "
+            "(--force re-grades them). Judge cost is recorded apart from agent cost. Ends with each run's accuracy "
+            "and its bootstrap 95%% interval; exits 1 when a call failed or a query stayed unjudged."
         ),
     )
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directory written by `rise-batch run`")
@@ -27,7 +34,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=120.0, help="per-request timeout in seconds")
     p.add_argument("--reasoning-effort", default=None, help="reasoning effort for reasoning models")
     p.add_argument("--max-output-tokens", type=int, default=4096)
-    p.add_argument("--prompt", default="judge_grader", help="grader prompt name or file (default judge_grader)")
+    p.add_argument(
+        "--prompt",
+        default="judge_grader",
+        help="grader prompt: a name in prompts/ or a file path, relative to the working directory (default "
+        "judge_grader)",
+    )
     p.add_argument("--queries", help="query file with gold answers (default: the run's own, from run.json)")
     p.add_argument(
         "--mode",
@@ -59,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
         )
     )
-    failed = 0
+    failed = unjudged = 0
     results = {}
     for run_dir in args.run_dirs:
         s = judge_run_sync(
@@ -73,15 +85,33 @@ def run(args: argparse.Namespace) -> int:
         )
         results[run_dir] = s.as_dict()
         failed += s.failed
+        unjudged += s.unjudged_total
         print(
             f"judge {run_dir}: {s.total} trajectories, {s.skipped_existing} already judged, exact {s.exact}, "
-            f"llm {s.llm}, empty {s.empty}, no gold {s.no_gold}, failed {s.failed}, parse errors {s.parse_errors}, "
-            f"judge cost ${s.cost_usd:.4f}"
+            f"llm {s.llm}, empty {s.empty}, no gold {s.no_gold}, failed {s.failed}, unjudged {s.unjudged}, "
+            f"re-asks {s.reasks}, judge cost ${s.cost_usd:.4f}"
         )
         for e in s.errors[:5]:
             print(f"  error: {e}")
+        print(f"judge {run_dir}: {accuracy_line(s)}")
     if args.json:
         print(json.dumps(results, indent=2))
     if failed:
         print(f"judge: {failed} call(s) failed; re-run the same command to retry them")
-    return 1 if failed else 0
+    if unjudged:
+        print(
+            f"judge: {unjudged} quer{'y' if unjudged == 1 else 'ies'} unjudged: the grader's replies were not in the "
+            "grader format (see unjudged_reason in judgments/*.json); check --model/--base-url/--prompt and re-run "
+            "to grade them"
+        )
+    return 1 if failed or unjudged else 0
+
+
+def accuracy_line(s: JudgeSummary) -> str:
+    """Accuracy as the report shows it: over judged queries, with its interval, unjudged ones beside it."""
+    if s.accuracy is None:
+        acc = "accuracy n/a (no judged query)"
+    else:
+        ci = f" [95% CI {100 * s.accuracy_ci95[0]:.1f}, {100 * s.accuracy_ci95[1]:.1f}]" if s.accuracy_ci95 else ""
+        acc = f"accuracy {100 * s.accuracy:.1f}%{ci} over {s.n_judged} judged"
+    return f"{acc}; {s.unjudged_total} unjudged (left out of accuracy)"

@@ -17,26 +17,29 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+from rise_batch.errors import ConfigError
+
 GRADER_PROMPT = "judge_grader.txt"
 FIELDS = ("extracted_final_answer", "reasoning", "correct", "confidence")
+PLACEHOLDERS = ("{question}", "{response}", "{correct_answer}")
 _LABEL = re.compile(
     r"^[ \t>*_#-]*(?:\*\*|__)?[ \t]*(extracted_final_answer|extracted final answer|reasoning|correct|confidence)"
     r"[ \t]*(?:\*\*|__)?[ \t]*:[ \t]*(?:\*\*|__)?",
     re.IGNORECASE | re.MULTILINE,
 )
-_INLINE_CORRECT = re.compile(r"\bcorrect\W{0,4}:\W{0,4}(\w+)", re.IGNORECASE)
-_YES = {"yes", "y", "true", "correct", "right"}
-_NO = {"no", "n", "false", "incorrect", "wrong"}
+_YES = {"yes", "true"}
+_NO = {"no", "false"}
 _NUMBER = re.compile(r"[-+]?\d+(?:[.,]\d+)?")
+_STRICT_NUMBER = re.compile(r"([-+]?\d+(?:[.,]\d+)?)\s*%?(?:\s*\(.*\))?")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = str.maketrans("", "", string.punctuation + "‘’“”–—")
 
 
 class GraderVerdict(NamedTuple):
-    """What could be read from one grader reply. `parse_error` is set when `correct` could not be read (the query
-    then counts as wrong); `missing` lists any other field the reply left out."""
+    """What could be read from one grader reply. `correct` is None exactly when `parse_error` says why the reply
+    is not a grader reply (a field missing or unreadable): no verdict is ever guessed from such a reply."""
 
-    correct: bool
+    correct: bool | None
     extracted_final_answer: str | None
     reasoning: str
     confidence: float | None
@@ -90,6 +93,14 @@ def response_text(trajectory: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def check_grader_prompt(prompt: str, name: str) -> None:
+    """A grader prompt must carry the three placeholders: without one, every request would lack the question, the
+    response or the reference answer, and the grader's verdicts would mean nothing."""
+    absent = [p for p in PLACEHOLDERS if p not in prompt]
+    if absent:
+        raise ConfigError(f"grader prompt {name!r} lacks {', '.join(absent)}: a grader prompt needs {PLACEHOLDERS}")
+
+
 def build_grader_messages(prompt: str, question: str, response: str, golds: Sequence[str]) -> list[dict[str, str]]:
     """One user message, the template filled by plain replacement (answers may contain braces)."""
     text = (
@@ -101,101 +112,127 @@ def build_grader_messages(prompt: str, question: str, response: str, golds: Sequ
 
 
 def parse_grader_reply(text: str) -> GraderVerdict:
-    """Read the four fields from plain `field: value` lines, **bold** variants or a JSON object; the last
-    readable `correct` wins (a grader that restates the instructions first is still read right)."""
-    fields = _json_fields(text) or _line_fields(text)
-    if "correct" not in fields:  # all fields run together on one line
-        inline = _INLINE_CORRECT.findall(text)
-        if inline:
-            fields["correct"] = inline
+    """Read the grader's four fields from a JSON object reply (bare or in one fenced block, as structured outputs
+    send it) or from `field: value` lines (plain or **bold**). Strict on purpose: a reply that echoes the prompt
+    holds the field names too ("correct: yes if the extracted answer matches ..."), so a verdict counts only when
+    the last `correct` line's own value is a bare yes/no (or a JSON boolean/"yes"/"no"), and every field must be
+    there and readable; anything else is a parse error, never a verdict."""
+    data = _json_object(text)
+    fields = _json_fields(data) if data is not None else _line_fields(text)
     missing = tuple(f for f in FIELDS if f not in fields)
-    correct: bool | None = None
-    for value in reversed(fields.get("correct", [])):
-        correct = _yes_no(value)
-        if correct is not None:
-            break
-    error = None
-    if correct is None:
-        seen = fields.get("correct")
-        error = f"unreadable correct field: {seen[-1][:80]!r}" if seen else "no correct field in the grader reply"
-    extracted = _last(fields.get("extracted_final_answer"))
+    problems = [f"missing {', '.join(missing)}"] if missing else []
+    correct = _verdict(fields["correct"]) if "correct" in fields else None
+    if "correct" in fields and correct is None:
+        problems.append(f"correct is not a bare yes/no: {_shown(fields['correct'])}")
+    confidence = parse_confidence(fields.get("confidence"), strict=True)
+    if "confidence" in fields and confidence is None:
+        problems.append(f"confidence is not a number: {_shown(fields['confidence'])}")
+    extracted = fields.get("extracted_final_answer")
+    extracted = None if extracted is None else str(extracted)
     if extracted is not None and extracted.strip().lower() in ("", "none", "null", "n/a"):
         extracted = None
     return GraderVerdict(
-        correct=bool(correct),
+        correct=None if problems else correct,
         extracted_final_answer=extracted,
-        reasoning=_last(fields.get("reasoning")) or "",
-        confidence=parse_confidence(_last(fields.get("confidence"))),
-        parse_error=error,
+        reasoning=str(fields.get("reasoning") or ""),
+        confidence=confidence,
+        parse_error="; ".join(problems) or None,
         missing=missing,
     )
 
 
-def parse_confidence(value: Any) -> float | None:
-    """A 0-100 score from '85', '85%', '**85 %**', 85 or 0.85 (a fraction written with a decimal point), clamped."""
+def parse_confidence(value: Any, *, strict: bool = False) -> float | None:
+    """A 0-100 score from '85', '85%', '**85 %**', 85 or 0.85 (a fraction written with a decimal point), clamped.
+    `strict` (the grader's field): the value must BE a number, not a sentence holding one ("the confidence score
+    between 0 and 100" is an echoed instruction, not a score)."""
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int | float):
         number, fraction = float(value), isinstance(value, float) and 0 < value < 1
-    else:
-        found = _NUMBER.search(str(value))
-        if not found:
-            return None
-        raw = found.group().replace(",", ".")
-        number = float(raw)
-        fraction = "." in raw and 0 < number < 1 and "%" not in str(value)
-    if fraction:
+        return min(max(number * 100 if fraction else number, 0.0), 100.0) if number == number else None
+    text = _first_line(value) if strict else str(value)
+    found = (_STRICT_NUMBER.fullmatch if strict else _NUMBER.search)(text)
+    if not found:
+        return None
+    raw = found.group(1 if strict else 0).replace(",", ".")
+    number = float(raw)
+    if "." in raw and 0 < number < 1 and "%" not in text:
         number *= 100
     return min(max(number, 0.0), 100.0)
+
+
+def is_unjudged(judgment: dict[str, Any]) -> bool:
+    """A judgment file that holds no verdict: recorded as unjudged, or a `correct` that is not a boolean, or (files
+    of older versions) a grader reply that lacked fields or did not parse. An LLM judgment is checked against its
+    own stored reply, so a verdict an older parser read out of an echoed prompt is not trusted. Such a query is
+    left out of accuracy, counted apart, and graded again by the next `judge` run."""
+    if judgment.get("unjudged") or judgment.get("parse_error") or judgment.get("missing_fields"):
+        return True
+    if not isinstance(judgment.get("correct"), bool):
+        return True
+    reply = judgment.get("grader_reply")
+    if judgment.get("method") == "llm" and isinstance(reply, str):
+        return parse_grader_reply(reply).correct is not judgment["correct"]
+    return False
+
+
+def reask_messages(messages: Sequence[dict[str, str]], reply: str, error: str) -> list[dict[str, str]]:
+    """The one re-ask after a reply that did not follow the format: the conversation so far plus what was wrong."""
+    note = (
+        f"Your reply did not follow the required format ({error}). Reply again with exactly the four fields "
+        "extracted_final_answer, reasoning, correct (yes or no) and confidence (a number), each on its own line "
+        "starting with the field name."
+    )
+    return [*messages, {"role": "assistant", "content": reply}, {"role": "user", "content": note}]
 
 
 def _strip_markup(value: str) -> str:
     return value.strip().strip("*_`").strip().strip("\"'").strip()
 
 
-def _yes_no(value: Any) -> bool | None:
+def _first_line(value: Any) -> str:
+    text = _strip_markup(str(value))
+    return _strip_markup(text.splitlines()[0]) if text else ""
+
+
+def _shown(value: Any) -> str:
+    return repr(str(value).strip()[:60])
+
+
+def _verdict(value: Any) -> bool | None:
+    """A bare yes/no (true/false) and nothing else on the field's first line; None for anything else."""
     if isinstance(value, bool):
         return value
-    words = re.findall(r"[a-z]+", str(value).lower())
-    if not words:
-        return None
-    if words[0] in _YES:
-        return True
-    if words[0] in _NO:
-        return False
-    return None
+    word = _first_line(value).rstrip(".!").strip().lower()
+    return True if word in _YES else False if word in _NO else None
 
 
-def _last(values: list[Any] | None) -> str | None:
-    if not values:
-        return None
-    value = values[-1]
-    return value if isinstance(value, str) else json.dumps(value) if not isinstance(value, int | float) else str(value)
-
-
-def _line_fields(text: str) -> dict[str, list[str]]:
-    """Each label starts a field that runs until the next label (reasoning may span lines)."""
-    fields: dict[str, list[str]] = {}
+def _line_fields(text: str) -> dict[str, str]:
+    """Each label at the start of a line opens a field that runs until the next label (reasoning may span lines);
+    the last occurrence of a label wins (a grader that restated the instructions first is still read right)."""
+    fields: dict[str, str] = {}
     matches = list(_LABEL.finditer(text))
     for i, m in enumerate(matches):
         end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
-        name = m.group(1).lower().replace(" ", "_")
-        fields.setdefault(name, []).append(_strip_markup(text[m.end() : end]))
+        fields[m.group(1).lower().replace(" ", "_")] = _strip_markup(text[m.end() : end])
     return fields
 
 
-def _json_fields(text: str) -> dict[str, list[Any]]:
-    """A JSON object reply (bare or fenced) with at least a `correct` key; {} when it is not one."""
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
-        return {}
+def _json_object(text: str) -> dict[str, Any] | None:
+    """The reply as a JSON object when the whole reply is one (bare or in a single fenced block), else None."""
+    body = text.strip()
+    if body.startswith("```") and body.endswith("```") and len(body) > 6:
+        body = body[3:-3].strip()
+        body = body[4:].strip() if body[:4].lower() == "json" else body
+    if not body.startswith("{"):
+        return None
     try:
-        data = json.loads(text[start : end + 1])
+        data = json.loads(body)
     except ValueError:
-        return {}
-    if not isinstance(data, dict):
-        return {}
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _json_fields(data: dict[str, Any]) -> dict[str, Any]:
     lowered = {str(k).lower().replace(" ", "_"): v for k, v in data.items()}
-    if "correct" not in lowered:
-        return {}
-    return {k: ["None" if v is None else v] for k, v in lowered.items() if k in FIELDS}
+    return {k: "None" if v is None else v for k, v in lowered.items() if k in FIELDS}

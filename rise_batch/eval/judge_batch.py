@@ -4,7 +4,9 @@ Grading is never urgent, so a 24-hour batch at half price is usually the better 
 the project's BatchRunner (manifest in RUN_DIR/judge_batches/): the group name is derived from exactly the set of
 requests, so a driver killed while waiting asks for the same group again and adopts the batch it had created
 instead of paying twice; once results are in, every answered line becomes a judgment file, and the failed ones
-are left for the next run (a different set, hence a new group with only them).
+are left for the next run (a different set, hence a new group with only them). A reply that is not in the grader
+format is re-asked once online (at the online price; a second day-long batch for a handful of re-asks is not worth
+the wait), then recorded as a verdict or as `unjudged`, exactly as in online mode.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from rise_batch.config import LLMConfig
 from rise_batch.eval.judge import GRADER_PROMPT
-from rise_batch.eval.judge_runner import JudgeSummary, plan_judging, record_failure, record_reply
+from rise_batch.eval.judge_runner import JudgeSummary, grade_reply, plan_judging, record_failure
 
 BATCH_DIR = "judge_batches"
 
@@ -39,7 +41,7 @@ async def judge_run_batch(
 ) -> JudgeSummary:
     from rise_batch.llm.batch import reply_from_body
     from rise_batch.llm.batch_runner import BatchRunner, async_client
-    from rise_batch.llm.client import chat_request
+    from rise_batch.llm.client import chat_request, client_from_config
     from rise_batch.llm.pricing import PriceTable
 
     plan = plan_judging(run_dir, llm.model, force=force, prompt=prompt, queries_path=queries_path, on_judged=on_judged)
@@ -61,15 +63,16 @@ async def judge_run_batch(
         results = await runner.run(group, requests)
     finally:
         await client.close()
-    for stem, task in tasks.items():
-        result = results.get(stem)
-        if result is None or not result.ok or result.body is None:
-            record_failure(plan, task, result.describe() if result else "no result line")
-            continue
-        try:
-            reply = reply_from_body(result.body, prices, llm.model, batch=True)
-        except ValueError as e:
-            record_failure(plan, task, str(e))
-            continue
-        record_reply(plan, task, reply, on_judged)
+    async with client_from_config(llm) as online:  # for re-asks only
+        for stem, task in tasks.items():
+            result = results.get(stem)
+            if result is None or not result.ok or result.body is None:
+                record_failure(plan, task, result.describe() if result else "no result line")
+                continue
+            try:
+                reply = reply_from_body(result.body, prices, llm.model, batch=True)
+            except ValueError as e:
+                record_failure(plan, task, str(e))
+                continue
+            await grade_reply(plan, task, reply, online.chat, on_judged)
     return plan.summary

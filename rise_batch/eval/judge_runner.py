@@ -4,13 +4,18 @@ Resumable the same way the structure job is: a judgment is a file (judgments/<st
 a re-run skips every query that has one, so an interrupted judge never pays for a grade twice (`force` re-grades).
 A failed call leaves no file, so the next run retries just those. Judge tokens and dollars are recorded per
 judgment and never mixed into the agent's cost.
+
+A verdict comes only from a reply in the grader format (eval/judge.py parses it strictly). A reply that is not one
+is re-asked once (the conversation plus what was wrong); when the re-ask fails too, the query is written as
+`unjudged` with the reason and both replies: no verdict is invented, accuracy leaves it out, the summary and the
+report count it apart, and the next run grades it again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -19,10 +24,13 @@ from rise_batch.config import LLMConfig
 from rise_batch.eval.judge import (
     GRADER_PROMPT,
     build_grader_messages,
+    check_grader_prompt,
     exact_match,
     is_empty_answer,
+    is_unjudged,
     judges,
     parse_grader_reply,
+    reask_messages,
     response_text,
     trajectory_key,
 )
@@ -45,9 +53,16 @@ class JudgeSummary:
     llm: int = 0
     no_gold: int = 0  # nothing to compare with: no judgment written
     failed: int = 0  # LLM call failed for good: no judgment written, retried by the next run
-    parse_errors: int = 0
+    parse_errors: int = 0  # grader replies that were not in the grader format (each one re-asked once)
+    reasks: int = 0
+    unjudged: int = 0  # the re-ask did not give a grader reply either: written as unjudged, no verdict
     cost_usd: float = 0.0
     errors: list[str] = field(default_factory=list)
+    # over every judgment of the run after this pass (set by eval.judging): unjudged ones are left out
+    n_judged: int = 0
+    accuracy: float | None = None
+    accuracy_ci95: tuple[float, float] | None = None
+    unjudged_total: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,28 +99,43 @@ def offline_judgment(trajectory: dict[str, Any], golds: Sequence[str], judge_mod
     return None
 
 
-def llm_judgment(trajectory: dict[str, Any], golds: Sequence[str], reply: Any, prompt_id: str) -> dict[str, Any]:
-    verdict = parse_grader_reply(reply.text)
-    return {
+def llm_judgment(
+    trajectory: dict[str, Any], golds: Sequence[str], replies: Sequence[Any], prompt_id: str, reask_error: str = ""
+) -> dict[str, Any]:
+    """The judgment from the grader's replies (the first, and the re-ask when there was one): the verdict of the
+    last reply, or `unjudged` with the reason when it is not a grader reply. Usage and cost add up all replies."""
+    last = replies[-1] if replies else None
+    verdict = parse_grader_reply(last.text) if last is not None else None
+    reasons = [parse_grader_reply(r.text).parse_error for r in replies]
+    reasons = [r for r in reasons if r] + ([f"re-ask failed: {reask_error}"] if reask_error else [])
+    judgment: dict[str, Any] = {
         "query_id": trajectory.get("query_id"),
-        "correct": verdict.correct,
-        "extracted_final_answer": verdict.extracted_final_answer,
-        "reasoning": verdict.reasoning,
-        "confidence": verdict.confidence,
-        "judge_model": reply.model,
+        "correct": None if verdict is None else verdict.correct,
+        "extracted_final_answer": None if verdict is None else verdict.extracted_final_answer,
+        "reasoning": "" if verdict is None else verdict.reasoning,
+        "confidence": None if verdict is None else verdict.confidence,
+        "judge_model": last.model if last is not None else None,
         "method": "llm",
-        "parse_error": verdict.parse_error,
-        "missing_fields": list(verdict.missing),
-        "usage": {
-            "input_tokens": reply.input_tokens,
-            "cached_input_tokens": reply.cached_input_tokens,
-            "output_tokens": reply.output_tokens,
-        },
-        "cost_usd": reply.cost_usd,
+        "parse_error": None if verdict is None or verdict.correct is not None else verdict.parse_error,
+        "missing_fields": [] if verdict is None else list(verdict.missing),
+        "reasks": len(replies) - 1 + bool(reask_error),
+        "usage": {k: sum(getattr(r, k) for r in replies) for k in _NO_USAGE},
+        "cost_usd": sum(r.cost_usd for r in replies),
         "gold_answers": list(golds),
         "prompt_hash": prompt_id,
-        "grader_reply": reply.text,
+        "grader_reply": last.text if last is not None else None,
     }
+    if len(replies) > 1:
+        judgment["grader_replies"] = [r.text for r in replies]
+    if verdict is None or verdict.correct is None:
+        tries = "the re-ask" if len(replies) > 1 else "the reply"
+        judgment |= {
+            "correct": None,
+            "unjudged": True,
+            "parse_error": judgment["parse_error"] or reasons[-1],
+            "unjudged_reason": f"no grader-format reply after {tries}: " + " | then: ".join(reasons),
+        }
+    return judgment
 
 
 def gold_answers(trajectory: dict[str, Any], from_file: dict[str, tuple[str, ...]]) -> list[str]:
@@ -142,11 +172,13 @@ def plan_judging(
     """Write the judgments that need no call (empty answers, exact matches) and list those that do."""
     run = load_run(run_dir)
     prompt_text = load_prompt(prompt)
+    check_grader_prompt(prompt_text, prompt)
     from_file = answers_by_id(queries_path or run.meta.get("queries"))
     summary = JudgeSummary(total=len(run.trajectories))
     todo: list[JudgeTask] = []
     for stem, traj in run.trajectories.items():
-        if stem in run.judgments and not force and judges(run.judgments[stem], traj):
+        done_before = run.judgments.get(stem)
+        if done_before is not None and not force and judges(done_before, traj) and not is_unjudged(done_before):
             summary.skipped_existing += 1
             continue
         golds = gold_answers(traj, from_file)
@@ -163,14 +195,35 @@ def plan_judging(
     return JudgePlan(run.path, prompt_hash(prompt_text), summary, todo)
 
 
-def record_reply(
-    plan: JudgePlan, task: JudgeTask, reply: Any, on_judged: Callable[[dict[str, Any]], None] | None = None
+async def grade_reply(
+    plan: JudgePlan,
+    task: JudgeTask,
+    reply: Any,
+    ask: Callable[[list[dict[str, str]]], Awaitable[Any]],
+    on_judged: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Parse one grader reply into the task's judgment file and count it."""
-    judgment = llm_judgment(task.trajectory, task.golds, reply, plan.prompt_id)
+    """Turn the first grader reply into the task's judgment file: re-ask once (through `ask`) when the reply is not
+    in the grader format, then record the verdict or `unjudged`; counted in the plan's summary."""
+    from rise_batch.llm.errors import LLMError
+
+    replies, reask_error = [reply], ""
+    first = parse_grader_reply(reply.text)
+    if first.parse_error is not None:
+        plan.summary.parse_errors += 1
+        plan.summary.reasks += 1
+        try:
+            replies.append(await ask(reask_messages(task.messages, reply.text, first.parse_error)))
+        except LLMError as e:
+            reask_error = str(e)
+        else:
+            plan.summary.parse_errors += parse_grader_reply(replies[-1].text).parse_error is not None
+    judgment = llm_judgment(task.trajectory, task.golds, replies, plan.prompt_id, reask_error)
     plan.summary.llm += 1
-    plan.summary.cost_usd += reply.cost_usd
-    plan.summary.parse_errors += judgment["parse_error"] is not None
+    plan.summary.cost_usd += judgment["cost_usd"]
+    if judgment.get("unjudged"):
+        plan.summary.unjudged += 1
+        plan.summary.errors.append(f"{task.trajectory.get('query_id')}: unjudged: {judgment['unjudged_reason']}")
+        log.warning("judge: %s unjudged: %s", task.trajectory.get("query_id"), judgment["unjudged_reason"])
     _store(plan.run_dir, task.stem, judgment, task.trajectory, on_judged)
     return judgment
 
@@ -212,7 +265,7 @@ async def judge_run(
                 except LLMError as e:
                     record_failure(plan, task, str(e))
                     continue
-                record_reply(plan, task, reply, on_judged)
+                await grade_reply(plan, task, reply, client.chat, on_judged)
 
         await asyncio.gather(*(worker() for _ in range(min(llm.concurrency, len(plan.todo)))))
     return plan.summary

@@ -2,7 +2,9 @@
 
 It sits above both runners: `judge_runner` (plan, record, online calls) and `judge_batch` (the Batch API, built on
 judge_runner's plan and record functions). Choosing the mode here, rather than in judge_runner, keeps the arrows
-between the two runners one-way.
+between the two runners one-way. Both end the same way: the run's accuracy over every judgment now on disk (with
+its bootstrap interval, unjudged queries left out and counted apart) goes into the summary, so `judge` and sweeps
+print the figure the report will show.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 from rise_batch.config import LLMConfig
 from rise_batch.eval.judge_batch import judge_run_batch
 from rise_batch.eval.judge_runner import JudgeSummary, judge_run
+from rise_batch.eval.metrics import run_metrics
+from rise_batch.eval.rundir import load_run
 
 
 def judge_run_sync(
@@ -22,7 +26,18 @@ def judge_run_sync(
     """Judge a run online (rate-limited calls) or in batch mode (the Batch API: half price, no limiter)."""
     if mode == "batch":
         options.pop("limiter", None)
-        return asyncio.run(judge_run_batch(run_dir, llm, poll_s=poll_s, **options))
-    if mode != "online":
+        summary = asyncio.run(judge_run_batch(run_dir, llm, poll_s=poll_s, **options))
+    elif mode == "online":
+        summary = asyncio.run(judge_run(run_dir, llm, **options))
+    else:
         raise ValueError(f"judge mode must be 'online' or 'batch', got {mode!r}")
-    return asyncio.run(judge_run(run_dir, llm, **options))
+    return with_accuracy(summary, run_dir)
+
+
+def with_accuracy(summary: JudgeSummary, run_dir: str | Path) -> JudgeSummary:
+    """Fill the summary's run-wide figures from the judgments on disk (the report's own computation)."""
+    run = load_run(run_dir)
+    m = run_metrics(run.meta, run.trajectories, run.judgments)
+    summary.n_judged, summary.unjudged_total = m["n_judged"], m["n_unjudged"]
+    summary.accuracy, summary.accuracy_ci95 = m["accuracy"], m["accuracy_ci95"]
+    return summary

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rise_batch.eval.judge import is_empty_answer, judges
+from rise_batch.eval.judge import is_empty_answer, is_unjudged, judges
 
 CALIBRATION_BIN = 100  # answers per calibration bin, as in the reference script
 BOOTSTRAP_SAMPLES = 2000
@@ -115,10 +115,13 @@ def run_metrics(
     seed: int = BOOTSTRAP_SEED,
 ) -> dict[str, Any]:
     """Every figure of one run. Accuracy is over judged queries (a query needs a gold answer to be judged);
-    calibration is over judged queries that gave an answer (a no-answer states no confidence)."""
+    calibration is over judged queries that gave an answer (a no-answer states no confidence). An `unjudged`
+    judgment (the grader never replied in its format) holds no verdict: it is left out and counted apart."""
     trajs = list(trajectories.values())
     first = trajs[0] if trajs else {}
-    judged = [(trajectories[s], j) for s, j in judgments.items() if s in trajectories and judges(j, trajectories[s])]
+    matched = [(trajectories[s], j) for s, j in judgments.items() if s in trajectories and judges(j, trajectories[s])]
+    judged = [(t, j) for t, j in matched if not is_unjudged(j)]
+    unjudged = [j for _, j in matched if is_unjudged(j)]
     outcomes = [bool(j.get("correct")) for _, j in judged]
     answered = [(t, j) for t, j in judged if j.get("method") != "empty" and not is_empty_answer(t)]
     confidences = [_confidence(t, j) for t, j in answered]
@@ -129,7 +132,7 @@ def run_metrics(
     cov = [gold_fraction(t.get("gold_doc_ids") or (), t.get("surfaced_docids") or ()) for t in trajs]
     searched = any(t.get("retrieved_docids") for t in trajs) or "search" in tools
     agent_cost = [float(t.get("cost_usd") or 0.0) for t in trajs]
-    judge_cost = [float(j.get("cost_usd") or 0.0) for _, j in judged]
+    judge_cost = [float(j.get("cost_usd") or 0.0) for _, j in matched]
     return {
         "system": meta.get("system") or first.get("system"),
         "model": meta.get("model") or first.get("model"),
@@ -139,6 +142,7 @@ def run_metrics(
         "repeat": meta.get("repeat"),
         "n_queries": len(trajs),
         "n_judged": len(judged),
+        "n_unjudged": len(unjudged),
         "n_correct": sum(outcomes),
         "accuracy": mean(outcomes),
         "accuracy_ci95": bootstrap_ci(outcomes, seed=seed),
@@ -169,7 +173,6 @@ def run_metrics(
         "calibration_bins": calibration_bins(confidences, [bool(j.get("correct")) for _, j in answered], bin_size),
         "n_calibration": len(answered),
         "judge_methods": dict(sorted(Counter(str(j.get("method")) for _, j in judged).items())),
-        "judge_parse_errors": sum(1 for _, j in judged if j.get("parse_error")),
     }
 
 
@@ -181,10 +184,12 @@ def per_query_rows(
     for stem, t in trajectories.items():
         j = judgments.get(stem)
         j = j if j is not None and judges(j, t) else None
+        unjudged = j is not None and is_unjudged(j)
         rows.append(
             {
                 "query_id": t.get("query_id"),
-                "correct": None if j is None else bool(j.get("correct")),
+                "correct": None if j is None or unjudged else bool(j.get("correct")),
+                "unjudged": unjudged,
                 "method": None if j is None else j.get("method"),
                 "stop_reason": t.get("stop_reason"),
                 "model_calls": t.get("model_calls"),

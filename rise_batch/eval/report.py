@@ -1,9 +1,11 @@
 """report.md / report.json / PNGs from run directories (and from `eval-retrieval` results).
 
 The main table mirrors the paper's (system, model, accuracy, no-answers, tool calls, $/query, gold_R, cov_mean),
-with the bootstrap interval next to accuracy so a reader does not over-read small gaps. Everything in the
-Markdown is also in report.json with full precision, for scripts. A run directory may carry a `cell.json`
-(written by the sweep job: system, model, k, corpus, corpus_docs, repeat), which labels it in sweep plots.
+with the bootstrap interval next to accuracy so a reader does not over-read small gaps, and the unjudged count
+beside it (queries whose grader never replied in its format: left out of accuracy, never counted right or wrong).
+Everything in the Markdown is also in report.json with full precision, for scripts. A run directory may carry a
+`cell.json` (written by the sweep job: system, model, k, corpus, corpus_docs, repeat), which labels it in sweep
+plots.
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ def _usd(x: float | None) -> str:
 
 
 def main_table(summaries: Sequence[dict[str, Any]]) -> list[str]:
-    head = "| System | Model | Accuracy % [95% CI] | No-answers | Tool calls | $/query | gold_R % | cov_mean % |"
-    lines = [head, "|---|---|---|---|---|---|---|---|"]
+    head = "| System | Model | Accuracy % [95% CI] | Unjudged | No-answers | Tool calls | $/query | gold_R % "
+    head += "| cov_mean % |"
+    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
     for s in summaries:
         ci = s.get("accuracy_ci95")
         acc = _pct(s.get("accuracy")) + (f" [{_pct(ci[0])}, {_pct(ci[1])}]" if ci else "")
@@ -58,6 +61,7 @@ def main_table(summaries: Sequence[dict[str, Any]]) -> list[str]:
             system,
             str(s.get("model")),
             acc,
+            str(s.get("n_unjudged", 0)),
             f"{s.get('no_answers', 0)}/{s.get('n_queries', 0)}",
             _num((s.get("tool_calls") or {}).get("mean")),
             _usd(s.get("agent_usd_per_query")),
@@ -78,8 +82,8 @@ def detail_table(summaries: Sequence[dict[str, Any]]) -> list[str]:
         by_tool = s.get("tool_calls_by_tool", {})
         reasons = ", ".join(f"{k} {v}" for k, v in s.get("no_answers_by_stop_reason", {}).items()) or "–"
         judged = f"{s.get('n_judged', 0)}/{s.get('n_queries', 0)}"
-        if s.get("judge_parse_errors"):
-            judged += f" ({s['judge_parse_errors']} parse errors)"
+        if s.get("n_unjudged"):
+            judged += f" ({s['n_unjudged']} unjudged)"
         cells = [
             str(i),
             judged,
@@ -122,7 +126,9 @@ def render_markdown(
         out += [
             "",
             "Accuracy: share of judged queries graded correct, with a percentile bootstrap 95% interval (2,000 "
-            "resamples, seed 0). No-answers: runs that ended without an answer (budget, clock, API error, context). "
+            "resamples, seed 0). Unjudged: queries whose grader reply was not in the grader format even after a "
+            "re-ask; they are left out of accuracy (re-run `judge` to grade them). No-answers: runs that ended "
+            "without an answer (budget, clock, API error, context). "
             "Tool calls: mean per query. $/query: mean agent cost (the judge's is in the detail table). gold_R: "
             "share of gold documents inside the search union; cov_mean: share surfaced to the agent in reads, "
             "previews or shell output (means over queries with gold documents).",

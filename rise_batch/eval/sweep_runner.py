@@ -105,7 +105,7 @@ def run_sweep(cfg: SweepConfig, *, only: list[str] | None = None, force_judge: b
                 prompt=cfg.judge.prompt,
             )
             entry["judge"] = judged.as_dict()
-            complete = complete and judged.failed == 0
+            complete = complete and judged.failed == 0 and judged.unjudged_total == 0  # unjudged: graded again
         entry["status"] = "done" if complete else "incomplete"
         state["cells"][cid] = entry
         write_json_atomic(out / STATE, state)

@@ -49,8 +49,9 @@ class FallbackResponder:
         }
 
 
-def default_responders() -> list[Responder]:
-    return [AgentResponder(), JudgeResponder(), StructuringResponder(), FallbackResponder()]
+def default_responders(judge_reply: str = "grader") -> list[Responder]:
+    """Every kind of traffic the server answers; `judge_reply` makes the grader misbehave (fake_llm/judge.py)."""
+    return [AgentResponder(), JudgeResponder(judge_reply), StructuringResponder(), FallbackResponder()]
 
 
 def usage(state: ServerState, request: ChatRequest, content: str) -> dict[str, Any]:

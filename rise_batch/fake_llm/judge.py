@@ -5,6 +5,11 @@ after SQuAD-style normalisation, it equals a reference or contains one as whole 
 "Paris"), and replies in the grader's four-field format. The reply's *shape* varies deterministically with the
 request (plain lines, **bold** fields, a JSON object, capitalised values), so an end-to-end run exercises every
 form the judge's parser accepts, while the verdict itself depends only on the answers.
+
+A misbehaving grader can be rehearsed too (`JudgeResponder(reply=...)`, `rise-batch fake-llm --judge-reply`):
+`echo` answers with text that is not a grader reply but repeats the prompt (its field names and "correct: yes if
+..." included), `truncated` with a grader reply cut before its last field, as a token limit would; the `-once`
+forms misbehave on the first ask only and answer a re-ask properly.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from rise_batch.llm.tokens import message_text
 _EXACT = re.compile(r"exact[ _]answer\W{0,4}:\W{0,4}(.+)", re.IGNORECASE)
 _CONFIDENCE = re.compile(r"confidence\W{0,4}:\W{0,4}(\d+(?:\.\d+)?)", re.IGNORECASE)
 STYLES = ("plain", "bold", "json", "capitalised")
+JUDGE_REPLIES = ("grader", "echo", "truncated", "echo-once", "truncated-once")
 
 
 def _between(text: str, open_tag: str, close_tag: str, *, last: bool = False) -> str | None:
@@ -90,13 +96,34 @@ def grade(text: str) -> str:
     return f"extracted_final_answer: {shown}\n\nreasoning: {reasoning}\n\ncorrect: {yes_no}\n\nconfidence: {confidence}"
 
 
+def misgrade(mode: str, prompt: str) -> str:
+    """What a misbehaving grader sends instead of `grade(prompt)`: an echo of the prompt, or a truncated reply."""
+    if mode.startswith("echo"):
+        return "I am not able to grade this here. This is the task I was given:\n\n" + prompt
+    reply = grade(prompt)
+    cut = reply.lower().rfind("confidence")  # the last field: a reply cut by a token limit loses it first
+    return reply[: cut if cut > 0 else len(reply) // 2].rstrip(' \n*"')
+
+
 class JudgeResponder:
     name = "judge"
 
+    def __init__(self, reply: str = "grader") -> None:
+        if reply not in JUDGE_REPLIES:
+            raise ValueError(f"judge reply must be one of {', '.join(JUDGE_REPLIES)}, got {reply!r}")
+        self.reply = reply
+
     def matches(self, request: Any) -> bool:
-        users = [m for m in request.messages if m.get("role") == "user"]
-        return bool(users) and parse_grader_request(message_text(users[-1])) is not None
+        return _grader_prompt(request) is not None
 
     def respond(self, request: Any) -> dict[str, Any]:
-        users = [m for m in request.messages if m.get("role") == "user"]
-        return {"role": "assistant", "content": grade(message_text(users[-1]))}
+        """The grade of the conversation's grader prompt (its first user message: a re-ask keeps it first)."""
+        prompt = _grader_prompt(request) or ""
+        reask = any(m.get("role") == "assistant" for m in request.messages)
+        good = self.reply == "grader" or (reask and self.reply.endswith("-once"))
+        return {"role": "assistant", "content": grade(prompt) if good else misgrade(self.reply, prompt)}
+
+
+def _grader_prompt(request: Any) -> str | None:
+    users = [message_text(m) for m in request.messages if m.get("role") == "user"]
+    return users[0] if users and parse_grader_request(users[0]) is not None else None

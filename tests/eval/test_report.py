@@ -65,10 +65,11 @@ def test_report_of_two_runs_and_a_retrieval_result(tmp_path: Path, capsys) -> No
     out = tmp_path / "report"
     assert main(["report", str(a), str(b), "--out", str(out), "--retrieval", str(retrieval)]) == 0
     md = (out / "report.md").read_text()
-    assert "| System | Model | Accuracy % [95% CI] | No-answers | Tool calls | $/query | gold_R % | cov_mean % |" in md
+    head = "| System | Model | Accuracy % [95% CI] | Unjudged | No-answers | Tool calls | $/query | gold_R % |"
+    assert head + " cov_mean % |" in md
     assert "| RISE | gpt-5.4-nano | 40.0 [" in md
-    assert "| 2/5 | 5.2 | $0.0170 | 75.0 | 37.5 |" in md
-    assert "| DCI | gpt-5.4-nano | 100.0 [100.0, 100.0] | 0/1 | 4.0 | $0.300 | – | – |" in md
+    assert "] | 0 | 2/5 | 5.2 | $0.0170 | 75.0 | 37.5 |" in md
+    assert "| DCI | gpt-5.4-nano | 100.0 [100.0, 100.0] | 0 | 0/1 | 4.0 | $0.300 | – | – |" in md
     assert "max_calls 1, wall_clock 1" in md
     assert "| 50.0 | 75.0 |" in md  # recall@10, recall@100
     assert md in capsys.readouterr().out
@@ -124,6 +125,7 @@ def test_report_json_keeps_per_query_rows(tmp_path: Path) -> None:
     assert rows["q1"] == {
         "query_id": "q1",
         "correct": True,
+        "unjudged": False,
         "method": "exact",
         "stop_reason": "answered",
         "model_calls": 7,

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -19,6 +17,7 @@ from rise_batch.fake_llm.faults import choose_fault
 from rise_batch.fake_llm.http import HttpResponse, json_response
 from rise_batch.fake_llm.structuring import body_start, extract_document, propose_sections
 from tests.conftest import sample_rows
+from tests.fake_llm.helpers import cli_refusal, cli_server
 
 SYSTEM = "Split the document into sections; answer in JSON."
 
@@ -221,30 +220,14 @@ def test_extension_points_routes_and_responders() -> None:
 
 
 def test_cli_serves_until_terminated() -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rise_batch.cli", "fake-llm", "--port", "0", "--p500", "1.0"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        base = re.search(r"(http://\S+/v1)", line)
-        assert base, line
-        assert http(base[1] + "/chat/completions", chat_body("A doc."))[0] == 500
+    with cli_server("--p500", "1.0") as (proc, base):
+        assert http(base + "/chat/completions", chat_body("A doc."))[0] == 500
         proc.terminate()
         out, _ = proc.communicate(timeout=20)
-    finally:
-        proc.kill()
     assert proc.returncode == 0
     assert '"requests": 1' in out and '"500": 1' in out
 
 
 def test_cli_refuses_bad_settings() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "rise_batch.cli", "fake-llm", "--port", "0", "--p429", "1.5"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = cli_refusal("--p429", "1.5")
     assert proc.returncode == 2 and "probabilities" in proc.stderr
