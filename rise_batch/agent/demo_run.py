@@ -1,5 +1,9 @@
-"""A few RISE trajectories on the bundled sample, played by the fake server's scripted agent: the end of
-`rise-batch demo`, so a new user sees a whole trajectory (search, rg, TOC read, answer) without a key."""
+"""A few agent trajectories on the bundled sample, played by the fake server's scripted agent: the end of
+`rise-batch demo`, so a new user sees a whole trajectory (search, rg, TOC read, answer) without a key.
+
+The model is the in-process fake server, so every token and dollar printed is simulated (priced as if the
+model were real); the output says so. Where no sandbox can run, the demo asks for `retrieval-agent`, the one
+system without a shell, rather than ever running the agent's bash unsandboxed."""
 
 from __future__ import annotations
 
@@ -29,8 +33,8 @@ DEMO_QUERIES = [
 ]
 
 
-def demo_trajectories(docs: str | Path, out: str | Path) -> dict[str, Any]:
-    """Run DEMO_QUERIES with the `rise` system in this process against an in-process fake server; print a digest."""
+def demo_trajectories(docs: str | Path, out: str | Path, system: str = "rise") -> dict[str, Any]:
+    """Run DEMO_QUERIES with `system` in this process against an in-process fake server; print a digest."""
     from rise_batch.agent.job import run_trajectories, summary_line
     from rise_batch.agent.run_config import load_run_config
     from rise_batch.fake_llm import FakeLLMServer
@@ -43,10 +47,10 @@ def demo_trajectories(docs: str | Path, out: str | Path) -> dict[str, Any]:
         cfg = load_run_config(
             None,
             queries=str(queries),
-            system="rise",
+            system=system,
             docs=str(docs),
             index=str(docs / "index"),
-            out=str(out / "rise"),
+            out=str(out / system),
             workers=0,
             concurrency=len(DEMO_QUERIES),
             index_backend="numpy",
@@ -63,4 +67,8 @@ def demo_trajectories(docs: str | Path, out: str | Path) -> dict[str, Any]:
         print(f"    {step['tool']:<6} {json.dumps(step['arguments'], ensure_ascii=False)[:100]}")
     print(f"    -> Exact Answer: {first['exact_answer']}   (gold: {first['answer']})")
     print(summary_line(stats, cfg.out))
+    print(
+        f"simulated     : cost_usd={stats['cost_usd']} is what {cfg.llm.model} would cost for these tokens; the "
+        "replies came from a built-in fake model (scripted agent), so no API was called and nothing was billed"
+    )
     return stats

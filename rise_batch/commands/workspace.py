@@ -116,8 +116,9 @@ def _info(ws_dir) -> int:
     return 0
 
 
-def sample_walk(index_dir, docs_dir, ws_dir, queries: list[str], command: str, k: int = 1000) -> int:
-    """A search into a fresh workspace and one sandboxed command, printed; `rise-batch demo` ends with it."""
+def sample_walk(index_dir, docs_dir, ws_dir, queries: list[str], command: str | None, k: int = 1000) -> int:
+    """A search into a fresh workspace and one sandboxed command, printed; `rise-batch demo` ends with it.
+    `command=None` stops after the search (the demo does so where no sandbox can run, and says so itself)."""
     import shutil
     import sys
 
@@ -129,6 +130,8 @@ def sample_walk(index_dir, docs_dir, ws_dir, queries: list[str], command: str, k
     shutil.rmtree(ws_dir, ignore_errors=True)
     ws = Workspace(ws_dir, DocStore(docs_dir), keep=True)
     print(search_into(load_index(index_dir, backend="numpy"), ws, queries, k, preview=3).text)
+    if command is None:
+        return 0
     print(f"\n$ rise-batch workspace bash {ws.path} {command!r}")
     try:
         print(Sandbox(ws.files_dir)(command))
