@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rise_batch.eval.judging import judge_run_sync
     from rise_batch.eval.sweep import JudgeSpec, judge_llm_config
+    from rise_batch.llm.simulated import cost_label
 
     llm = judge_llm_config(
         JudgeSpec(
@@ -73,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     )
     failed = unjudged = 0
     results = {}
+    label = cost_label(llm.base_url)  # the fake server's costs are printed as simulated
     for run_dir in args.run_dirs:
         s = judge_run_sync(
             run_dir,
@@ -83,13 +85,13 @@ def run(args: argparse.Namespace) -> int:
             prompt=args.prompt,
             queries_path=args.queries,
         )
-        results[run_dir] = s.as_dict()
+        results[run_dir] = s.as_dict() | {"cost_simulated": bool(label)}
         failed += s.failed
         unjudged += s.unjudged_total
         print(
             f"judge {run_dir}: {s.total} trajectories, {s.skipped_existing} already judged, exact {s.exact}, "
             f"llm {s.llm}, empty {s.empty}, no gold {s.no_gold}, failed {s.failed}, unjudged {s.unjudged}, "
-            f"re-asks {s.reasks}, judge cost ${s.cost_usd:.4f}"
+            f"re-asks {s.reasks}, judge cost ${s.cost_usd:.4f}{label}"
         )
         for e in s.errors[:5]:
             print(f"  error: {e}")

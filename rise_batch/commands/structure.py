@@ -72,6 +72,13 @@ def add_structure_flags(p: argparse.ArgumentParser) -> None:
         help="stop cleanly (exit code 3) before the run's total cost would pass USD; re-run with more to continue",
     )
     g.add_argument(
+        "--prices-file",
+        dest="llm_prices_file",
+        metavar="YAML",
+        help="prices of models not in the packaged table (or overriding it): `models: {NAME: {input: USD, "
+        "cached_input: USD, output: USD}}` per 1M tokens; --max-cost refuses to start on a model without a price",
+    )
+    g.add_argument(
         "--llm-tier",
         dest="tier",
         metavar="RULE",
@@ -117,11 +124,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rise_batch.llm.simulated import cost_label
     from rise_batch.structuring.job import run_structure, summary_line
 
     want_json, verify = args.json, args.verify
     del args.json, args.verify  # command options, not run settings (the manifest's config stays the same)
     cfg = config_from_args(args)
     stats = run_structure(cfg, verify)  # --max-cost reached: BudgetExceeded, exit 3 (rise_batch.errors)
-    print(json.dumps(stats, indent=2, sort_keys=True) if want_json else summary_line(stats, cfg.out))
+    label = cost_label(cfg.llm.base_url) if cfg.backend == "llm" else ""
+    if want_json:
+        print(json.dumps(stats | {"cost_simulated": bool(label)}, indent=2, sort_keys=True))
+    else:
+        print(summary_line(stats, cfg.out) + label)
     return 0

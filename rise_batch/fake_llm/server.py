@@ -26,6 +26,7 @@ from rise_batch.fake_llm.faults import FaultConfig
 from rise_batch.fake_llm.http import BadRequest, HttpRequest, HttpResponse, error_body, json_response
 from rise_batch.fake_llm.request import Responder
 from rise_batch.fake_llm.state import ServerState
+from rise_batch.llm.simulated import SIMULATED_HEADER
 
 ADMIN_WRITES = frozenset({"/v1/_config", "/v1/_batch_config", "/v1/_reset"})  # they change how the server answers
 MAX_BODY_BYTES = 256 * 2**20  # above the Batch API's 200 MB input file, so a real batch upload still fits
@@ -189,6 +190,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(response.status)
             self.send_header("Content-Type", response.content_type)
             self.send_header("Content-Length", str(len(response.body)))
+            self.send_header(SIMULATED_HEADER, "fake-llm")  # costs priced from these replies are not real money
             for name, value in response.headers.items():
                 self.send_header(name, value)
             self.end_headers()

@@ -60,6 +60,21 @@ class PriceTable:
             log.warning("no price known for model %r: its cost is recorded as 0 (add it to a prices file)", model)
         return found
 
+    def require(self, model: str, why: str) -> Price:
+        """The model's price, or a ConfigError saying how to give one: a limit in dollars (`why`) cannot hold over
+        replies recorded as $0, so a run with one must not start on an unknown model."""
+        found = self.prices.get(model) or self.prices.get(_SNAPSHOT_SUFFIX.sub("", model))
+        if found is None:
+            from rise_batch.errors import ConfigError
+
+            raise ConfigError(
+                f"{why} needs the price of model {model!r}, which is not in the prices table (its replies would be "
+                f"recorded as $0 and the limit would never stop the run). Give it in a YAML file, e.g. `models: "
+                f"{{{model}: {{input: 0.20, cached_input: 0.02, output: 1.25}}}}` (US dollars per 1M tokens), and "
+                "pass --prices-file FILE (config key llm.prices_file)"
+            )
+        return found
+
     def cost(
         self, model: str, input_tokens: int, cached_input_tokens: int, output_tokens: int, *, batch: bool = False
     ) -> float:

@@ -79,6 +79,17 @@ class CostBudget:
         return guarded
 
 
+def require_price(cfg: Any) -> None:
+    """Refuse to start a --max-cost run whose model has no price: every reply would cost $0 and the limit would let
+    the run spend without bound. Called by the job before the scan, so nothing is read or paid first."""
+    if cfg.backend != "llm" or cfg.max_cost_usd is None:
+        return
+    from rise_batch.llm.pricing import PriceTable
+
+    table = PriceTable.load([cfg.llm.prices_file] if cfg.llm.prices_file else [])
+    table.require(cfg.llm.model, f"--max-cost {cfg.max_cost_usd:g}")
+
+
 def checkpoint_cost(out_dir: str | Path) -> float:
     """Dollars already recorded in a run's checkpoint (all shards)."""
     from rise_batch.structuring.checkpoint import CheckpointStore
