@@ -35,9 +35,15 @@ _DIED = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.ex
 
 
 def init_ray(address: str | None, log_to_driver: bool = True) -> None:
-    """Connect to `address`, to the cluster of a `ray job submit` (RAY_ADDRESS), or start a local Ray."""
+    """Connect to `address`, to the cluster of a `ray job submit` (RAY_ADDRESS), or start a local Ray.
+
+    Never ray.init()'s own fallback: without an address it attaches to whatever `ray start` cluster last ran on the
+    machine (read from /tmp/ray/ray_current_cluster), so a command meant to run locally would use, or fail on the
+    auth token of, someone else's cluster. "local" always starts a private one; RAY_ADDRESS must then be passed
+    explicitly, because "local" ignores it."""
     if not ray.is_initialized():
-        ray.init(address=address or None, log_to_driver=log_to_driver, include_dashboard=False)
+        target = address or os.environ.get("RAY_ADDRESS") or "local"
+        ray.init(address=target, log_to_driver=log_to_driver, include_dashboard=False)
 
 
 class _StageActor:

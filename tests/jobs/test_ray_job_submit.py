@@ -86,14 +86,20 @@ def head() -> Iterator[Head]:
         _wait_for_dashboard(dashboard, proc, temp_dir)
         yield Head(proc, dashboard, env, temp_dir)
     finally:
-        proc.send_signal(signal.SIGTERM)  # `ray start --block` stops the processes it started
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_head(proc)
         log.close()
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def stop_head(proc: subprocess.Popen) -> None:
+    """Stop a `ray start --head --block` and only it: SIGTERM stops the processes it started (SIGKILL its group
+    after a minute); never `ray stop`, which would stop every Ray on the machine."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def _wait_for_dashboard(url: str, proc: subprocess.Popen, temp_dir: str) -> None:
