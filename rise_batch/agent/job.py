@@ -58,6 +58,8 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
             print(f"rise-batch run: previous run moved to {dest}", file=sys.stderr)
     if not Path(cfg.docs).is_dir():
         raise ConfigError(f"docs directory {cfg.docs} does not exist")
+    if system.uses_index and cfg.index:
+        refuse_foreign_index(cfg.index, cfg.docs)  # before any model call: every hit would be a missing file
     if system.tools != "retrieval" and not cfg.allow_unsandboxed:
         from rise_batch.space.sandbox import probe
 
@@ -83,6 +85,40 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
     (out / TRAJECTORIES).mkdir(exist_ok=True)
     pending = [q for q in queries if not finished(out, q.query_id, ch)]
     return RunPlan(cfg, ch, queries, pending)
+
+
+def refuse_foreign_index(index_dir: str | Path, docs_dir: str | Path) -> None:
+    """Refuse an index built over another corpus than the docs directory's: every hit of such a run reads "file
+    missing from the docs directory" and each trajectory is paid for anyway. The measure is the documents
+    themselves (the index's docids.json against the docs' docmap.parquet), which also catches an index over a
+    larger slice of the same corpus; the corpus paths both sides recorded are named to show where each came from."""
+    from rise_batch.space.workspace import load_docmap
+
+    try:
+        docids = read_json(Path(index_dir) / "docids.json")
+    except (OSError, ValueError) as e:
+        raise ConfigError(
+            f"{index_dir} is not a BM25 index of `rise-batch index` (no readable docids.json: {e})"
+        ) from e
+    known = load_docmap(docs_dir)
+    missing = [d for d in docids if d not in known]
+    if not missing:
+        return
+
+    def corpus_of(path: Path, key: str) -> str:
+        try:
+            value = read_json(path)
+            return str(value.get("corpus", {}).get("path") if key == "meta" else value.get("corpus"))
+        except (OSError, ValueError, AttributeError):
+            return "unknown"
+
+    raise ConfigError(
+        f"the index {index_dir} (corpus {corpus_of(Path(index_dir) / 'meta.json', 'meta')}) and the docs directory "
+        f"{docs_dir} (corpus {corpus_of(Path(docs_dir) / 'manifest.json', 'manifest')}) do not hold the same "
+        f"documents: {len(missing):,} of the index's {len(docids):,} docids are not in {docs_dir}/docmap.parquet "
+        f"(first: {missing[0]!r}). Build the index over the docs' own corpus (`rise-batch structure --index` writes "
+        "DOCS/index) or pass the matching --docs"
+    )
 
 
 class Progress:

@@ -81,9 +81,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rise_batch.agent.job import run_trajectories, summary_line
+    from rise_batch.llm.simulated import cost_label
 
     cfg = config_from_args(args)
     stats = run_trajectories(cfg)
-    print(json.dumps(stats, sort_keys=True))
-    print(summary_line(stats, cfg.out))
+    label = cost_label(cfg.llm.base_url)
+    print(json.dumps(stats | {"cost_simulated": bool(label)}, sort_keys=True))
+    print(summary_line(stats, cfg.out) + label)
     return 0
