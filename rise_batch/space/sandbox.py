@@ -80,6 +80,7 @@ class Support(NamedTuple):
     ok: bool
     run_as: int | None  # host uid/gid bwrap runs as (None: as the caller)
     reason: str
+    bwrap: str = ""  # the bwrap found on the caller's PATH: the one probed is the one run (not SANDBOX_PATH's)
 
 
 def _bwrap_argv(bwrap: str, bind_fd: int, limits: SandboxLimits, command: str) -> list[str]:
@@ -162,16 +163,21 @@ def probe(bwrap: str = "bwrap") -> Support:
     """Can bwrap run our exact sandbox here? Checked once per process, as the unprivileged uid when root."""
     from shutil import which
 
-    if which(bwrap) is None:
+    found = which(bwrap)
+    if found is None:
         return Support(
             False, None, f"bubblewrap (`{bwrap}`) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
         )
+    # Run the bwrap PATH found (spawns look names up in SANDBOX_PATH), by name where that is the same file, so no
+    # host path lands in the sandbox's /proc/1/cmdline.
+    same = os.path.realpath(which(bwrap, path=SANDBOX_PATH) or "/nonexistent") == os.path.realpath(found)
+    path = bwrap if same else found
     candidates: list[int | None] = [UNPRIVILEGED_ID, None] if os.geteuid() == 0 else [None]
     errors = []
     with tempfile.TemporaryDirectory(prefix="rise-probe-") as tmp:
         os.chmod(tmp, 0o755)
         for run_as in candidates:
-            res = _spawn_collect(bwrap, tmp, "true", SandboxLimits(timeout_s=20), run_as, sandboxed=True)
+            res = _spawn_collect(path, tmp, "true", SandboxLimits(timeout_s=20), run_as, sandboxed=True)
             if res.exit_code == 0:
                 if run_as is None and os.geteuid() == 0:
                     log.warning(
@@ -180,7 +186,7 @@ def probe(bwrap: str = "bwrap") -> Support:
                         UNPRIVILEGED_ID,
                         errors[-1] if errors else "",
                     )
-                return Support(True, run_as, "")
+                return Support(True, run_as, "", path)
             who = f"uid {run_as}" if run_as is not None else "the current user"
             errors.append(f"as {who}: {res.output.strip()[:300] or res.exit_code}")
     return Support(False, None, "bubblewrap cannot create its sandbox here: " + "; ".join(errors))
@@ -203,6 +209,7 @@ class Sandbox:
         self.limits = limits or SandboxLimits()
         self.bwrap = bwrap
         support = probe(bwrap)
+        self.bwrap = support.bwrap or bwrap
         self.sandboxed = support.ok
         self.run_as = support.run_as
         if self.run_as is not None and not _reachable_by_others(self.root):

@@ -103,3 +103,20 @@ def test_demo_without_bubblewrap_or_extras_exits_0_and_runs_no_unsandboxed_shell
     assert len(trajectories) == 3 and all(t["stop_reason"] == "answered" for t in trajectories)
     assert not any(s["tool"] == "bash" for t in trajectories for s in t["steps"])
     assert not (out / "runs" / "rise").exists()
+
+
+def test_demo_uses_the_bwrap_on_path_and_skips_when_it_cannot_sandbox(tmp_path):
+    """bwrap is the one found on PATH, for the check and for the run alike: a bwrap that cannot create namespaces
+    (here a stand-in that fails as a locked-down kernel makes bwrap fail) turns the shell parts off with its reason,
+    even though a working /usr/bin/bwrap exists on this machine."""
+    farm = Path(path_without(tmp_path, "bwrap"))
+    fake = tmp_path / "bwrap-stand-in"
+    fake.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    (farm / "bwrap").symlink_to(fake)
+    out = tmp_path / "demo"
+    res = run_demo(out, {**os.environ, "PATH": str(farm)})
+    skipped = [line for line in res.stdout.splitlines() if line.startswith("skipped")]
+    assert len(skipped) == 1 and "cannot create its sandbox" in skipped[0] and "Permission denied" in skipped[0]
+    assert "UNSANDBOXED" not in res.stdout + res.stderr
+    assert (out / "runs" / "retrieval-agent" / "trajectories").is_dir() and not (out / "runs" / "rise").exists()
