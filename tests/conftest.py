@@ -59,6 +59,6 @@ def ray_local():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False)  # never a `ray start` cluster of this machine
     yield
     ray.shutdown()
