@@ -164,10 +164,10 @@ def reply_from_body(body: dict[str, Any], prices: PriceTable, model: str = "", *
     prompt = int(usage.get("prompt_tokens") or 0)
     cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
     completion = int(usage.get("completion_tokens") or 0)
-    model = str(body.get("model") or model)
+    requested, model = model, str(body.get("model") or model)
     choices = body.get("choices") or []
     if not choices:
         raise ValueError("the reply has no choices")
     content = (choices[0].get("message") or {}).get("content") or ""
-    cost = prices.cost(model, prompt, cached, completion, batch=batch)
+    cost = prices.cost(model, prompt, cached, completion, batch=batch, requested=requested or None)
     return Reply(content, prompt, cached, completion, cost, model)

@@ -165,7 +165,7 @@ class LLMClient:
             ) from exc
         message = completion["choices"][0].get("message") or {}
         model = completion.get("model") or self.config.model
-        cost = self.prices.cost(model, paid[0], paid[1], paid[2], batch=self.batch_pricing)
+        cost = self.prices.cost(model, paid[0], paid[1], paid[2], batch=self.batch_pricing, requested=self.config.model)
         self.stats.cost_usd += cost
         reply = Reply(message.get("content") or "", paid[0], paid[1], paid[2], cost, model)
         typed_completion = ChatCompletion.construct(**completion) if typed else None

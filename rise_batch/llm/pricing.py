@@ -52,9 +52,23 @@ class PriceTable:
             discount = more_discount if more_discount is not None else discount
         return cls(prices, 0.5 if discount is None else discount)
 
-    def price(self, model: str) -> Price | None:
-        """The model's price; dated snapshots fall back to their alias. None (warned once) when unknown."""
-        found = self.prices.get(model) or self.prices.get(_SNAPSHOT_SUFFIX.sub("", model))
+    def find(self, model: str) -> Price | None:
+        """The model's price, dated snapshots falling back to their alias; None when unknown (no warning)."""
+        return self.prices.get(model) or self.prices.get(_SNAPSHOT_SUFFIX.sub("", model))
+
+    def price(self, model: str, requested: str | None = None) -> Price | None:
+        """The price of the model a reply names, else of the model that was `requested`; None (warned once) when
+        neither is known.
+
+        Providers answer with names of their own (a dated snapshot, a deployment alias); pricing such a reply at $0
+        would let a dollar limit that was checked against the requested model never stop the run.
+        """
+        found = self.find(model)
+        if found is None and requested and requested != model:
+            found = self.find(requested)
+            if found is not None and model not in self._warned:
+                self._warned.add(model)
+                log.warning("no price known for the replying model %r: priced as the requested %r", model, requested)
         if found is None and model not in self._warned:
             self._warned.add(model)
             log.warning("no price known for model %r: its cost is recorded as 0 (add it to a prices file)", model)
@@ -63,7 +77,7 @@ class PriceTable:
     def require(self, model: str, why: str) -> Price:
         """The model's price, or a ConfigError saying how to give one: a limit in dollars (`why`) cannot hold over
         replies recorded as $0, so a run with one must not start on an unknown model."""
-        found = self.prices.get(model) or self.prices.get(_SNAPSHOT_SUFFIX.sub("", model))
+        found = self.find(model)
         if found is None:
             from rise_batch.errors import ConfigError
 
@@ -76,10 +90,18 @@ class PriceTable:
         return found
 
     def cost(
-        self, model: str, input_tokens: int, cached_input_tokens: int, output_tokens: int, *, batch: bool = False
+        self,
+        model: str,
+        input_tokens: int,
+        cached_input_tokens: int,
+        output_tokens: int,
+        *,
+        batch: bool = False,
+        requested: str | None = None,
     ) -> float:
-        """Dollars for one reply. `input_tokens` includes the cached ones, as the API reports them."""
-        p = self.price(model)
+        """Dollars for one reply of `model` (as the reply names it; `requested`: the configured model, the price
+        when the reply's name has none). `input_tokens` includes the cached ones, as the API reports them."""
+        p = self.price(model, requested)
         if p is None:
             return 0.0
         cached = min(max(cached_input_tokens, 0), input_tokens)
