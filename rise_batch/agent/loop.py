@@ -140,10 +140,14 @@ def _message_dict(message: Any) -> dict[str, Any]:
 
 
 def _arguments(raw: str) -> Any:
+    """The call's arguments as the trajectory file keeps them: parsed, or the raw text when they do not parse or
+    hold what UTF-8 cannot write (a lone surrogate from a `\\ud800` escape, which the tool refused)."""
     try:
-        return json.loads(raw) if raw and raw.strip() else {}
-    except json.JSONDecodeError:
-        return raw
+        value = json.loads(raw) if raw and raw.strip() else {}
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return value
+    except (ValueError, RecursionError, UnicodeEncodeError):  # JSONDecodeError is a ValueError
+        return raw.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class _Context:

@@ -17,6 +17,7 @@ from typing import Any
 from rise_batch.agent.loop import Budget
 from rise_batch.config import ConfigError, LLMConfig, build_section, read_yaml_section
 from rise_batch.llm.transport import APIS  # chat completions, or the Responses API
+from rise_batch.space.sandbox import check_limit
 
 # An agent turn of a reasoning model can think for minutes and spend thousands of tokens before a tool call.
 # llm.concurrency (model calls in flight per worker) defaults to the worker's share of `concurrency`, since each
@@ -63,8 +64,9 @@ class RunConfig:
                 raise ConfigError(f"{name} is required")
         if system.uses_index and not self.index:
             raise ConfigError(f"system {self.system} searches: give the BM25 index dir (index / --index)")
+        check_limit("bash_timeout_s", self.bash_timeout_s)  # NaN and inf too: they pass a `<= 0` test
+        check_limit("bash_max_output_chars", self.bash_max_output_chars, integer=True)
         positive = {"k": self.k, "concurrency": self.concurrency, "max_attempts": self.max_attempts}
-        positive |= {"bash_timeout_s": self.bash_timeout_s, "bash_max_output_chars": self.bash_max_output_chars}
         for name, value in positive.items():
             if value <= 0:
                 raise ConfigError(f"{name} must be > 0, got {value!r}")

@@ -76,8 +76,10 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     if args.ws_command == "bash":
-        from rise_batch.space.sandbox import Sandbox, SandboxLimits
+        from rise_batch.space.sandbox import Sandbox, SandboxLimits, check_limit
 
+        check_limit("--timeout", args.timeout)  # NaN, inf, 0 and negatives: exit 2 naming the flag
+        check_limit("--max-output", args.max_output, integer=True)
         limits = SandboxLimits(timeout_s=args.timeout, max_output_chars=args.max_output)
         box = Sandbox(ws_dir / FILES, limits, allow_unsandboxed=args.unsandboxed)  # SandboxUnavailable: exit 2
         res = box.run(args.command)

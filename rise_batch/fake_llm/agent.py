@@ -15,6 +15,8 @@ Behaviours that exercise budgets and failures are chosen per query by markers in
     tool-sleep=S      first runs `sleep S` in bash (a slow tool)
     calls=N           pads the trajectory with grep calls until N tool turns were made
     error             answers the first call with HTTP 400 (not retryable: an api_error)
+    raw-call=TOOL:ARGS  first calls TOOL with the arguments string ARGS exactly as written (a JSON escape such as
+                      \ud800 stays an escape on the wire), then plays the scripted trajectory
     overflow          answers with HTTP 400 context_length_exceeded
 """
 
@@ -229,7 +231,14 @@ class AgentResponder:
                 "This model's maximum context length is 400000 tokens; your messages are longer "
                 "(context_length_exceeded, fake-llm)"
             )
-        kind, *rest = next_action(question, _tool_params(request), _history(request.messages), behaviour)
+        steps = _history(request.messages)
+        if "raw-call" in behaviour:
+            tool, _, raw = behaviour["raw-call"].partition(":")
+            if turn == 0:
+                call = {"id": f"call_{request.key}_0", "type": "function", "function": {"name": tool, "arguments": raw}}
+                return {"role": "assistant", "content": None, "tool_calls": [call]}
+            steps = steps[1:]  # the scripted policy does not count the raw call
+        kind, *rest = next_action(question, _tool_params(request), steps, behaviour)
         if kind == "answer":
             return {"role": "assistant", "content": rest[0]}
         name, args = rest

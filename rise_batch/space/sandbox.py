@@ -8,34 +8,36 @@ an unprivileged host user, because the kernel exempts uid 0 from the process lim
 
 The process group is killed at the time cap; killing the outer bwrap tears the whole PID namespace down
 (`--die-with-parent`), so children that moved to their own session die too. Output is read with a fixed memory
-bound, so `yes` cannot eat the host's memory; only the first `max_output_chars` characters are kept.
+bound, so `yes` cannot eat the host's memory; only the first `max_output_chars` characters are kept (output.py).
+Beyond these per-process limits, a call as a whole is bounded where the machine allows it (bounds.py): its own
+memory cgroup, /tmp with an inode cap, and no host path in the sandbox's mountinfo.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+import math
 import os
-import selectors
-import signal
 import stat
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import NamedTuple
 
-from rise_batch.errors import CleanExit
+from rise_batch.errors import CleanExit, ConfigError
+from rise_batch.space import bounds
+from rise_batch.space.output import collect
 
 log = logging.getLogger(__name__)
 
 MOUNT_POINT = "/workspace"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 UNPRIVILEGED_ID = 65534  # "nobody": the host uid bwrap runs as when we are root
-_CONTINUATION = bytes(range(0x80, 0xC0))  # UTF-8 continuation bytes: deleting them counts characters
-_READ_CHUNK = 1 << 16
 
 
 class SandboxUnavailable(CleanExit, RuntimeError):
@@ -43,9 +45,19 @@ class SandboxUnavailable(CleanExit, RuntimeError):
     says what to install or pass; an entry point exits 2 with it)."""
 
 
+def check_limit(name: str, value: object, *, integer: bool = False) -> None:
+    """ConfigError naming `name` unless `value` is a finite number > 0 (an int where `integer`): NaN compares
+    false with everything, so `value <= 0` alone lets it through, and inf would mean no limit at all."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    if not ok or (integer and not float(value).is_integer()):
+        what = "a whole number" if integer else "a finite number"
+        raise ConfigError(f"{name} must be {what} > 0, got {value!r}")
+
+
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Per-call limits. `timeout_s` is the wall-clock cap (60 s in the paper); the rest bound a runaway command."""
+    """Per-call limits. `timeout_s` is the wall-clock cap (60 s in the paper); the rest bound a runaway command.
+    `memory_bytes` bounds the whole call (processes, /tmp pages, kernel memory) where a cgroup can be made."""
 
     timeout_s: float = 60.0
     max_output_chars: int = 4000
@@ -53,6 +65,13 @@ class SandboxLimits:
     max_file_bytes: int = 256 << 20  # RLIMIT_FSIZE: one file written to /tmp
     tmp_bytes: int = 512 << 20  # size of the private tmpfs /tmp (and /dev/shm)
     address_space_bytes: int = 4 << 30  # RLIMIT_AS per process
+    memory_bytes: int = 2 << 30  # the call's cgroup memory limit
+    tmp_inodes: int = 16384  # files and directories in /tmp (and /dev/shm): each costs kernel memory
+
+    def __post_init__(self) -> None:
+        check_limit("timeout_s", self.timeout_s)
+        for f in fields(self)[1:]:
+            check_limit(f.name, getattr(self, f.name), integer=True)
 
 
 class RunResult(NamedTuple):
@@ -62,12 +81,15 @@ class RunResult(NamedTuple):
     cut_chars: int  # characters produced beyond what `output` keeps
     elapsed_s: float
     sandboxed: bool
+    memory_exceeded: bool = False  # the kernel killed a process of the call at its memory limit
 
     def render(self, timeout_s: float | None = None) -> str:
         """The text an agent sees: the output, a note of what was cut, then how the command ended."""
         parts = [self.output.rstrip("\n") if self.output else "(no output)"]
         if self.cut_chars:
             parts.append(f"[output truncated: {self.cut_chars:,} more characters not shown]")
+        if self.memory_exceeded:
+            parts.append("[killed: the command exceeded the memory limit of one call (its processes and /tmp)]")
         if self.timed_out:
             cap = f"{timeout_s:g} s " if timeout_s is not None else ""
             parts.append(f"[killed: exceeded the {cap}time limit; the command and all its processes were stopped]")
@@ -80,10 +102,12 @@ class Support(NamedTuple):
     ok: bool
     run_as: int | None  # host uid/gid bwrap runs as (None: as the caller)
     reason: str
+    isolated: bool = False  # calls start in a private mount namespace (bounds.ISOLATE)
+    isolation_error: str = ""  # why they do not, where the host would allow it
     bwrap: str = ""  # the bwrap found on the caller's PATH: the one probed is the one run (not SANDBOX_PATH's)
 
 
-def _bwrap_argv(bwrap: str, bind_fd: int, limits: SandboxLimits, command: str) -> list[str]:
+def _bwrap_argv(bwrap: str, bind_fd: int, limits: SandboxLimits, command: str, isolated: bool) -> list[str]:
     argv = [
         bwrap,
         "--unshare-all",
@@ -113,24 +137,24 @@ def _bwrap_argv(bwrap: str, bind_fd: int, limits: SandboxLimits, command: str) -
     for etc in ("/etc/alternatives", "/etc/ld.so.cache", "/etc/localtime"):
         if os.path.exists(etc):
             argv += ["--ro-bind", etc, etc]
+    # By fd: the sandbox sees bwrap's argv in /proc/1/cmdline, which then holds no host path. Isolated, the host
+    # mounted the overlay workspace and the inode-capped tmpfs mounts and hands them over as fds 5, 6, 7.
+    if isolated:
+        shm, tmp, ws = ["--bind-fd", "7", "/dev/shm"], ["--bind-fd", "6", "/tmp"], ["--ro-bind-fd", "5", MOUNT_POINT]
+    else:
+        size = ["--size", str(limits.tmp_bytes)]
+        shm, tmp, ws = [*size, "--tmpfs", "/dev/shm"], [*size, "--tmpfs", "/tmp"], ["--ro-bind-fd", str(bind_fd)]
+        ws.append(MOUNT_POINT)
     argv += [
         "--proc",
         "/proc",
         "--dev",
         "/dev",
-        "--size",
-        str(limits.tmp_bytes),
-        "--tmpfs",
-        "/dev/shm",
+        *shm,
         "--remount-ro",
         "/dev",
-        "--size",
-        str(limits.tmp_bytes),
-        "--tmpfs",
-        "/tmp",
-        "--ro-bind-fd",  # by fd: the sandbox sees bwrap's argv in /proc/1/cmdline, which then holds no host path
-        str(bind_fd),
-        MOUNT_POINT,
+        *tmp,
+        *ws,
         "--remount-ro",  # last: bwrap's own root tmpfs (where /x or /etc/x would land) becomes read-only too
         "/",
         "--chdir",
@@ -173,12 +197,18 @@ def probe(bwrap: str = "bwrap") -> Support:
     same = os.path.realpath(which(bwrap, path=SANDBOX_PATH) or "/nonexistent") == os.path.realpath(found)
     path = bwrap if same else found
     candidates: list[int | None] = [UNPRIVILEGED_ID, None] if os.geteuid() == 0 else [None]
+    modes = [True, False] if bounds.host_bounds().isolated else [False]
     errors = []
     with tempfile.TemporaryDirectory(prefix="rise-probe-") as tmp:
         os.chmod(tmp, 0o755)
         for run_as in candidates:
-            res = _spawn_collect(path, tmp, "true", SandboxLimits(timeout_s=20), run_as, sandboxed=True)
-            if res.exit_code == 0:
+            for isolated in modes:
+                res = _spawn_collect(path, tmp, "true", SandboxLimits(timeout_s=20), run_as, True, isolated)
+                who = f"uid {run_as}" if run_as is not None else "the current user"
+                if res.exit_code != 0:
+                    mode = " in a private mount namespace" if isolated else ""
+                    errors.append(f"as {who}{mode}: {res.output.strip()[:300] or res.exit_code}")
+                    continue
                 if run_as is None and os.geteuid() == 0:
                     log.warning(
                         "bwrap cannot run as uid %d here; running it as root, so fork bombs are bounded only by "
@@ -186,10 +216,21 @@ def probe(bwrap: str = "bwrap") -> Support:
                         UNPRIVILEGED_ID,
                         errors[-1] if errors else "",
                     )
-                return Support(True, run_as, "", path)
-            who = f"uid {run_as}" if run_as is not None else "the current user"
-            errors.append(f"as {who}: {res.output.strip()[:300] or res.exit_code}")
+                return Support(True, run_as, "", isolated, "; ".join(errors), path)
     return Support(False, None, "bubblewrap cannot create its sandbox here: " + "; ".join(errors))
+
+
+@functools.cache
+def announce(support: Support, memory_bytes: int, tmp_bytes: int, tmp_inodes: int) -> str:
+    """The one start-up line saying which limits bound a call here: logged once per process (a warning when the
+    machine cannot bound a call's memory or /tmp's inodes, so nobody believes in a limit that is not there)."""
+    host = bounds.host_bounds()
+    if host.isolated and not support.isolated:
+        host = dataclasses.replace(host, isolated=False, reason=support.isolation_error or "probe failed")
+    line = host.describe(memory_bytes, tmp_bytes, tmp_inodes) if support.ok else ""
+    if line:
+        log.log(logging.INFO if host.cgroup.ok and host.isolated else logging.WARNING, line)
+    return line
 
 
 class Sandbox:
@@ -212,6 +253,8 @@ class Sandbox:
         self.bwrap = support.bwrap or bwrap
         self.sandboxed = support.ok
         self.run_as = support.run_as
+        self.isolated = support.isolated
+        self.bounds_line = announce(support, self.limits.memory_bytes, self.limits.tmp_bytes, self.limits.tmp_inodes)
         if self.run_as is not None and not _reachable_by_others(self.root):
             log.warning(
                 "sandbox root %s is not reachable by uid %d (a parent directory lacks o+x); running bwrap as root, "
@@ -237,7 +280,8 @@ class Sandbox:
 
     def run(self, command: str, limits: SandboxLimits | None = None) -> RunResult:
         """Run `command` under `limits` for this call only (default: the sandbox's own); nothing is stored."""
-        return _spawn_collect(self.bwrap, self.root, command, limits or self.limits, self.run_as, self.sandboxed)
+        limits = limits or self.limits
+        return _spawn_collect(self.bwrap, self.root, command, limits, self.run_as, self.sandboxed, self.isolated)
 
     def __call__(self, command: str) -> str:
         return self.run(command).render(self.limits.timeout_s)
@@ -261,22 +305,36 @@ def _reachable_by_others(root: Path) -> bool:
 
 
 def _spawn_collect(
-    bwrap: str, root: str | Path, command: str, limits: SandboxLimits, run_as: int | None, sandboxed: bool
+    bwrap: str,
+    root: str | Path,
+    command: str,
+    limits: SandboxLimits,
+    run_as: int | None,
+    sandboxed: bool,
+    isolated: bool = False,
 ) -> RunResult:
+    """Run one call: [join its cgroup] -> [private mounts] -> [drop to run_as] -> bwrap -> rlimits -> command."""
     start = time.monotonic()
+    host = bounds.host_bounds()
+    setpriv = _setpriv() if run_as is not None else None
+    # the prefixes run as the caller; without setpriv, Popen switches the uid before any of them could
+    cgroup = bounds.CallCgroup(host.cgroup, limits.memory_bytes) if host.cgroup.ok and (setpriv or not run_as) else None
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        if sandboxed:
-            argv, cwd, pass_fds = _bwrap_argv(bwrap, fd, limits, command), "/", (fd,)
+        if sandboxed:  # isolated, the workspace is reopened by path in the call's own mount namespace
+            argv, cwd, pass_fds = _bwrap_argv(bwrap, fd, limits, command, isolated), "/", () if isolated else (fd,)
         else:
             argv, cwd, pass_fds = ["/bin/bash", "-c", _with_limits(limits, nproc=False), "bash", command], str(root), ()
         ids: dict = {}
         if run_as is not None:
-            setpriv = _setpriv()
             if setpriv:  # exec-time switch keeps Popen on vfork; user= forces a fork() of this (large) process
                 argv = [setpriv, f"--reuid={run_as}", f"--regid={run_as}", "--clear-groups", "--", *argv]
             else:
                 ids = {"user": run_as, "group": run_as, "extra_groups": []}
+        if sandboxed and isolated:
+            argv = bounds.isolate_argv(host, Path(root), limits.tmp_bytes, limits.tmp_inodes) + argv
+        if cgroup is not None:
+            argv = bounds.join_argv(cgroup) + argv
         # A minimal env for bwrap itself too: /proc/1/environ inside the sandbox is bwrap's, and must not leak
         # the host's API keys.
         proc = subprocess.Popen(
@@ -290,75 +348,17 @@ def _spawn_collect(
             start_new_session=True,
             **ids,
         )
+    except BaseException:
+        if cgroup is not None:
+            cgroup.close()
+        raise
     finally:
         os.close(fd)
-    head, cut, timed_out = _collect(proc, start + limits.timeout_s, limits.max_output_chars)
+    try:
+        head, cut, timed_out = collect(proc, start + limits.timeout_s, limits.max_output_chars)
+        oom = cgroup is not None and cgroup.oom_killed()
+    finally:
+        if cgroup is not None:
+            cgroup.close()
     code = None if timed_out else proc.returncode
-    return RunResult(head, code, timed_out, cut, time.monotonic() - start, sandboxed)
-
-
-def _collect(proc: subprocess.Popen, deadline: float, max_chars: int) -> tuple[str, int, bool]:
-    """Read merged output until EOF and exit or the deadline; keep ~4 bytes per kept character, count the rest."""
-    assert proc.stdout is not None
-    keep_bytes = 4 * max_chars + 4
-    kept = bytearray()
-    dropped_chars = 0
-    timed_out = False
-    out = proc.stdout
-    with selectors.DefaultSelector() as sel:
-        sel.register(out, selectors.EVENT_READ)
-        eof = False
-        while not eof:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                timed_out = True
-                break
-            if not sel.select(remaining):
-                continue
-            chunk = os.read(out.fileno(), _READ_CHUNK)
-            if not chunk:
-                eof = True
-            elif len(kept) < keep_bytes:
-                room = keep_bytes - len(kept)
-                kept += chunk[:room]
-                dropped_chars += len(chunk[room:].translate(None, _CONTINUATION))
-            else:
-                dropped_chars += len(chunk.translate(None, _CONTINUATION))
-    if not timed_out:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:  # closed its output but kept running
-            timed_out = True
-    if timed_out:
-        _kill_group(proc)
-        dropped_chars += _drain(out, grace_s=2.0)
-    out.close()
-    text = kept.decode("utf-8", errors="replace")
-    cut = dropped_chars + max(0, len(text) - max_chars)
-    return text[:max_chars], cut, timed_out
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def _drain(out, grace_s: float) -> int:
-    """Count what is still in the pipe after a kill; stop after `grace_s` (an unsandboxed orphan may hold it)."""
-    end = time.monotonic() + grace_s
-    n = 0
-    with selectors.DefaultSelector() as sel:
-        sel.register(out, selectors.EVENT_READ)
-        while (remaining := end - time.monotonic()) > 0 and sel.select(remaining):
-            chunk = os.read(out.fileno(), _READ_CHUNK)
-            if not chunk:
-                break
-            n += len(chunk.translate(None, _CONTINUATION))
-    return n
+    return RunResult(head, code, timed_out, cut, time.monotonic() - start, sandboxed, oom)

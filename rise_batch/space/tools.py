@@ -2,7 +2,10 @@
 
 Every tool returns a ToolResult: the text the model sees plus the docids it surfaced (shown in a preview, a read
 or bash output) and the docids it retrieved, which the trajectory needs for gold_R and cov_mean. Tools never
-raise on bad model input: a wrong argument becomes an error text the model can act on.
+raise on bad model input: a wrong argument becomes an error text the model can act on. `ToolSet.call` checks what
+no tool can use before dispatch (JSON nested past the parser's depth, strings that are not text: lone surrogates
+from `\ud800` escapes, strings past MAX_ARGUMENT_CHARS), and an exception a tool still raises becomes an error
+text too (logged with its traceback), because an exception would end the whole trajectory as `api_error`.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +31,12 @@ from rise_batch.space.fileview import (
 from rise_batch.space.sandbox import Sandbox, SandboxLimits
 from rise_batch.space.workspace import DocStore, Workspace
 
-MIN_COMMAND_S = 0.05  # a command capped at the deadline still gets this long (a cap of 0 would not run it)
+log = logging.getLogger(__name__)
+
+# A command capped at the deadline still gets this long (a cap of 0 would not run it): enough for the sandbox to
+# start (cgroup, private mounts, bwrap: ~50 ms on a loaded machine) and run a quick command.
+MIN_COMMAND_S = 0.25
+MAX_ARGUMENT_CHARS = 100_000  # one string argument; a bash command cannot be longer anyway (the kernel's 128 KiB)
 SNIPPET_CHARS_PER_TOKEN = 4  # the retrieval baseline's "512-token" snippets, without a tokenizer dependency
 _PATH_TOKEN = re.compile(r"[^\s:]+")
 
@@ -78,6 +87,41 @@ def surfaced_in(text: str, lookup: Callable[[str], str | None]) -> list[str]:
     return list(seen)
 
 
+def argument_problem(arguments: dict) -> str | None:
+    """Why the model's arguments cannot be used as text (naming the argument), or None. Iterative: any depth."""
+    for key in arguments:
+        if not _is_text(str(key)):
+            return f"argument name {ascii(key)} is not valid text (a lone surrogate); send UTF-8 text"
+    stack: list[tuple[str, Any]] = [(str(k), v) for k, v in arguments.items()]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            if len(value) > MAX_ARGUMENT_CHARS:
+                return f"`{where}` is {len(value):,} characters long; at most {MAX_ARGUMENT_CHARS:,} are accepted"
+            if not _is_text(value):
+                bad = next(c for c in value if 0xD800 <= ord(c) <= 0xDFFF)
+                return (
+                    f"`{where}` contains a lone surrogate ({ascii(bad)}), which is not a character; "
+                    "send the text itself as UTF-8"
+                )
+        elif isinstance(value, list):
+            stack += [(f"{where}[{i}]", v) for i, v in enumerate(value)]
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                if not _is_text(str(k)):
+                    return f"a key inside `{where}` is not valid text (a lone surrogate); send UTF-8 text"
+                stack.append((f"{where}.{k}", v))
+    return None
+
+
+def _is_text(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class ToolSet:
     """Dispatch from a model's tool call (name + JSON arguments) to a method, turning bad input into text.
 
@@ -97,8 +141,21 @@ class ToolSet:
                 arguments = json.loads(arguments) if arguments.strip() else {}
             except json.JSONDecodeError as e:
                 return ToolResult(f"error: arguments are not valid JSON ({e.msg} at {e.pos})", error=True)
+            except (ValueError, RecursionError) as e:  # a number of 5,000 digits; arrays nested 10,000 deep
+                return ToolResult(f"error: arguments cannot be used: {str(e)[:200]}", error=True)
         if not isinstance(arguments, dict):
             return ToolResult("error: arguments must be a JSON object", error=True)
+        problem = argument_problem(arguments)
+        if problem:
+            return ToolResult(f"error: bad arguments for {name}: {problem}", error=True)
+        try:
+            return self._dispatch(name, fn, arguments, timeout_s)
+        except Exception as e:  # a tool bug must not end the trajectory: the model is told, the log keeps the trace
+            log.exception("tool %s raised on arguments %.300r", name, arguments)
+            return ToolResult(f"error: {name} failed on these arguments ({type(e).__name__}); try others", error=True)
+
+    @staticmethod
+    def _dispatch(name: str, fn: Callable[..., ToolResult], arguments: dict, timeout_s: float | None) -> ToolResult:
         sig = inspect.signature(fn)
         callers = {n for n, p in sig.parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
         try:
@@ -113,7 +170,7 @@ class ToolSet:
 def read_in(root: Path, path: Any, offset: Any, limit: Any, lookup: Callable[[str], str | None]) -> ToolResult:
     try:
         offset, limit = int(offset), int(limit)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # NaN, 1e400 (inf), "ten", a list
         return ToolResult("error: offset and limit must be integers", error=True)
     if offset < 0 or limit < 1:
         return ToolResult("error: offset must be >= 0 and limit >= 1", error=True)
@@ -135,7 +192,8 @@ def bash_in(
     sandbox: Sandbox, command: Any, lookup: Callable[[str], str | None], timeout_s: float | None = None
 ) -> ToolResult:
     """Run a model's shell command. With `timeout_s` (the time left), this call's cap is min(the sandbox's cap,
-    timeout_s) but at least 0.05 s, so a command dies at the trajectory's deadline; the sandbox is not changed."""
+    timeout_s) but at least MIN_COMMAND_S, so a command dies at the trajectory's deadline; the sandbox is not
+    changed."""
     if not isinstance(command, str) or not command.strip():
         return ToolResult("error: `command` must be a non-empty string", error=True)
     if "\x00" in command:

@@ -53,3 +53,25 @@ def test_config_hash_covers_what_changes_a_trajectory():
                  dict(api="responses"), dict(llm_reasoning_effort="high"), dict(bash_timeout_s=5.0)]:  # fmt: skip
         assert config_hash(load_run_config(None, **{**BASE, **over}), "prompt") != base, over
     assert config_hash(load_run_config(None, **BASE), "another prompt") != base
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("bash_timeout_s", ".nan"),
+        ("bash_timeout_s", ".inf"),
+        ("bash_timeout_s", "-1"),
+        ("bash_max_output_chars", "-5"),
+        ("bash_max_output_chars", ".nan"),
+    ],
+)
+def test_bad_sandbox_limits_in_a_run_config_are_refused(tmp_path, key, value):
+    """YAML spells NaN and infinity `.nan` and `.inf`; they must not pass as limits (NaN <= 0 is false)."""
+    cfg = tmp_path / "run.yaml"
+    plain = {k: v for k, v in BASE.items() if not k.startswith("llm_")}
+    lines = [f"  {k}: {v}" for k, v in {**plain, key: value}.items()] + [
+        f"  llm: {{base_url: '{BASE['llm_base_url']}'}}"
+    ]
+    cfg.write_text("run:\n" + "\n".join(lines) + "\n")
+    with pytest.raises(ConfigError, match=rf"^{key} must be"):
+        load_run_config(cfg)

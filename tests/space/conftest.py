@@ -25,6 +25,8 @@ TEST_LIMITS = SandboxLimits(
     max_file_bytes=1 << 20,
     tmp_bytes=4 << 20,
     address_space_bytes=1 << 30,
+    memory_bytes=256 << 20,
+    tmp_inodes=1000,
 )
 
 

@@ -94,13 +94,13 @@ def test_bash_reports_surfaced_docids(rise):
 
 
 def test_bash_cap_is_per_call_and_the_model_cannot_set_it(rise):
-    """`timeout_s` (the time left) caps one call at min(the sandbox's 2 s, timeout_s), at least 0.05 s; the
+    """`timeout_s` (the time left) caps one call at min(the sandbox's 2 s, timeout_s), at least 0.25 s; the
     sandbox's limits object is never replaced or changed, and a model's `timeout_s` argument is refused."""
     tools, _ = rise
     limits = tools.sandbox.limits
     assert "exceeded the 0.3 s time limit" in tools.call("bash", {"command": "sleep 5"}, timeout_s=0.3).text
-    assert tools.call("bash", {"command": "true"}, timeout_s=0.0).text.endswith("[exit code: 0]")  # the 0.05 s floor
-    assert "exceeded the 0.05 s time limit" in tools.call("bash", {"command": "sleep 5"}, timeout_s=-1.0).text
+    assert tools.call("bash", {"command": "true"}, timeout_s=0.0).text.endswith("[exit code: 0]")  # the 0.25 s floor
+    assert "exceeded the 0.25 s time limit" in tools.call("bash", {"command": "sleep 5"}, timeout_s=-1.0).text
     assert "exceeded the 2 s time limit" in tools.call("bash", {"command": "sleep 5"}, timeout_s=30.0).text
     refused = tools.call("bash", {"command": "true", "timeout_s": 600})
     assert refused.error and "unexpected keyword argument 'timeout_s'" in refused.text

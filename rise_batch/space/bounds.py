@@ -1,0 +1,246 @@
+"""What bounds one sandboxed call as a whole, beyond bwrap's per-process rlimits, and how the host sets it up.
+
+Per-process limits do not bound a call: a command can hold gigabytes across processes, in its /tmp (tmpfs pages
+belong to nobody's address space) and in kernel memory (300k empty files in /tmp cost ~380 MB of inodes, which a
+tmpfs `size=` does not cap). So, where the machine allows it:
+
+- every call runs in its own memory cgroup (v2 `memory.max`, or v1 `memory.limit_in_bytes` on hybrid hosts), which
+  charges the processes, their tmpfs pages and their kernel memory together; the cgroup is a child of this
+  process's own cgroup (root, or a delegated subtree), so the host's accounting above it still applies;
+- when we are root, the call starts in a private mount namespace where the host mounts /tmp and /dev/shm itself
+  with `nr_inodes` (bwrap's `--tmpfs` has no inode option), and the workspace as a read-only overlay built from
+  file descriptors, so /proc/self/mountinfo in the sandbox names no host path (a bind mount would show its source
+  path there). None of these mounts is visible on the host; they vanish with the call.
+
+`host_bounds()` says once per process what holds here; `HostBounds.describe()` is the one start-up line.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import itertools
+import logging
+import os
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+CGROUP_PREFIX = "rise-sandbox-"
+_NAMES = itertools.count()
+
+
+@dataclass(frozen=True)
+class CgroupSupport:
+    ok: bool
+    version: int = 0  # 1 or 2
+    parent: Path | None = None  # the cgroup directory our per-call cgroups are made in
+    reason: str = ""
+
+
+def _own_cgroups() -> dict[str, str]:
+    """{controller or "" (v2): path} of this process, from /proc/self/cgroup."""
+    out: dict[str, str] = {}
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        for c in controllers.split(",") if controllers else [""]:
+            out[c] = path
+    return out
+
+
+def _mounts(fstype: str) -> list[tuple[str, set[str]]]:
+    """(mount point, super options) of every mount of `fstype` in this mount namespace."""
+    found = []
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        left, right = line.split(" - ", 1)
+        kind, _source, opts = (right.split(" ") + ["", ""])[:3]
+        if kind == fstype:
+            found.append((left.split(" ")[4].replace("\\040", " "), set(opts.split(","))))
+    return found
+
+
+def _try_child(parent: Path, version: int) -> CgroupSupport:
+    probe = parent / f"{CGROUP_PREFIX}probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as e:
+        return CgroupSupport(False, reason=f"cannot create a cgroup under {parent} ({e.strerror})")
+    return CgroupSupport(True, version, parent)
+
+
+def _detect_cgroup() -> CgroupSupport:
+    own = _own_cgroups()
+    if "" in own:
+        for mnt, _ in _mounts("cgroup2"):
+            parent = Path(mnt) / own[""].lstrip("/")
+            try:
+                if "memory" not in (parent / "cgroup.controllers").read_text().split():
+                    continue
+                if "memory" not in (parent / "cgroup.subtree_control").read_text().split():
+                    (parent / "cgroup.subtree_control").write_text("+memory")  # EBUSY unless a delegated leaf
+            except OSError as e:
+                return CgroupSupport(False, reason=f"cgroup v2 at {parent} cannot delegate memory ({e.strerror})")
+            return _try_child(parent, 2)
+    if "memory" in own:
+        for mnt, opts in _mounts("cgroup"):
+            if "memory" in opts:
+                return _try_child(Path(mnt) / own["memory"].lstrip("/"), 1)
+    return CgroupSupport(False, reason="no memory cgroup controller is available to this process")
+
+
+def _sweep_stale(parent: Path) -> None:
+    """Remove per-call cgroups a killed process of ours left behind (empty ones only: rmdir refuses the others)."""
+    for d in parent.glob(f"{CGROUP_PREFIX}*"):
+        pid = d.name[len(CGROUP_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+
+class CallCgroup:
+    """One call's memory cgroup: made before the call, joined by its first process, removed after."""
+
+    def __init__(self, support: CgroupSupport, limit_bytes: int) -> None:
+        assert support.parent is not None
+        self.version = support.version
+        self.path = support.parent / f"{CGROUP_PREFIX}{os.getpid()}-{next(_NAMES)}"
+        self.path.mkdir()
+        try:
+            if self.version == 2:
+                (self.path / "memory.max").write_text(str(limit_bytes))
+                if (self.path / "memory.swap.max").exists():
+                    (self.path / "memory.swap.max").write_text("0")
+            else:
+                (self.path / "memory.limit_in_bytes").write_text(str(limit_bytes))
+                if (self.path / "memory.memsw.limit_in_bytes").exists():
+                    (self.path / "memory.memsw.limit_in_bytes").write_text(str(limit_bytes))
+        except OSError:
+            self.close()
+            raise
+
+    @property
+    def procs(self) -> str:
+        return str(self.path / "cgroup.procs")
+
+    def oom_killed(self) -> bool:
+        """Did the kernel kill a process of this call for passing the memory limit?"""
+        name = "memory.events" if self.version == 2 else "memory.oom_control"
+        try:
+            for line in (self.path / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value) > 0
+        except (OSError, ValueError):
+            pass
+        return False
+
+    def close(self, wait_s: float = 3.0) -> None:
+        """Kill whatever is left in the cgroup and remove it (retried while the kernel reaps the processes)."""
+        end = time.monotonic() + wait_s
+        while True:
+            try:
+                pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+            except OSError:
+                pids = []
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError as e:
+                if time.monotonic() > end:
+                    log.warning("could not remove the sandbox cgroup %s: %s", self.path, e.strerror)
+                    return
+                time.sleep(0.02)
+
+
+@dataclass(frozen=True)
+class HostBounds:
+    cgroup: CgroupSupport
+    isolated: bool  # root: private mount namespace with bounded tmpfs mounts and the overlay workspace
+    staging: Path | None  # host directories the private namespace mounts on (empty on the host)
+    reason: str = ""  # why `isolated` is False
+
+    def describe(self, memory_bytes: int | None = None, tmp_bytes: int | None = None, tmp_inodes: int | None = None):
+        """One line: which limits bound a sandboxed call on this machine."""
+        mem = f"{memory_bytes / 2**20:,.0f} MiB " if memory_bytes else ""
+        tmp = f" ({tmp_bytes / 2**20:,.0f} MiB, {tmp_inodes:,} inodes)" if tmp_bytes and tmp_inodes else ""
+        parts = [
+            f"memory {mem}per call, /tmp and kernel memory included (cgroup v{self.cgroup.version})"
+            if self.cgroup.ok
+            else f"memory per process only (RLIMIT_AS), not per call: {self.cgroup.reason}",
+            f"/tmp and /dev/shm bounded in size and inodes{tmp}, no host path in /proc/self/mountinfo"
+            if self.isolated
+            else f"/tmp and /dev/shm bounded in size only, inodes unbounded, the workspace's host path shows in "
+            f"/proc/self/mountinfo ({self.reason})",
+        ]
+        return "sandbox limits: " + "; ".join(parts)
+
+
+@functools.cache
+def host_bounds() -> HostBounds:
+    """What this machine lets us bound (checked once per process; the sandbox's probe then runs a real call)."""
+    cg = _detect_cgroup()
+    if cg.ok and cg.parent is not None:
+        _sweep_stale(cg.parent)
+    if os.geteuid() != 0:
+        return HostBounds(cg, False, None, "a private mount namespace needs root")
+    missing = [tool for tool in ("unshare", "mount") if shutil.which(tool) is None]
+    if missing:
+        return HostBounds(cg, False, None, f"{' and '.join(missing)} not installed (util-linux)")
+    staging = Path(tempfile.mkdtemp(prefix=CGROUP_PREFIX))
+    atexit.register(shutil.rmtree, staging, True)  # empty mount points: nothing is ever mounted on the host
+    for sub in ("ws", "empty", "tmp", "shm"):
+        (staging / sub).mkdir()
+    os.chmod(staging, 0o755)
+    return HostBounds(cg, True, staging)
+
+
+# Runs as the caller (root), in a new mount namespace private to this call: mount the workspace as a read-only
+# overlay of two lower layers given as /proc/self/fd paths (the workspace on fd 9 and an empty directory on fd 8:
+# overlay needs two lowers without an upper), so mountinfo shows `lowerdir=/proc/self/fd/9:...`, no host path;
+# mount /tmp and /dev/shm with size and inode caps; hand bwrap the three mounts as fds 5-7 and close the rest, so
+# no descriptor of a host directory reaches the sandbox. The layers are opened by path after `unshare` (overlay
+# refuses a layer whose mount belongs to another namespace, as a descriptor opened before would be).
+# Arguments: staging dir, tmpfs size, tmpfs inodes, the workspace path.
+ISOLATE = (
+    'exec 9<"$4" 8<"$1/empty" || exit 124; '
+    'mount -n -t overlay -o ro,lowerdir=/proc/self/fd/9:/proc/self/fd/8 rise-workspace "$1/ws" || exit 124; '
+    'mount -n -t tmpfs -o "size=$2,nr_inodes=$3,mode=1777" rise-tmp "$1/tmp" || exit 124; '
+    'mount -n -t tmpfs -o "size=$2,nr_inodes=$3,mode=1777" rise-shm "$1/shm" || exit 124; '
+    'exec 5<"$1/ws" 6<"$1/tmp" 7<"$1/shm" 8<&- 9<&- || exit 124; '
+    'shift 4; exec "$@"'
+)
+JOIN_CGROUP = 'echo $$ > "$1" || exit 124; shift; exec "$@"'  # before anything forks: children stay inside
+
+
+def isolate_argv(host: HostBounds, ws: Path, tmp_bytes: int, tmp_inodes: int) -> list[str]:
+    """The prefix that runs the rest of an argv in its own mount namespace with the mounts above."""
+    args = [str(host.staging), str(tmp_bytes), str(tmp_inodes), str(ws)]
+    return ["unshare", "-m", "--propagation", "private", "--", "/bin/sh", "-c", ISOLATE, "sh", *args]
+
+
+def join_argv(cgroup: CallCgroup) -> list[str]:
+    """The prefix that moves the call's first process into its cgroup before it execs the rest."""
+    return ["/bin/sh", "-c", JOIN_CGROUP, "sh", cgroup.procs]
