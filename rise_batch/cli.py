@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "run",
     "judge",
     "report",
+    "export",
     "plan",
 ]
 

@@ -1,4 +1,4 @@
-"""Query files as users bring them: BrowseComp-Plus-style JSONL, SQuAD-style JSONL with several answers, or TSV.
+"""Query files as users bring them: BrowseComp-Plus-style JSONL, SQuAD-style rows and lists, TSV, and TREC qrels.
 
 One reader for every stage that takes a query file (the agent's runs, the judge, sweeps, `eval-retrieval`), kept
 below all of them: the agent must not import eval/ to read its input, nor the index layer the agent's.
@@ -6,8 +6,15 @@ below all of them: the agent must not import eval/ to read its input, nor the in
 BrowseComp-Plus ships encrypted; its decrypt script writes JSONL rows with `query_id`, `query`, `answer` and the
 gold documents as `gold_docs` (objects with a `docid`), plus `queries.tsv` (id, text). A user's decrypted copy stays
 on their machine (never committed); this reader takes it as it comes, and also the simpler shapes the project uses
-(`gold_doc_ids: [..]`, `answers: [..]`). Every row must have a query; everything else is optional, because a
-retrieval-only or unjudged run needs no answers.
+(`gold_doc_ids: [..]`, `answers: [..]`), gzipped or not, and a `.json` file holding one list of such rows. Every
+row must have a query; everything else is optional, because a retrieval-only or unjudged run needs no answers.
+
+Two document sets can be gold: the gold documents (`gold_docs` / `gold_doc_ids`, the default) and the evidence
+documents (`evidence_docs` / `evidence_doc_ids`, what BrowseComp-Plus's own evaluation scores retrieval against).
+A TREC qrels file (`qid iter docid rel`, BrowseComp-Plus ships `qrel_golds.txt` and `qrel_evidence.txt`) replaces
+the file's own sets. `select_gold` is the one place that choice is made, for `eval-retrieval`, `run` and the
+report alike, so the same gold read three ways gives the same recall everywhere; a choice that finds no gold at
+all is refused rather than scored 0.
 
 `eval-retrieval` reads the same files with `ids_optional=True`, the format it has always had: there a query id is
 only a label in the per-query report, so a row without `query_id` is numbered by its line, ids need not be unique,
@@ -28,7 +35,8 @@ class Query(NamedTuple):
     query_id: str
     query: str
     answers: tuple[str, ...] = ()  # acceptable gold answers, first is the canonical one
-    gold_doc_ids: tuple[str, ...] = ()
+    gold_doc_ids: tuple[str, ...] = ()  # the set recall is scored against (see select_gold)
+    evidence_doc_ids: tuple[str, ...] = ()
 
     @property
     def answer(self) -> str | None:
@@ -56,18 +64,22 @@ def _answers(row: dict[str, Any], where: str) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _gold(row: dict[str, Any], where: str, ids_optional: bool = False) -> tuple[str, ...]:
-    value = row.get("gold_doc_ids", row.get("gold_docs", []))
+GOLD_SETS = {"gold": ("gold_doc_ids", "gold_docs"), "evidence": ("evidence_doc_ids", "evidence_docs")}
+
+
+def _gold(row: dict[str, Any], where: str, ids_optional: bool = False, kind: str = "gold") -> tuple[str, ...]:
+    ids_key, docs_key = GOLD_SETS[kind]
+    value = row.get(ids_key, row.get(docs_key, []))
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise QueryFileError(f"{where}: gold documents must be a list")
+        raise QueryFileError(f"{where}: {kind} documents must be a list")
     ids = []
     for g in value:
         docid = g.get("docid") if isinstance(g, dict) else g
         if docid is None:
             if not ids_optional:
-                raise QueryFileError(f"{where}: a gold document has no docid")
+                raise QueryFileError(f"{where}: a {kind} document has no docid")
             docid = g  # eval-retrieval has always scored str() of any entry (it then matches no document)
         ids.append(str(docid))
     return tuple(dict.fromkeys(ids))
@@ -80,20 +92,49 @@ def parse_query(row: Any, where: str, line: int = 0, ids_optional: bool = False)
     query = row.get("query", row.get("question"))
     if not isinstance(query, str) or not (query.strip() or ids_optional):
         raise QueryFileError(f"{where}: missing string field 'query'")
+    evidence = _gold(row, where, ids_optional, "evidence")
     if ids_optional:
-        return Query(str(row.get("query_id", line)), query, (), _gold(row, where, ids_optional))
+        return Query(str(row.get("query_id", line)), query, (), _gold(row, where, ids_optional), evidence)
     qid = row.get("query_id", row.get("id"))
     if qid is None or str(qid) == "":
         raise QueryFileError(f"{where}: missing 'query_id'")
-    return Query(str(qid), query, _answers(row, where), _gold(row, where))
+    return Query(str(qid), query, _answers(row, where), _gold(row, where), evidence)
+
+
+def _json_list(path: Path, opener: Any, ids_optional: bool) -> list[Query]:
+    """A `.json` file holding one list of rows (the SQuAD-style list form); rows are numbered from 1."""
+    try:
+        with opener(path, "rt", encoding="utf-8") as fh:
+            rows = json.load(fh)
+    except ValueError as e:
+        raise QueryFileError(f"{path}: invalid JSON ({e})") from None
+    if not isinstance(rows, list):
+        raise QueryFileError(f"{path}: a .json query file must hold one list of rows (use .jsonl for one per line)")
+    return [parse_query(r, f"{path}: row {n}", n, ids_optional) for n, r in enumerate(rows, 1)]
 
 
 def read_queries(path: str | Path, limit: int | None = None, *, ids_optional: bool = False) -> list[Query]:
-    """All queries of a .jsonl(.gz) or .tsv file, in file order; duplicate ids are refused unless `ids_optional`."""
+    """All queries of a .jsonl, .tsv or .json file (each maybe .gz), in file order; duplicate ids are refused
+    unless `ids_optional`."""
     path = Path(path)
+    if not path.is_file():
+        raise QueryFileError(f"query file {path} does not exist (check the --queries path)")
     opener = gzip.open if path.suffix == ".gz" else open
-    out: list[Query] = []
     tsv = path.name.endswith((".tsv", ".tsv.gz"))
+    if path.name.endswith((".json", ".json.gz")):
+        out = _json_list(path, opener, ids_optional)[:limit]
+    else:
+        out = _read_lines(path, opener, tsv, limit, ids_optional)
+    seen: set[str] = set()
+    for q in () if ids_optional else out:
+        if q.query_id in seen:
+            raise QueryFileError(f"{path}: duplicate query_id {q.query_id!r}")
+        seen.add(q.query_id)
+    return out
+
+
+def _read_lines(path: Path, opener: Any, tsv: bool, limit: int | None, ids_optional: bool) -> list[Query]:
+    out: list[Query] = []
     with opener(path, "rt", encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
@@ -112,11 +153,6 @@ def read_queries(path: str | Path, limit: int | None = None, *, ids_optional: bo
                 out.append(parse_query(row, where, n, ids_optional))
             if limit is not None and len(out) >= limit:
                 break
-    seen: set[str] = set()
-    for q in () if ids_optional else out:
-        if q.query_id in seen:
-            raise QueryFileError(f"{path}: duplicate query_id {q.query_id!r}")
-        seen.add(q.query_id)
     return out
 
 
@@ -126,3 +162,60 @@ def answers_by_id(path: str | Path | None) -> dict[str, tuple[str, ...]]:
     if not path or not Path(path).is_file():
         return {}
     return {q.query_id: q.answers for q in read_queries(path) if q.answers}
+
+
+def read_qrels(path: str | Path) -> dict[str, tuple[str, ...]]:
+    """query id -> relevant docids (rel > 0, file order) of a TREC qrels file: `qid iter docid rel` per line,
+    whitespace-separated (the iteration column, `0` or `Q0`, is ignored, as trec_eval ignores it)."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    found: dict[str, dict[str, None]] = {}
+    with opener(path, "rt", encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 4:
+                raise QueryFileError(f"{path}: line {n}: expected 4 columns `qid iter docid rel`, got {len(parts)}")
+            try:
+                rel = int(parts[3])
+            except ValueError:
+                raise QueryFileError(f"{path}: line {n}: relevance {parts[3]!r} is not an integer") from None
+            docs = found.setdefault(parts[0], {})
+            if rel > 0:
+                docs[parts[2]] = None
+    relevant = {qid: tuple(docs) for qid, docs in found.items() if docs}
+    if not relevant:
+        raise QueryFileError(f"{path}: no relevant document (a qrels line is `qid iter docid rel` with rel > 0)")
+    return relevant
+
+
+def select_gold(
+    queries: list[Query], gold: str = "gold", qrels: str | Path | None = None, source: str | Path = "the query file"
+) -> list[Query]:
+    """The queries with `gold_doc_ids` set to the chosen gold: the file's gold documents (`gold`), its evidence
+    documents (`evidence`), or a qrels file's relevant documents (which replace both). A choice that gives no query
+    any gold is an error naming the file and the remedy, never a recall of 0 over nothing."""
+    if gold not in GOLD_SETS:
+        raise QueryFileError(f"gold must be one of {', '.join(GOLD_SETS)}, got {gold!r}")
+    if qrels:
+        table = read_qrels(qrels)
+        if queries and not any(q.query_id in table for q in queries):
+            raise QueryFileError(
+                f"{qrels}: names none of the {len(queries)} query ids of {source} (first qrels id "
+                f"{next(iter(table))!r}, first query id {queries[0].query_id!r}); the qrels must use the query ids"
+            )
+        return [q._replace(gold_doc_ids=table.get(q.query_id, ())) for q in queries]
+    if gold == "evidence":
+        if queries and not any(q.evidence_doc_ids for q in queries):
+            raise QueryFileError(
+                f"{source}: no query has evidence documents (evidence_docs or evidence_doc_ids); "
+                "use --gold gold, or --qrels with an evidence qrels file"
+            )
+        return [q._replace(gold_doc_ids=q.evidence_doc_ids) for q in queries]
+    return list(queries)
+
+
+def gold_label(gold: str = "gold", qrels: str | Path | None = None) -> str:
+    """What the gold of a run or a result is, in words a report can print."""
+    return f"qrels {Path(qrels).name}" if qrels else f"{gold} documents"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rise_batch.queries import Query, QueryFileError, answers_by_id, read_queries
+from rise_batch.queries import Query, QueryFileError, answers_by_id, read_qrels, read_queries, select_gold
 from tests.conftest import shared_data
 
 
@@ -27,7 +27,7 @@ def test_browsecomp_plus_style_rows_with_gold_doc_objects(tmp_path: Path) -> Non
         "negative_docs": [{"docid": "9"}],
     }
     [q] = read_queries(write(tmp_path / "bcp.jsonl", [row, ""]))
-    assert q == Query("769", "Which painter ...?", ("Jan Steen",), ("17", "4"))
+    assert q == Query("769", "Which painter ...?", ("Jan Steen",), ("17", "4"), ("1",))
     assert q.answer == "Jan Steen"
 
 
@@ -120,3 +120,62 @@ def test_ids_optional_also_reads_bcp_gold_docs_tsv_and_gzip(tmp_path: Path) -> N
     tsv = tmp_path / "q.tsv.gz"
     tsv.write_bytes(gzip.compress(b"1\tWho?\n"))
     assert read_queries(tsv, ids_optional=True) == [Query("1", "Who?")]
+
+
+BCP_ROWS = [  # the decrypted BrowseComp-Plus shape: gold and evidence as objects with a docid (invented values)
+    {
+        "query_id": "1",
+        "query": "q one",
+        "answer": "a",
+        "gold_docs": [{"docid": "10"}],
+        "evidence_docs": [{"docid": "10", "text": "..."}, {"docid": "11", "text": "..."}],
+    },
+    {"query_id": "2", "query": "q two", "answer": "b", "gold_docs": [{"docid": "20"}], "evidence_docs": []},
+]
+
+
+def test_gold_or_evidence_is_one_choice(tmp_path: Path) -> None:
+    path = write(tmp_path / "bcp.jsonl", BCP_ROWS)
+    qs = read_queries(path)
+    assert [q.gold_doc_ids for q in select_gold(qs)] == [("10",), ("20",)]
+    assert [q.gold_doc_ids for q in select_gold(qs, "evidence")] == [("10", "11"), ()]
+    plain = write(tmp_path / "plain.jsonl", [{"query_id": "1", "query": "q", "evidence_doc_ids": [10, 11]}])
+    assert select_gold(read_queries(plain), "evidence")[0].gold_doc_ids == ("10", "11")
+    no_evidence = write(tmp_path / "sq.jsonl", [{"query_id": "1", "query": "q", "gold_doc_ids": ["10"]}])
+    with pytest.raises(QueryFileError, match=r"sq.jsonl: no query has evidence documents .*--gold gold"):
+        select_gold(read_queries(no_evidence), "evidence", source=no_evidence)
+    with pytest.raises(QueryFileError, match="gold must be one of gold, evidence"):
+        select_gold(qs, "golds")
+
+
+def test_trec_qrels_replace_the_files_gold(tmp_path: Path) -> None:
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_text("1 Q0 10 1\n1 Q0 12 0\n\n1 0 11 2\n2\t0\t20\t1\n1 Q0 10 1\n3 0 30 0\n")
+    assert read_qrels(qrels) == {"1": ("10", "11"), "2": ("20",)}  # rel 0 is not relevant; 3 has none
+    qs = read_queries(write(tmp_path / "q.jsonl", BCP_ROWS))
+    assert [q.gold_doc_ids for q in select_gold(qs, "gold", qrels)] == [("10", "11"), ("20",)]
+    other = tmp_path / "other.txt"
+    other.write_text("x 0 10 1\n")
+    with pytest.raises(QueryFileError, match=r"other.txt: names none of the 2 query ids .*first qrels id 'x'"):
+        select_gold(qs, "gold", other)
+    for text, message in [
+        ("1 0 10\n", "line 1: expected 4 columns"),
+        ("1 0 10 1\n1 0 11 yes\n", "line 2: relevance 'yes' is not an integer"),
+        ("1 0 10 0\n", "no relevant document"),
+    ]:
+        qrels.write_text(text)
+        with pytest.raises(QueryFileError, match=message):
+            read_qrels(qrels)
+
+
+def test_a_json_list_of_rows(tmp_path: Path) -> None:
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps([{"id": "a", "question": "q1", "answers": ["x"], "gold_doc_ids": [1]}, BCP_ROWS[0]]))
+    assert read_queries(path) == [Query("a", "q1", ("x",), ("1",)), Query("1", "q one", ("a",), ("10",), ("10", "11"))]
+    assert read_queries(path, limit=1) == read_queries(path)[:1]
+    path.write_text(json.dumps({"data": []}))
+    with pytest.raises(QueryFileError, match="must hold one list of rows"):
+        read_queries(path)
+    path.write_text(json.dumps([{"id": "a"}]))
+    with pytest.raises(QueryFileError, match="q.json: row 1: missing string field 'query'"):
+        read_queries(path)

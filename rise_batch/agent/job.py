@@ -22,7 +22,7 @@ from rise_batch.agent.systems import ORIGINAL, get_system
 from rise_batch.config import ConfigError, config_to_dict
 from rise_batch.io import read_json, supersede, write_json_atomic
 from rise_batch.prompts import load_prompt
-from rise_batch.queries import Query, read_queries
+from rise_batch.queries import Query, gold_label, read_queries, select_gold
 
 RUN_JSON = "run.json"
 SUPERSEDED = (RUN_JSON, TRAJECTORIES, "judgments", EVENTS)
@@ -69,7 +69,7 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
         from rise_batch.agent.originals import original_docs
 
         cfg = dataclasses.replace(cfg, original_docs=str(original_docs(cfg.docs, workers=max(cfg.workers, 1))))
-    queries = read_queries(cfg.queries, cfg.limit)
+    queries = select_gold(read_queries(cfg.queries, cfg.limit), cfg.gold, cfg.qrels, cfg.queries)
     write_json_atomic(
         meta_path,
         {
@@ -78,13 +78,32 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
             "config": config_to_dict(cfg),
             "config_hash": ch,
             "queries": str(cfg.queries),
+            "gold": gold_label(cfg.gold, cfg.qrels),
             "k": cfg.k,
             "created": created,
         },
     )
     (out / TRAJECTORIES).mkdir(exist_ok=True)
     pending = [q for q in queries if not finished(out, q.query_id, ch)]
+    waiting = {q.query_id for q in pending}
+    regold = refresh_gold(out, [q for q in queries if q.query_id not in waiting])
+    if regold:
+        print(f"rise-batch run: {regold} finished trajectories now carry {gold_label(cfg.gold, cfg.qrels)}")
     return RunPlan(cfg, ch, queries, pending)
+
+
+def refresh_gold(out: Path, done: list[Query]) -> int:
+    """Give finished trajectories this run's gold; returns how many changed. The agent never sees the gold, so a
+    resume with another --gold, --qrels or corrected query file changes only that field, and gold_R in every
+    trajectory means the gold asked for, not a mix of two choices."""
+    changed = 0
+    for q in done:
+        path = trajectory_path(out, q.query_id)
+        t = read_json(path)
+        if t.get("gold_doc_ids") != list(q.gold_doc_ids):
+            write_json_atomic(path, {**t, "gold_doc_ids": list(q.gold_doc_ids)})
+            changed += 1
+    return changed
 
 
 def refuse_foreign_index(index_dir: str | Path, docs_dir: str | Path) -> None:

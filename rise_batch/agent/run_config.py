@@ -17,6 +17,7 @@ from typing import Any
 from rise_batch.agent.loop import Budget
 from rise_batch.config import ConfigError, LLMConfig, build_section, read_yaml_section
 from rise_batch.llm.transport import APIS  # chat completions, or the Responses API
+from rise_batch.queries import GOLD_SETS
 from rise_batch.space.sandbox import check_limit
 
 # An agent turn of a reasoning model can think for minutes and spend thousands of tokens before a tool call.
@@ -37,6 +38,8 @@ class RunConfig:
     max_calls: int | None = None  # None: the system's default (100; dci 300)
     wall_clock_s: float | None = None  # None: the system's default (3600; dci 5400)
     limit: int | None = None  # first N queries only
+    gold: str = "gold"  # gold_R's gold: the query file's gold or evidence documents (rise_batch.queries.select_gold)
+    qrels: str | None = None  # ... or a TREC qrels file's relevant documents
     workers: int = 2  # Ray actors; 0 runs every trajectory in this process
     concurrency: int = 8  # trajectories in flight across all workers
     ray_address: str | None = None
@@ -78,6 +81,10 @@ class RunConfig:
             raise ConfigError(f"workers must be >= 0, got {self.workers!r}")
         if self.grace_s < 0 or self.kill_grace_s < 0:
             raise ConfigError("grace_s and kill_grace_s must be >= 0")
+        if self.gold not in GOLD_SETS:
+            raise ConfigError(f"gold must be one of {', '.join(GOLD_SETS)}, got {self.gold!r}")
+        if self.qrels and not Path(self.qrels).is_file():
+            raise ConfigError(f"qrels file {self.qrels} does not exist")
         if self.index_backend not in ("auto", "numpy", "numba"):
             raise ConfigError(f"index_backend must be auto, numpy or numba, got {self.index_backend!r}")
         if self.api not in APIS:

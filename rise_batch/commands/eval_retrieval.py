@@ -10,12 +10,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "eval-retrieval",
         help="recall@K of gold documents for a queries file over a BM25 index",
         description=(
-            "For each query (JSONL: query_id, query, gold_doc_ids), search the index with the query text as the "
-            "single sub-query and report the mean fraction of gold documents in the top K."
+            "For each query (JSONL, JSONL.gz, TSV or a .json list: query_id, query, gold_doc_ids or BrowseComp-Plus "
+            "gold_docs / evidence_docs), search the index with the query text as the single sub-query and report "
+            "the mean fraction of gold documents in the top K. --qrels takes the gold from a TREC qrels file "
+            "instead; --trec-run writes the ranking for trec_eval-style tools."
         ),
     )
     p.add_argument("--index", required=True, help="index directory built by `rise-batch index`")
-    p.add_argument("--queries", required=True, help="JSONL with query, gold_doc_ids (query_id optional)")
+    p.add_argument("--queries", required=True, help="query file with query and gold (query_id optional)")
+    p.add_argument(
+        "--gold",
+        choices=["gold", "evidence"],
+        default="gold",
+        help="which documents of the query file are gold: gold_docs/gold_doc_ids (default) or evidence_docs/"
+        "evidence_doc_ids (what BrowseComp-Plus scores retrieval against)",
+    )
+    p.add_argument("--qrels", help="TREC qrels file (`qid iter docid rel`, rel > 0 is gold); replaces --gold")
+    p.add_argument(
+        "--trec-run", metavar="FILE", help="also write every query's top max(K) as `qid Q0 docid rank score tag`"
+    )
+    p.add_argument("--tag", default="rise-batch-bm25", help="run tag of --trec-run lines (default rise-batch-bm25)")
     p.add_argument("--k", default="10,100,1000", help="comma-separated cut-offs (default 10,100,1000)")
     p.add_argument("--out", default=None, help="write per-query results and the summary as JSON")
     p.add_argument("--batch", type=int, default=64, help="queries per search call (default 64)")
@@ -26,20 +40,40 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
+    from rise_batch.eval.export import write_trec_run
     from rise_batch.index import load_index
-    from rise_batch.index.recall import evaluate_recall
-    from rise_batch.queries import read_queries
+    from rise_batch.index.recall import score_recall, search_all
+    from rise_batch.queries import QueryFileError, gold_label, read_queries, select_gold
 
     ks = sorted({int(x) for x in args.k.split(",") if x.strip()})
     if not ks or ks[0] <= 0:
         raise SystemExit("eval-retrieval: --k needs positive integers, e.g. 10,100,1000")
-    queries = read_queries(args.queries, ids_optional=True)
+    queries = select_gold(read_queries(args.queries, ids_optional=True), args.gold, args.qrels, args.queries)
+    searched = queries if args.trec_run else [q for q in queries if q.gold_doc_ids]
+    if not searched:
+        other = "evidence" if args.gold == "gold" else "gold"
+        raise QueryFileError(
+            f"{args.queries}: no query has {gold_label(args.gold, args.qrels)} to score (--gold {other} or --qrels "
+            "FILE gives gold from elsewhere); nothing was measured"
+        )
     index = load_index(args.index)
-    result = evaluate_recall(index, queries, ks, batch=args.batch)
+    hits = search_all(index, searched, ks[-1], batch=args.batch)
+    result = score_recall(searched, hits, ks)
     s = result["summary"]
-    print(f"eval-retrieval queries={s['n_queries']} skipped_no_gold={s['n_skipped_no_gold']} index={args.index}")
+    s["n_skipped_no_gold"] = len(queries) - s["n_queries"]
+    s["gold"] = gold_label(args.gold, args.qrels)
+    print(
+        f"eval-retrieval queries={s['n_queries']} skipped_no_gold={s['n_skipped_no_gold']} gold={s['gold']} "
+        f"index={args.index}"
+    )
     for k in ks:
-        print(f"  recall@{k:<5d} {s['recall'][str(k)]:.4f}")
+        value = s["recall"][str(k)]
+        print(f"  recall@{k:<5d} " + ("–" if value is None else f"{value:.4f}"))
+    if args.trec_run:
+        n = write_trec_run(
+            args.trec_run, ((q.query_id, h.docids, h.scores) for q, h in zip(searched, hits, strict=True)), args.tag
+        )
+        print(f"  wrote {args.trec_run} ({n} lines, {len(searched)} queries)")
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2))
         print(f"  wrote {args.out}")

@@ -21,6 +21,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--retrieval", action="append", default=[], metavar="JSON", help="eval-retrieval results file (repeatable)"
     )
+    p.add_argument(
+        "--qrels", help="TREC qrels file (`qid iter docid rel`): gold_R and cov_mean against its relevant docs"
+    )
     p.add_argument("--calibration-bin", type=int, default=100, help="answers per calibration bin (default 100)")
     p.set_defaults(func=run)
 
@@ -32,7 +35,9 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.run_dirs and not args.retrieval:
         raise SystemExit("report: give at least one RUN_DIR or --retrieval results file")
-    report = write_report(args.run_dirs, args.out, retrieval_files=args.retrieval, bin_size=args.calibration_bin)
+    report = write_report(
+        args.run_dirs, args.out, retrieval_files=args.retrieval, bin_size=args.calibration_bin, qrels=args.qrels
+    )
     print((Path(args.out) / "report.md").read_text())
     print(f"report: wrote {Path(args.out) / 'report.md'}, report.json and {len(report['plots'])} figure(s)")
     return 0

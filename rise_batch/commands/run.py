@@ -9,7 +9,9 @@ import json
 def add_run_flags(p: argparse.ArgumentParser) -> None:
     """Flags shared by `run` and jobs/run_trajectories.py; None means 'take the config file's value'."""
     p.add_argument("--config", help="YAML config (keys of RunConfig, optionally under `run:`; flags override it)")
-    p.add_argument("--queries", help="JSONL with query_id, query and optionally answer / gold_doc_ids")
+    p.add_argument(
+        "--queries", help="query file (JSONL[.gz], TSV, .json list) with query_id, query, optionally answer and gold"
+    )
     p.add_argument(
         "--system", help="agent system, a name in rise_batch/agent/systems.py (default rise; also rise-bm25, ...)"
     )
@@ -25,6 +27,12 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-calls", type=int, help="model calls per query (default: the system's; 100, dci 300)")
     p.add_argument("--wall-clock-s", type=float, help="seconds per query (default: the system's; 3600, dci 5400)")
     p.add_argument("--limit", type=int, help="run only the first N queries")
+    p.add_argument(
+        "--gold",
+        choices=["gold", "evidence"],
+        help="gold_R's gold: the query file's gold_docs/gold_doc_ids (default) or evidence_docs/evidence_doc_ids",
+    )
+    p.add_argument("--qrels", help="TREC qrels file (`qid iter docid rel`) whose relevant docs are gold_R's gold")
     p.add_argument("--workers", type=int, help="Ray actors (default 2); 0 runs everything in this process")
     p.add_argument("--concurrency", type=int, help="trajectories in flight across all workers (default 8)")
     p.add_argument("--ray-address", help="connect to this Ray cluster (default: start a local Ray)")

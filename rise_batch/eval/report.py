@@ -19,15 +19,29 @@ from rise_batch.eval.metrics import CALIBRATION_BIN, per_query_rows, run_metrics
 from rise_batch.eval.plots import plot_frontier, plot_recall, plot_sweep, plot_tool_calls, system_name
 from rise_batch.eval.rundir import load_run
 from rise_batch.io import read_json, write_json_atomic
+from rise_batch.queries import gold_label, read_qrels
 
 
-def summarize_run(run_dir: str | Path, *, bin_size: int = CALIBRATION_BIN) -> dict[str, Any]:
+def regold(trajectories: dict[str, dict[str, Any]], qrels: str | Path) -> dict[str, dict[str, Any]]:
+    """The trajectories with their gold documents taken from a TREC qrels file (gold_R and cov are then scored
+    against it); a qrels file naming none of the run's queries is refused, not scored 0."""
+    table = read_qrels(qrels)
+    if trajectories and not any(str(t.get("query_id")) in table for t in trajectories.values()):
+        raise ValueError(f"{qrels}: names none of the run's {len(trajectories)} query ids; it must use the query ids")
+    return {s: {**t, "gold_doc_ids": list(table.get(str(t.get("query_id")), ()))} for s, t in trajectories.items()}
+
+
+def summarize_run(
+    run_dir: str | Path, *, bin_size: int = CALIBRATION_BIN, qrels: str | Path | None = None
+) -> dict[str, Any]:
     run = load_run(run_dir)
     meta = dict(run.meta)
     if (run.path / "cell.json").is_file():
         meta.update(read_json(run.path / "cell.json"))
-    summary = run_metrics(meta, run.trajectories, run.judgments, bin_size=bin_size)
-    summary["per_query"] = per_query_rows(run.trajectories, run.judgments)
+    trajectories = regold(run.trajectories, qrels) if qrels else run.trajectories
+    summary = run_metrics(meta, trajectories, run.judgments, bin_size=bin_size)
+    summary["gold"] = gold_label(qrels=qrels) if qrels else meta.get("gold", gold_label())
+    summary["per_query"] = per_query_rows(trajectories, run.judgments)
     summary["run_dir"] = str(run.path)
     summary["unreadable_files"] = list(run.unreadable)
     return summary
@@ -133,6 +147,8 @@ def render_markdown(
             "share of gold documents inside the search union; cov_mean: share surfaced to the agent in reads, "
             "previews or shell output (means over queries with gold documents).",
             "",
+            "Gold of gold_R and cov_mean: " + ", ".join(sorted({str(s.get("gold")) for s in summaries})) + ".",
+            "",
             "## Details",
             "",
         ]
@@ -165,11 +181,13 @@ def write_report(
     *,
     retrieval_files: Sequence[str | Path] = (),
     bin_size: int = CALIBRATION_BIN,
+    qrels: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Summarise every run, draw the figures that apply, write report.md and report.json into `out_dir`."""
+    """Summarise every run (gold from `qrels` when given), draw the figures that apply, write report.md and
+    report.json into `out_dir`."""
+    summaries = [summarize_run(d, bin_size=bin_size, qrels=qrels) for d in run_dirs]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    summaries = [summarize_run(d, bin_size=bin_size) for d in run_dirs]
     retrieval = [(Path(f).stem, read_json(Path(f))) for f in retrieval_files]
     plots = [
         plot_frontier(summaries, out / "accuracy_vs_cost.png"),

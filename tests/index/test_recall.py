@@ -72,3 +72,116 @@ def test_read_queries_refuses_bad_lines(tmp_path):
         read_queries(tmp_path / "q.jsonl", ids_optional=True)
     (tmp_path / "q.jsonl").write_text('{"query": "ok", "gold_doc_ids": ["a"]}\n\n')
     assert read_queries(tmp_path / "q.jsonl", ids_optional=True) == [Query("1", "ok", (), ("a",))]
+
+
+# The same gold in three shapes: BrowseComp-Plus objects (scored on evidence, with decoy gold_docs), plain
+# gold_doc_ids, and a TSV with a TREC qrels file (rel 0 lines are not gold). Ids are BCP-like numbers.
+EVIDENCE = {"1": ["d2"], "2": ["d1", "d4"], "3": ["d1", "d4"], "4": []}
+TEXTS = {"1": "capital of France", "2": "Rhone", "3": "Germany capital", "4": "Switzerland"}
+
+
+def three_shapes(tmp_path) -> dict[str, list[str]]:
+    """eval-retrieval arguments per shape (the --queries file and its gold flags)."""
+    bcp = [
+        {
+            "query_id": q,
+            "query": TEXTS[q],
+            "answer": "x",
+            "gold_docs": [{"docid": "d3", "url": "u"}],  # a decoy: BCP scores retrieval against evidence
+            "evidence_docs": [{"docid": d, "text": "..."} for d in EVIDENCE[q]],
+        }
+        for q in TEXTS
+    ]
+    write_jsonl(tmp_path / "bcp.jsonl", bcp)
+    write_jsonl(
+        tmp_path / "ids.jsonl", [{"query_id": q, "query": TEXTS[q], "gold_doc_ids": EVIDENCE[q]} for q in TEXTS]
+    )
+    (tmp_path / "q.tsv").write_text("".join(f"{q}\t{t}\n" for q, t in TEXTS.items()))
+    lines = [f"{q} Q0 {d} 1\n" for q, ds in EVIDENCE.items() for d in ds] + ["4 Q0 d3 0\n", "1 0 d1 0\n"]
+    (tmp_path / "qrels.txt").write_text("".join(lines))
+    return {
+        "bcp": ["--queries", str(tmp_path / "bcp.jsonl"), "--gold", "evidence"],
+        "ids": ["--queries", str(tmp_path / "ids.jsonl")],
+        "qrels": ["--queries", str(tmp_path / "q.tsv"), "--qrels", str(tmp_path / "qrels.txt")],
+        "bcp+qrels": ["--queries", str(tmp_path / "bcp.jsonl"), "--qrels", str(tmp_path / "qrels.txt")],
+    }
+
+
+@pytest.fixture(scope="module")
+def tiny_index(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny")
+    write_jsonl(root / "c.jsonl", DOCS)
+    assert main(["index", "--corpus", str(root / "c.jsonl"), "--out", str(root / "i"), "--workers", "1"]) == 0
+    return root / "i"
+
+
+def test_the_same_gold_in_three_shapes_gives_the_same_recall(tmp_path, tiny_index, capsys):
+    results = {}
+    for shape, args in three_shapes(tmp_path).items():
+        out = tmp_path / f"{shape}.json"
+        assert main(["eval-retrieval", "--index", str(tiny_index), *args, "--k", "1,2,1000", "--out", str(out)]) == 0
+        results[shape] = json.loads(out.read_text())
+    capsys.readouterr()
+    for shape, res in results.items():
+        assert res["per_query"] == results["ids"]["per_query"], shape
+        assert res["summary"]["recall"] == results["ids"]["summary"]["recall"], shape
+    s = results["ids"]["summary"]
+    assert s["n_queries"] == 3 and s["n_skipped_no_gold"] == 1
+    assert {p["query_id"]: p["recall"]["1000"] for p in results["ids"]["per_query"]} == {"1": 1.0, "2": 0.5, "3": 0.5}
+    # scored on the decoy gold_docs instead, the same BCP file gives other figures: the choice is real
+    assert main(["eval-retrieval", "--index", str(tiny_index), "--queries", str(tmp_path / "bcp.jsonl")]) == 0
+    assert "gold=gold documents" in capsys.readouterr().out
+
+
+def test_no_gold_at_all_is_an_error_not_a_recall_of_zero(tmp_path, tiny_index, capsys):
+    shapes = three_shapes(tmp_path)
+    for args, gold in [([shapes["qrels"][1]], "gold documents"), ([shapes["ids"][1], "--gold", "evidence"], "")]:
+        code = main(["eval-retrieval", "--index", str(tiny_index), "--queries", *args])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert err.count("\n") == 1 and "eval-retrieval: error:" in err
+        assert (f"no query has {gold}" if gold else "no query has evidence documents") in err
+        assert "recall@" not in err
+
+
+def test_trec_run_file_is_scored_the_same_by_trec_eval(tmp_path, tiny_index, capsys):
+    """The --trec-run file and the qrels, read and scored by ir_measures (trec_eval's own code, via
+    pytrec_eval), give the recall eval-retrieval printed."""
+    import ir_measures  # a test extra: trec_eval's measures over the files as written
+
+    args = three_shapes(tmp_path)["qrels"]
+    run_file, out = tmp_path / "run.trec", tmp_path / "r.json"
+    cmd = ["eval-retrieval", "--index", str(tiny_index), *args, "--k", "1,2,1000", "--out", str(out)]
+    assert main([*cmd, "--trec-run", str(run_file), "--tag", "bm25-test"]) == 0
+    assert f"wrote {run_file}" in capsys.readouterr().out
+    lines = [line.split(" ") for line in run_file.read_text().splitlines()]
+    assert {len(x) for x in lines} == {6} and {x[1] for x in lines} == {"Q0"} and {x[5] for x in lines} == {"bm25-test"}
+    assert {x[0] for x in lines} == set(TEXTS)  # every query, gold or not
+    for qid in TEXTS:
+        ranks = [int(x[3]) for x in lines if x[0] == qid]
+        scores = [float(x[4]) for x in lines if x[0] == qid]
+        assert ranks == list(range(1, len(ranks) + 1)) and scores == sorted(scores, reverse=True)
+    qrels = list(ir_measures.read_trec_qrels(str(tmp_path / "qrels.txt")))
+    run = list(ir_measures.read_trec_run(str(run_file)))
+    theirs = {
+        (str(m.measure), m.query_id): m.value
+        for m in ir_measures.iter_calc([ir_measures.R @ 1, ir_measures.R @ 2, ir_measures.R @ 1000], qrels, run)
+    }
+    ours = json.loads(out.read_text())
+    for p in ours["per_query"]:
+        for k in ("1", "2", "1000"):
+            assert theirs[(f"R@{k}", p["query_id"])] == pytest.approx(p["recall"][k]), (p["query_id"], k)
+    # query 4's qrels hold no relevant document: trec_eval scores it 0, eval-retrieval (like BCP) counts it apart
+    assert [p["query_id"] for p in ours["per_query"]] == ["1", "2", "3"] and theirs[("R@1000", "4")] == 0.0
+
+
+def test_trec_run_refuses_ids_that_break_its_columns(tmp_path):
+    from rise_batch.eval.export import write_trec_run
+
+    with pytest.raises(ValueError, match="query 'q 1': query id 'q 1' is empty or holds whitespace"):
+        write_trec_run(tmp_path / "r", [("q 1", ["d"], [1.0])], "t")
+    with pytest.raises(ValueError, match="docid 'a b'"):
+        write_trec_run(tmp_path / "r", [("q1", ["a b"], [1.0])], "t")
+    with pytest.raises(ValueError, match="appears twice"):
+        write_trec_run(tmp_path / "r", [("q1", ["a"], [1.0]), ("q1", ["b"], [1.0])], "t")
+    assert not (tmp_path / "r").exists()
