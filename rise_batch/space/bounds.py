@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 CGROUP_PREFIX = "rise-sandbox-"
+_STAGING = ("ws", "empty", "tmp", "shm")
 _NAMES = itertools.count()
 
 
@@ -209,12 +211,31 @@ def host_bounds() -> HostBounds:
     missing = [tool for tool in ("unshare", "mount") if shutil.which(tool) is None]
     if missing:
         return HostBounds(cg, False, None, f"{' and '.join(missing)} not installed (util-linux)")
+    return HostBounds(cg, True, _staging())
+
+
+def _staging() -> Path:
+    """Empty directories the private namespaces mount on: one shared set per uid (nothing is ever mounted on the
+    host, so every process and call can use the same), checked to be ours and not writable by others; a private
+    temporary set, removed at exit, when that path is taken by something else."""
+    shared = Path(tempfile.gettempdir()) / f"{CGROUP_PREFIX}mounts-{os.geteuid()}"
+    try:
+        for d in (shared, *(shared / sub for sub in _STAGING)):
+            d.mkdir(mode=0o755, exist_ok=True)
+            st = os.lstat(d)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+                raise PermissionError(f"{d} is not a directory only this user can write")
+        if any((shared / "empty").iterdir()):
+            raise PermissionError(f"{shared / 'empty'} is not empty")
+        return shared
+    except OSError as e:
+        log.warning("sandbox staging directory %s unusable (%s); using a private one", shared, e)
     staging = Path(tempfile.mkdtemp(prefix=CGROUP_PREFIX))
-    atexit.register(shutil.rmtree, staging, True)  # empty mount points: nothing is ever mounted on the host
-    for sub in ("ws", "empty", "tmp", "shm"):
+    atexit.register(shutil.rmtree, staging, True)
+    for sub in _STAGING:
         (staging / sub).mkdir()
     os.chmod(staging, 0o755)
-    return HostBounds(cg, True, staging)
+    return staging
 
 
 # Runs as the caller (root), in a new mount namespace private to this call: mount the workspace as a read-only
