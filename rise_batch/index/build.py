@@ -129,7 +129,9 @@ def build_index(
         model.nonoccurrence_array = None
         for spill in tmp.glob("_spill*"):
             shutil.rmtree(spill)
-        model.save(tmp, show_progress=False)
+        # corpus.jsonl ({"id": row, "docid": ...} per row) lets stock `bm25s.BM25.load(dir, load_corpus=True)` open
+        # the directory and return docids with its results, as an index saved by bm25s itself would
+        model.save(tmp, corpus=({"id": i, "docid": d} for i, d in enumerate(stats.docids)), show_progress=False)
         (tmp / DOCIDS_FILE).write_text(json.dumps(stats.docids, ensure_ascii=False))
         t3 = time.perf_counter()
         say(f"merged and saved in {t3 - t2:.1f}s")

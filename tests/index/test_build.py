@@ -142,3 +142,20 @@ def test_existing_output_is_refused_unless_overwrite(tmp_path, sample_path):
     build_index(sample_path, tmp_path / "i", workers=1, overwrite=True)
     assert not (tmp_path / "i" / "x").exists() and (tmp_path / "i" / "meta.json").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["i"]  # no temporary directory left behind
+
+
+def test_stock_bm25s_opens_the_index_with_its_corpus_of_docids(generated_built):
+    """`bm25s.BM25.load(dir, load_corpus=True)` (a user's own bm25s code) gets the docids back with its results."""
+    import bm25s
+    import Stemmer
+
+    root, rows, _, _ = generated_built
+    stock = bm25s.BM25.load(root / "ours", load_corpus=True)
+    assert [d["docid"] for d in stock.corpus] == [r["docid"] for r in rows]
+    ours = load_index(root / "ours", backend="numpy")
+    query = generated_queries(rows)[0]
+    tok = bm25s.tokenize([query], stopwords="en", stemmer=Stemmer.Stemmer("english"), show_progress=False)
+    ids = stock.get_tokens_ids(bm25s.tokenization.convert_tokenized_to_string_list(tok)[0])
+    docs, scores = stock.retrieve([ids], k=5, show_progress=False)
+    top = ours.search([query], 5)[0]
+    assert [d["docid"] for d, s in zip(docs[0], scores[0], strict=True) if s > 0][:1] == top.docids[:1]
