@@ -7,27 +7,32 @@ Measures, side by side on one corpus (default ../shared/data/wiki2015, 26,887 Wi
   - the heuristic backend end to end (propose + validate + render + checkpoint row),
 and the heuristic's coverage (share of documents over 1,500 characters with >= 2 sections) and anchor located
 rate. Texts are loaded into memory first, so only the core is timed. Targets: validate+render >= 2,000 docs/s,
-heuristic >= 500 docs/s.
+heuristic >= 500 docs/s. `--baseline FILE` times an older heuristic.py the same way in the same run (e.g. the
+last commit's, from `git show HEAD:rise_batch/structure/heuristic.py > /tmp/old.py`) and compares what readers
+see: TOC entries without a description, and titles that are comma lists of words ("Overview: Kong, Hong, Chau").
 
     python bench/structure_core.py [--corpus PATH] [--limit N] [--repeat 3] [--out bench/results/structure_core.json]
+        [--baseline OLD_HEURISTIC.py]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
 import random
 import re
 import statistics
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 from rise_batch.corpus.readers import iter_docs
 from rise_batch.structure.anchors import LOCATED, body_start_line, validate_anchors
-from rise_batch.structure.backends import HeuristicBackend
+from rise_batch.structure.backends import HeuristicBackend, evaluate, finish
 from rise_batch.structure.heuristic import propose_heuristic
 from rise_batch.structure.render import render
 from rise_batch.types import Doc, Section
@@ -36,6 +41,30 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = REPO.parent / "shared" / "data" / "wiki2015"
 TARGET_VALIDATE_RENDER = 2000.0
 TARGET_HEURISTIC = 500.0
+KEYWORD_TITLE = re.compile(r"^(?:[^:;]+: )?[^\W\d_][\w'’.-]*(?:, [^\W\d_][\w'’.-]*)+$")
+
+
+def load_heuristic(path: str):
+    """An older heuristic.py as its own module, beside the current one (it imports only stable helpers)."""
+    spec = importlib.util.spec_from_file_location("baseline_heuristic", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def readability(rows) -> dict:
+    """What a reader of the TOC meets: documents with an entry lacking a description or titled by a keyword list."""
+    toc = [json.loads(r.sections_json) for r in rows if r.outcome == "toc"]
+    no_desc = sum(any(not d.strip() for _, d, _ in secs) for secs in toc)
+    keyword = sum(any(KEYWORD_TITLE.match(t) for t, _, _ in secs) for secs in toc)
+    return {
+        "docs_with_toc": len(toc),
+        "docs_with_entry_lacking_description": no_desc,
+        "share_lacking_description": round(no_desc / len(toc), 6) if toc else 0,
+        "docs_with_keyword_list_title": keyword,
+        "share_keyword_list_title": round(keyword / len(toc), 4) if toc else 0,
+    }
 
 
 def sampled_anchors(text: str, rng: random.Random) -> list[str]:
@@ -95,6 +124,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "structure_core.json"))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per measure; the best is reported")
+    ap.add_argument("--baseline", default="", help="an older heuristic.py to time and compare beside the current")
     args = ap.parse_args()
 
     t0 = time.perf_counter()
@@ -111,6 +141,21 @@ def main() -> int:
     backend = HeuristicBackend()
     heur_s, heur_cpu, rows = best_of(args.repeat, lambda: [backend.structure_sync(d, "bench")[0] for d in docs])
     proposals = [propose_heuristic(d.text) for d in docs]
+    baseline = None
+    if args.baseline:
+        old = load_heuristic(args.baseline)
+
+        def old_backend(d: Doc):  # HeuristicBackend.structure_sync with the older proposer
+            return finish(d, "bench", evaluate(d.text, old.propose_heuristic(d.text), "too-short"), "heuristic")[0]
+
+        b_s, b_cpu, b_rows = best_of(args.repeat, lambda: [old_backend(d) for d in docs])
+        baseline = {
+            "file": args.baseline,
+            "seconds": round(b_s, 3),
+            "docs_per_s": round(n / b_s, 1),
+            "docs_per_cpu_s": round(n / b_cpu, 1),
+            **readability(b_rows),
+        }
     heur_anchors = [[s.anchor for s in p.sections] for p in proposals]
 
     vr_heur_s, vr_heur_cpu, (_, _, heur_status) = best_of(
@@ -162,7 +207,9 @@ def main() -> int:
             "mean_words_per_section": round(
                 sum(len(docs[i].text.split()) for i in range(n) if n_sections[i]) / max(1, sum(n_sections)), 1
             ),
+            **readability(rows),
         },
+        "baseline_heuristic_backend": baseline,
         "targets": {"validate_render_docs_per_s": TARGET_VALIDATE_RENDER, "heuristic_docs_per_s": TARGET_HEURISTIC},
     }
     vr = result["validate_render_heuristic_anchors"]
@@ -183,6 +230,14 @@ def main() -> int:
     print(f"heuristic anchors located: {hb['anchor_located_rate']:.2%} of {proposed:,}; outcomes {hb['outcomes']}")
     print(f"LLM-like anchors located: {vl['located_rate']:.2%} {dict(llm_status)}")
     print(f"sections per TOC doc: {hb['mean_sections_per_toc_doc']}, words per section: {hb['mean_words_per_section']}")
+    for name, d in (("current", hb), ("baseline", baseline)):
+        if d:
+            print(
+                f"{name:<9} heuristic {d['docs_per_s']:>7,.0f} docs/s wall {d['docs_per_cpu_s']:>7,.0f} docs/cpu-s; "
+                f"docs with an entry lacking a description {d['docs_with_entry_lacking_description']:,} "
+                f"({d['share_lacking_description']:.3%}), with a keyword-list title "
+                f"{d['docs_with_keyword_list_title']:,} ({d['share_keyword_list_title']:.2%})"
+            )
     result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print(f"load average at end: {result['load_average_at_end']} (other processes share the cores: see cpu column)")
     out = Path(args.out)

@@ -2,7 +2,7 @@
 
 It is the embedded default and the way a 1M-document corpus gets a TOC without an API key, so it must be fast
 (hundreds of documents per second per core) and must never invent text: titles come from the document's heading
-lines or its most distinctive terms, descriptions are cut from its first sentences, anchors are verbatim.
+lines or phrases of its text, descriptions are cut from one line of it, anchors are verbatim.
 
 Plan: (1) mark heading-like lines (short, no sentence punctuation inside, followed by text; WikiExtractor keeps
 section titles as such lines, e.g. "Early life" or "History."); (2) cut the body into blocks at heading runs;
@@ -10,15 +10,21 @@ section titles as such lines, e.g. "Early life" or "History."); (2) cut the body
 split long runs at paragraph starts (~500-2000 words per section, as the paper asks of the LLM); (4) make sure a
 1,500+ character document gets at least two sections when it has two paragraphs to cut between.
 Its output is a Proposal like the LLM's, validated and rendered by the same code.
+
+Titles name what a section covers (issue 13): a merged section names every heading it absorbed, shortened to fit
+(not only the first, which may be a one-line "Death" before pages of astronomy); text without a heading is named
+by its most repeated multi-word phrase ("Gerrard Winstanley"), never a comma list of capitalised words. Every
+entry has a description, taken from one prose line of the section's largest part; a section with no prose at all
+(tables, reference lists, markup) lists its first entries, so no TOC line ever lacks the promised " — ".
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 
+from rise_batch.structure import naming
 from rise_batch.structure.anchors import body_start
 from rise_batch.types import Proposal, SectionProposal
 
@@ -29,41 +35,25 @@ TARGET_WORDS = 1000  # ... into pieces of about this size
 MIN_WORDS_FLOOR, MIN_WORDS_CEIL = 60, 400  # a section below max(floor, min(ceil, words/8)) absorbs the next block
 HEADING_MAX_WORDS, HEADING_MAX_CHARS = 10, 90
 MAX_HEADING_RUN = 3
-TITLE_MAX_WORDS, DESC_MIN_WORDS, DESC_MAX_WORDS = 7, 10, 25
+TITLE_MAX_WORDS = 7  # two headings in a row name one part together when they fit ("History: Ancient China")
 ANCHOR_WORDS, ANCHOR_MAX_WORDS = 10, 12
 
 _HEADING_START = re.compile(r"[^\W_]|[\"'(“‘]")
 # Markup, URLs, a sentence break inside, trailing punctuation of a lead-in, "Category:x" and two commas (citations
 # and reference-list entries are short lines too, but are never headings).
 _NOT_HEADING = re.compile(r"[|<>{}\[\]=]|https?:|\.\s|[,;:\-–—]$|!$|:\S|,.*,|\bISBN\b")
-# Back-matter headings are not worth naming in a description's "Covers ..." list.
-_BACK_MATTER = frozenset(
-    ("references", "notes", "see also", "external links", "further reading", "bibliography", "sources")
-    + ("citations", "footnotes", "notes and references", "works cited")
-)
-MAX_COVERED = 4
-# Title terms are capitalised words (names, places, works) of 4+ letters: a cheap scan, and what makes a title
-# distinctive.
-_TERM = re.compile(r"[A-ZÀ-ÖØ-ÞĀ-Ž][a-zß-öø-ÿā-ž'’-]{3,}")
 _WORD_SPAN = re.compile(r"\S+")
-_STOP = frozenset(
-    """also although among another because been before being between both could does during each either
-    every first from further have having here however into itself just last later many more most much must
-    never next only other over same several should since some such than that their them then there these
-    they this those through thus under until upon very what when where which while whom whose will with
-    within without would your after against along around became become following like made make known
-    part since states state called named used using well were about above across""".split()
-)
 
 
 @dataclass
 class _Block:
     start: int  # 0-indexed line of the original text where the section starts
     headings: list[str] = field(default_factory=list)
-    subheadings: list[str] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)  # content (non-heading, non-blank) lines
     words: int = 0
-    parent: str = ""  # heading of the section this piece was split from
+    # (first content line, heading label or "" for headless text) of every block merged into this one; a piece
+    # split from a block shares its list, so a piece that starts mid-part knows which heading it continues.
+    parts: list[tuple[int, str]] = field(default_factory=list)
 
 
 def _is_heading_like(s: str) -> bool:
@@ -127,22 +117,34 @@ def _blocks(lines: list[str], body: int) -> list[_Block]:
     return blocks
 
 
+def _label(headings: list[str]) -> str:
+    """A heading run's name: its first heading, with the second when both fit ("History: Ancient China")."""
+    if not headings:
+        return ""
+    head = headings[0]
+    if len(headings) > 1 and len(f"{head} {headings[1]}".split()) <= TITLE_MAX_WORDS:
+        head = f"{head}: {headings[1]}"
+    return head
+
+
+def _absorb(cur: _Block, b: _Block) -> None:
+    cur.parts.extend(b.parts)
+    cur.lines.extend(b.lines)
+    cur.words += b.words
+
+
 def _merge(blocks: list[_Block], min_words: int) -> list[_Block]:
     """A section below `min_words` absorbs the next block; a small last section joins the one before."""
     out: list[_Block] = []
     for b in blocks:
+        b.parts = [(b.lines[0], _label(b.headings))]
         if out and out[-1].words < min_words:
-            cur = out[-1]
-            cur.subheadings.extend(b.headings[:1])
-            cur.lines.extend(b.lines)
-            cur.words += b.words
+            _absorb(out[-1], b)
         else:
             out.append(b)
     if len(out) > 1 and out[-1].words < min_words // 2:
         last = out.pop()
-        out[-1].subheadings.extend(last.headings[:1])
-        out[-1].lines.extend(last.lines)
-        out[-1].words += last.words
+        _absorb(out[-1], last)
     return out
 
 
@@ -152,14 +154,13 @@ def _split(b: _Block, lines: list[str], pieces: int) -> list[_Block]:
     if not cuts or pieces < 2:
         return [b]
     counts = {i: lines[i].count(" ") + 1 for i in b.lines}
-    out = [_Block(b.start, b.headings, b.subheadings, parent=b.parent)]
-    parent = b.headings[0] if b.headings else b.parent
+    out = [_Block(b.start, b.headings, parts=b.parts)]
     per = b.words / pieces
     cutset = set(cuts)
     for i in b.lines:
         cur = out[-1]
         if i in cutset and cur.words >= per * 0.6 and len(out) < pieces and b.words - _sum(out) >= per * 0.4:
-            cur = _Block(i, parent=parent)
+            cur = _Block(i, parts=b.parts)
             out.append(cur)
         cur.lines.append(i)
         cur.words += counts[i]
@@ -170,53 +171,50 @@ def _sum(blocks: list[_Block]) -> int:
     return sum(x.words for x in blocks)
 
 
-def _distinctive(piece: str, body: str, k: int) -> list[str]:
-    """Names repeated in this piece but rare in the rest of the document (its title words are everywhere)."""
-    tf = Counter(_TERM.findall(piece))
-    cands = [(c, t) for t, c in tf.most_common(16) if c > 1 and t.lower() not in _STOP]
-    ranked = sorted(((c * c / max(body.count(t), c), t) for c, t in cands), reverse=True)
-    return [t for _, t in ranked[:k]]
-
-
-def _description(b: _Block, lines: list[str]) -> str:
-    """Sub-section names first (they are what a reader scans for), then the first sentence; 10-25 words."""
-    covered = [h for h in b.subheadings if h.lower() not in _BACK_MATTER][:MAX_COVERED]
-    words = ("Covers " + "; ".join(covered) + ".").split() if covered else []
-    for i in b.lines:
-        s = lines[i].strip()
-        if "|" in s[:40] or s.startswith("<"):
-            continue  # image captions, markup
-        for w in s[:800].split():
-            words.append(w)
-            if len(words) > DESC_MAX_WORDS or (len(words) >= DESC_MIN_WORDS and w[-1] in ".!?"):
-                break
-        if len(words) >= DESC_MIN_WORDS:
+def _segments(sec: _Block) -> list[tuple[str, bool, list[int]]]:
+    """The merged parts a section holds: (heading label or "", starts in this section, its content lines)."""
+    first = sec.lines[0]
+    label = ""
+    for line, lab in sec.parts:  # the part the section's first line belongs to
+        if line > first:
             break
-    if len(words) > DESC_MAX_WORDS:
-        words = words[:DESC_MAX_WORDS]
-        words[-1] = words[-1].rstrip(",;:") + "…"
-    return " ".join(words)
+        label = lab
+    starts = dict(sec.parts)
+    segs: list[tuple[str, bool, list[int]]] = [(label, first in starts, [])]
+    for i in sec.lines:
+        if i in starts and segs[-1][2]:
+            segs.append((starts[i], True, []))
+        segs[-1][2].append(i)
+    return segs
 
 
-def _title(b: _Block, lines: list[str], body: str, first: bool) -> str:
-    """The document's own heading when the section starts at one; else its parent heading and/or names."""
-    if b.headings:
-        head = b.headings[0]
-        if len(b.headings) > 1 and len(f"{head} {b.headings[1]}".split()) <= TITLE_MAX_WORDS:
-            head = f"{head}: {b.headings[1]}"
-        return head  # the document's own words, whole (a heading line has at most HEADING_MAX_WORDS)
-    head = " ".join(b.parent.split()[: TITLE_MAX_WORDS - 2])
-    skip = {w.lower().strip(",.:;()") for w in head.split()}
-    terms = [t for t in _distinctive(_block_text(b, lines), body, 4) if t.lower() not in skip]
-    if head:
-        return f"{head}: {', '.join(terms[:2])}" if terms else head
-    if not terms:
-        return " ".join(lines[b.start].split()[:5]) or "Section"
-    return ("Overview: " if first else "") + ", ".join(terms[:3])
+def _title(segs: list[tuple[str, bool, list[int]]], lines: list[str], body: str, lead: str) -> str:
+    """Every heading the section holds; a phrase of the text for a part without one (see naming.py).
 
-
-def _block_text(b: _Block, lines: list[str]) -> str:
-    return "\n".join(lines[i] for i in b.lines)
+    `lead` is the document's title for its first section (named after it when the text says it), else "".
+    """
+    names = []
+    for label, starts, idx in segs:
+        if naming.is_name(label) and (starts or len(segs) > 1):
+            names.append(label)  # the document's own words, whole (a heading line has at most HEADING_MAX_WORDS)
+            continue
+        if label and len(segs) > 1:
+            continue  # a fragment taken for a heading ("and to test") is no name; the other parts name the section
+        text = "\n".join(lines[i] for i in idx)
+        if lead and not label and lead.lower() in text[: naming.PHRASE_SCAN_CHARS].lower():
+            names.append(lead)
+            continue
+        skip = frozenset(w.lower().strip(",.:;()") for w in label.split())
+        name = naming.phrase(text, body, skip, distinct=not lead or bool(label))
+        if naming.is_name(label):  # a piece split from a long part: "History: Gerrard Winstanley"
+            head = naming.shorten(label, TITLE_MAX_WORDS - 2)
+            names.append(f"{head}: {name}" if name else head)
+        else:
+            names.append(name or naming.shorten(lines[idx[0]].strip(), 5) or "Section")
+    if not names:  # every part's heading was a fragment
+        text = "\n".join(lines[i] for _, _, idx in segs for i in idx)
+        names.append(naming.phrase(text, body) or naming.shorten(lines[segs[0][2][0]].strip(), 5) or "Section")
+    return naming.join_names(names)
 
 
 def _anchor(text: str, start: int, prev_start: int) -> str:
@@ -249,10 +247,13 @@ def propose_heuristic(text: str) -> Proposal:
     for ln in lines:
         offsets.append(offsets[-1] + len(ln) + 1)
     body_text = text[offsets[body] :]
+    lead = naming.doc_title(lines[:body])
     out: list[SectionProposal] = []
     prev = offsets[body] - 1
     for k, b in enumerate(sections):
         anchor = _anchor(text, offsets[b.start], prev)
         prev = offsets[b.start]
-        out.append(SectionProposal(_title(b, lines, body_text, k == 0), _description(b, lines), anchor))
+        segs = _segments(b)
+        title = _title(segs, lines, body_text, "" if k else lead)
+        out.append(SectionProposal(title, naming.describe([idx for _, _, idx in segs], lines), anchor))
     return Proposal(tuple(out))
