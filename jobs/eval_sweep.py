@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the job's working dir holds the package
 
+from rise_batch.commands.job_paths import add_base_flag, anchor_paths  # noqa: E402
 from rise_batch.errors import run_main  # noqa: E402
 from rise_batch.eval.sweep import cell_dir, load_sweep_config  # noqa: E402
 from rise_batch.eval.sweep_runner import plan_sweep, run_sweep  # noqa: E402
@@ -28,12 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", metavar="CELL", help="run only this cell (repeatable)")
     parser.add_argument("--dry-run", action="store_true", help="validate and list the cells, run nothing")
     parser.add_argument("--force-judge", action="store_true", help="re-grade every cell's answers")
+    add_base_flag(parser)
     args = parser.parse_args(argv)
     return run_main(lambda: _run(args), "eval_sweep")  # the CLI's exit codes (rise_batch.errors)
 
 
 def _run(args: argparse.Namespace) -> int:
-    cfg = load_sweep_config(args.config)
+    cfg = anchor_paths(load_sweep_config(args.config), args.base, "sweep")
     if args.dry_run:
         for cell, run in plan_sweep(cfg):
             print(f"{cell.cell_id}\tworkers={run.workers}\t{cell_dir(cfg, cell)}")

@@ -16,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the job's working dir holds the package
 
 from rise_batch.agent.job import run_trajectories, summary_line  # noqa: E402
+from rise_batch.commands.job_paths import add_base_flag, anchor_paths  # noqa: E402
 from rise_batch.commands.run import add_run_flags, config_from_args  # noqa: E402
 from rise_batch.errors import run_main  # noqa: E402
 
@@ -23,12 +24,15 @@ from rise_batch.errors import run_main  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_run_flags(parser)
+    add_base_flag(parser)
     args = parser.parse_args(argv)
     return run_main(lambda: _run(args), "run_trajectories")  # the CLI's exit codes (rise_batch.errors)
 
 
 def _run(args: argparse.Namespace) -> int:
-    cfg = config_from_args(args)
+    base = args.base
+    del args.base  # a job option, not a run setting
+    cfg = anchor_paths(config_from_args(args), base, "run")
     if cfg.workers == 0:
         print("run_trajectories: workers=0 runs in the driver process only; set workers >= 1", file=sys.stderr)
     stats = run_trajectories(cfg)

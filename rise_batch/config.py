@@ -74,8 +74,9 @@ class LLMConfig:
         if self.base_url and any(h in self.base_url for h in ("://127.0.0.1", "://localhost", "://[::1]")):
             return "local-no-key"
         raise ConfigError(
-            f"the llm backend needs an API key: set ${self.api_key_env} (or llm.api_key_env to another variable), "
-            "or point llm.base_url at a local OpenAI-compatible server such as `rise-batch fake-llm`"
+            f"the llm backend needs an API key: set ${self.api_key_env}, or name another variable with --api-key-env "
+            "(config llm.api_key_env), or point --base-url (config llm.base_url) at a local OpenAI-compatible server "
+            "such as `rise-batch fake-llm`"
         )
 
 

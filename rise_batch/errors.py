@@ -1,11 +1,12 @@
 """Exception types shared across layers, and the one map from an error to an exit code; imports nothing from
-rise_batch.
+rise_batch at import time.
 
 They live here, below every layer, so that a pure module (e.g. `structure/tier.py`) can raise a configuration error
 without importing `config.py`, which itself imports the pure core: the error type is the only thing both need.
 
-`run_main` is the only place that turns an exception into a message and an exit code, for the `rise-batch` CLI and
-the `jobs/` scripts alike, so a command and the job that runs the same function exit the same way:
+`run_main` (which imports only `io` from rise_batch, lazily) is the only place that turns an exception into a
+message and an exit code, for the `rise-batch` CLI and the `jobs/` scripts alike, so a command and the job that runs
+the same function exit the same way:
 
 - 2 (`EXIT_USAGE`): bad input the message explains (a config, a corpus row, a query file, an existing or missing
   path): any ValueError (ConfigError, CorpusError and QueryFileError are ValueErrors), FileNotFoundError,
@@ -52,9 +53,16 @@ def exit_code_for(exc: BaseException) -> int | None:
 
 def run_main(fn: Callable[[], int | None], name: str, program: str | None = None) -> int:
     """`fn()`'s exit code (None is 0), or the mapped code of what it raised, with one line on stderr. `name` starts
-    error lines ("rise-batch index", "structure_corpus"), `program` the interruption line (default: `name`)."""
+    error lines ("rise-batch index", "structure_corpus"), `program` the interruption line (default: `name`).
+    A command that fails leaves no output directory it created and wrote nothing into (io.make_output_dir)."""
+    from rise_batch.io import remove_unused_outputs  # io imports nothing from rise_batch either: no cycle
+
+    remove_unused_outputs()  # forget directories of an earlier command run in this process
+    ok = False
     try:
-        return int(fn() or 0)
+        code = int(fn() or 0)
+        ok = code == 0
+        return code
     except BaseException as e:
         code = exit_code_for(e)
         if code is None:
@@ -66,3 +74,6 @@ def run_main(fn: Callable[[], int | None], name: str, program: str | None = None
         else:
             print(f"{name}: error: {e}", file=sys.stderr)
         return code
+    finally:
+        if not ok:
+            remove_unused_outputs()

@@ -96,3 +96,35 @@ def supersede(out: str | Path, names: Iterable[str]) -> Path:
         if (out / name).exists():
             shutil.move(str(out / name), str(dest / name))
     return dest
+
+
+_CREATED: list[Path] = []  # output directories make_output_dir created in this process (see remove_unused_outputs)
+
+
+def make_output_dir(path: str | Path) -> Path:
+    """`mkdir -p` for a command's output directory, remembering the topmost directory it creates, so that a command
+    that fails before writing anything removes it again (`errors.run_main`): a typo then leaves no empty directory
+    that looks like a run to resume."""
+    p = Path(path)
+    top = None
+    for d in (p, *p.parents):
+        if d.exists():
+            break
+        top = d
+    p.mkdir(parents=True, exist_ok=True)
+    if top is not None:
+        _CREATED.append(top)
+    return p
+
+
+def remove_unused_outputs() -> list[Path]:
+    """Remove the directories `make_output_dir` created whose whole tree holds no data (only directories and empty
+    files), and forget them all; returns what was removed. Anything with a byte in it stays."""
+    removed = []
+    while _CREATED:
+        top = _CREATED.pop()
+        files = [f for f in top.rglob("*") if not f.is_dir()] if top.is_dir() else [top]
+        if top.is_dir() and all(f.is_file() and f.stat().st_size == 0 for f in files):
+            shutil.rmtree(top, ignore_errors=True)
+            removed.append(top)
+    return removed

@@ -20,7 +20,7 @@ from rise_batch.agent.run_config import RunConfig, config_hash
 from rise_batch.agent.runner import EVENTS, TRAJECTORIES, finished, trajectory_path
 from rise_batch.agent.systems import ORIGINAL, get_system
 from rise_batch.config import ConfigError, config_to_dict
-from rise_batch.io import read_json, supersede, write_json_atomic
+from rise_batch.io import make_output_dir, read_json, supersede, write_json_atomic
 from rise_batch.prompts import load_prompt
 from rise_batch.queries import Query, gold_label, read_queries, select_gold
 
@@ -39,7 +39,7 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
     system = get_system(cfg.system)
     ch = config_hash(cfg, load_prompt(system.prompt))
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    make_output_dir(out)  # removed again if the run fails before writing into it (errors.run_main)
     meta_path = out / RUN_JSON
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if meta_path.exists():

@@ -35,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="run a local OpenAI-compatible test server (deterministic replies, injectable faults)",
         description=__doc__,
     )
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8765, help="0 picks a free port (printed at start)")
     p.add_argument(
         "--allow-config",

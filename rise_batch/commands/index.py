@@ -25,7 +25,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ray", action="store_true", help="tokenize shards as Ray tasks (local Ray if no address)")
     p.add_argument("--ray-address", default=None, help="Ray cluster address (implies --ray)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing index directory")
-    p.add_argument("--query", action="append", default=[], help="after building, print the top hits of QUERY")
+    p.add_argument(
+        "--query",
+        action="append",
+        default=[],
+        help="after building, print the top 5 hits of QUERY (score, docid, title; repeatable)",
+    )
     p.set_defaults(func=run)
 
 
@@ -58,9 +63,26 @@ def run(args: argparse.Namespace) -> int:
         f"bad_rows={meta.corpus['n_bad_rows']} seconds={time.perf_counter() - t0:.1f} out={args.out}"
     )
     if args.query:
-        index = load_index(args.out)
-        for q, hits in zip(args.query, index.search(args.query, 5), strict=True):
+        results = load_index(args.out).search(args.query, 5)
+        titles = hit_titles(args.corpus, args.columns or "", {d for hits in results for d in hits.docids})
+        for q, hits in zip(args.query, results, strict=True):
             print(f"query: {q}")
             for d, s in zip(hits.docids, hits.scores, strict=True):
-                print(f"  {s:8.3f}  {d}")
+                print(f"  {s:8.3f}  {d}  {titles.get(d, '')}".rstrip())
     return 0
+
+
+def hit_titles(corpus: str, columns: str, docids: set[str]) -> dict[str, str]:
+    """Titles of the hit documents, read back from the corpus: the index keeps docids only, and a docid alone does
+    not tell a user whether the hit makes sense. The title column, else the frontmatter title, else the url; the
+    read stops once every hit is found."""
+    from rise_batch.corpus.docmap import frontmatter_title
+    from rise_batch.corpus.readers import iter_docs
+
+    titles: dict[str, str] = {}
+    for doc in iter_docs(corpus, on_bad_row="skip", columns=columns):
+        if doc.docid in docids and doc.docid not in titles:
+            titles[doc.docid] = doc.title or frontmatter_title(doc.text) or doc.url or ""
+            if len(titles) == len(docids):
+                break
+    return titles

@@ -20,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "A grader reply that is not in the grader format is re-asked once, then written as unjudged (no verdict: "
             "left out of accuracy, counted apart, graded again by the next run). Re-running skips judged queries "
             "(--force re-grades them). Judge cost is recorded apart from agent cost. Ends with each run's accuracy "
-            "and its bootstrap 95%% interval; exits 1 when a call failed or a query stayed unjudged."
+            "and its bootstrap 95% interval; exits 1 when a call failed or a query stayed unjudged."
         ),
     )
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directory written by `rise-batch run`")
@@ -33,7 +33,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tpm", type=int, default=2_000_000, help="tokens per minute (default 2,000,000)")
     p.add_argument("--timeout", type=float, default=120.0, help="per-request timeout in seconds")
     p.add_argument("--reasoning-effort", default=None, help="reasoning effort for reasoning models")
-    p.add_argument("--max-output-tokens", type=int, default=4096)
+    p.add_argument(
+        "--max-output-tokens", type=int, default=4096, help="cap of one grader reply's tokens (default 4096)"
+    )
     p.add_argument(
         "--prompt",
         default="judge_grader",

@@ -24,7 +24,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sample", type=int, default=1000, help="documents to sample (default 1000)")
     p.add_argument("--docs", type=int, help="scale the estimate to this many documents (default: the corpus's rows)")
     p.add_argument("--rpm", type=int, default=500, help="requests per minute for the online hours (default 500)")
-    p.add_argument("--tpm", type=int, default=2_000_000, help="tokens per minute for the online hours")
+    p.add_argument(
+        "--tpm", type=int, default=2_000_000, help="tokens per minute for the online hours (default 2,000,000)"
+    )
     p.add_argument("--prompt", default="structure_toc.txt", help="structuring prompt (default structure_toc.txt)")
     p.add_argument("--max-input-chars", type=int, default=200_000, help="input budget per document (chars)")
     p.add_argument("--llm-tier", dest="tier", help="price only these documents: 'chars>=N' or a docid list file")

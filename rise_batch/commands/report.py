@@ -11,7 +11,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="summarise judged run directories into report.md, report.json and PNG figures",
         description=(
             "Reads each RUN_DIR (trajectories/ and judgments/ from `rise-batch run` and `rise-batch judge`) and "
-            "writes DIR/report.md (system, model, accuracy with a bootstrap 95%% interval, no-answers, tool calls, "
+            "writes DIR/report.md (system, model, accuracy with a bootstrap 95% interval, no-answers, tool calls, "
             "$/query, gold_R, cov_mean), DIR/report.json and PNGs: accuracy vs cost, tool calls, and for sweeps "
             "accuracy vs K and vs corpus size. --retrieval adds `eval-retrieval --out` results."
         ),

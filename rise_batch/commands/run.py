@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from rise_batch.commands.structure import add_model_flags, add_rate_flags
+
 
 def add_run_flags(p: argparse.ArgumentParser) -> None:
     """Flags shared by `run` and jobs/run_trajectories.py; None means 'take the config file's value'."""
@@ -58,11 +60,9 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--base-url", dest="llm_base_url", help="OpenAI-compatible base URL (e.g. http://127.0.0.1:8765/v1)")
     g.add_argument("--api-key-env", dest="llm_api_key_env", help="variable holding the key (default OPENAI_API_KEY)")
     g.add_argument("--api", choices=["chat", "responses"], help="chat completions (default) or the Responses API")
-    g.add_argument("--reasoning-effort", dest="llm_reasoning_effort")
-    g.add_argument("--max-output-tokens", dest="llm_max_output_tokens", type=int)
+    add_model_flags(g, "one agent turn", 16384)
     g.add_argument("--timeout", dest="llm_timeout_s", type=float, help="cap of one model call in seconds (600)")
-    g.add_argument("--rpm", dest="llm_rpm", type=int, help="requests per minute, whole job")
-    g.add_argument("--tpm", dest="llm_tpm", type=int, help="tokens per minute, whole job")
+    add_rate_flags(g)
     g.add_argument("--llm-concurrency", dest="llm_concurrency", type=int, help="model calls in flight per worker")
 
 

@@ -13,6 +13,32 @@ def add_columns_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--columns", metavar="FIELD=COL,...", help=COLUMNS_HELP)
 
 
+def add_model_flags(g: argparse._ActionsContainer, what: str, max_output_tokens: int) -> None:
+    """--reasoning-effort and --max-output-tokens, for structure, run and their jobs/ scripts (defaults shown)."""
+    g.add_argument(
+        "--reasoning-effort",
+        dest="llm_reasoning_effort",
+        help="reasoning effort of reasoning models: none, minimal, low, medium, high or xhigh (default: the model's)",
+    )
+    g.add_argument(
+        "--max-output-tokens",
+        dest="llm_max_output_tokens",
+        type=int,
+        help=f"cap of {what}'s tokens, reasoning included; reserved against --tpm (default {max_output_tokens})",
+    )
+
+
+def add_rate_flags(g: argparse._ActionsContainer) -> None:
+    """--rpm and --tpm with their defaults (LLMConfig's), which a user pointing at a local server must raise."""
+    g.add_argument(
+        "--rpm",
+        dest="llm_rpm",
+        type=int,
+        help="requests per minute, whole job (default 500; raise it for a local server)",
+    )
+    g.add_argument("--tpm", dest="llm_tpm", type=int, help="tokens per minute, whole job (default 2,000,000)")
+
+
 def add_structure_flags(p: argparse.ArgumentParser) -> None:
     """Flags shared by `structure` and jobs/structure_corpus.py; None means 'take the config file's value'."""
     p.add_argument("--config", help="YAML config (keys of StructureConfig; flags override it)")
@@ -53,11 +79,9 @@ def add_structure_flags(p: argparse.ArgumentParser) -> None:
         dest="llm_api_key_env",
         help="environment variable holding the key (default OPENAI_API_KEY)",
     )
-    g.add_argument("--reasoning-effort", dest="llm_reasoning_effort")
-    g.add_argument("--max-output-tokens", dest="llm_max_output_tokens", type=int)
+    add_model_flags(g, "one reply", 4096)
     g.add_argument("--timeout", dest="llm_timeout_s", type=float, help="per-request timeout in seconds")
-    g.add_argument("--rpm", dest="llm_rpm", type=int, help="requests per minute, whole job")
-    g.add_argument("--tpm", dest="llm_tpm", type=int, help="tokens per minute, whole job")
+    add_rate_flags(g)
     g.add_argument("--concurrency", dest="llm_concurrency", type=int, help="requests in flight per worker")
     g.add_argument(
         "--max-input-chars", dest="llm_max_input_chars", type=int, help="cut longer documents (recorded per row)"

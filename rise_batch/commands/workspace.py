@@ -37,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=run)
 
     b = wsub.add_parser("bash", help="run a shell command in the sandbox, WS read-only as the working directory")
-    b.add_argument("workspace", metavar="WS")
+    b.add_argument("workspace", metavar="WS", help="workspace directory (made by `rise-batch workspace search`)")
     b.add_argument("command", help='e.g. "rg -l Lyon | head"')
     b.add_argument("--timeout", type=float, default=60.0, help="wall-clock cap in seconds (default 60)")
     b.add_argument("--max-output", type=int, default=4000, help="characters of output kept (default 4000)")
@@ -49,14 +49,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.set_defaults(func=run, command_name="workspace bash")
 
     r = wsub.add_parser("read", help="print numbered lines of a workspace file")
-    r.add_argument("workspace", metavar="WS")
+    r.add_argument("workspace", metavar="WS", help="workspace directory (made by `rise-batch workspace search`)")
     r.add_argument("path", help="path relative to the workspace, as rg/ls print it")
     r.add_argument("--offset", type=int, default=0, help="0-indexed first line (default 0)")
     r.add_argument("--limit", type=int, default=2000, help="number of lines (default 2000)")
     r.set_defaults(func=run)
 
     i = wsub.add_parser("info", help="size of the workspace and what each search call added")
-    i.add_argument("workspace", metavar="WS")
+    i.add_argument("workspace", metavar="WS", help="workspace directory (made by `rise-batch workspace search`)")
     i.set_defaults(func=run)
 
 
@@ -99,8 +99,9 @@ def _search(args: argparse.Namespace, ws_dir) -> int:
     from rise_batch.space.tools import search_into
     from rise_batch.space.workspace import DocStore, Workspace
 
-    ws = Workspace(ws_dir, DocStore(args.docs), keep=True)
-    res = search_into(load_index(args.index, backend=args.backend), ws, args.queries, args.k, args.preview)
+    store, index = DocStore(args.docs), load_index(args.index, backend=args.backend)  # checked before WS is made
+    ws = Workspace(ws_dir, store, keep=True)
+    res = search_into(index, ws, args.queries, args.k, args.preview)
     print(res.text)
     print(f'(workspace: {ws.path}; explore with `rise-batch workspace bash {ws.path} "rg -l WORD | head"`)')
     return 1 if res.error else 0

@@ -65,7 +65,23 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     return front
 
 
+def frontier_steps(points: Sequence[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """The frontier as drawn: a staircase of the best accuracy reached at or below each cost, from the cheapest
+    frontier run to the costliest run. Empty when it would have no length (one run, or every run at one cost): a
+    frontier of one point used to be a zero-length line, invisible while the legend named it."""
+    front = pareto_front(points)
+    xs = [points[i][0] for i in front] + [max(x for x, _ in points)] if points else []
+    ys = [points[i][1] for i in front] + [points[front[-1]][1]] if points else []
+    return (xs, ys) if len(points) > 1 and xs[-1] > xs[0] else ([], [])
+
+
 def plot_frontier(summaries: Sequence[dict[str, Any]], path: Path) -> Path | None:
+    fig = frontier_figure(summaries)
+    return _save(fig, path) if fig is not None else None
+
+
+def frontier_figure(summaries: Sequence[dict[str, Any]]) -> Any:
+    """The accuracy/cost figure (None without a run that has both); plot_frontier saves it."""
     rows = [s for s in summaries if s.get("accuracy") is not None and s.get("agent_usd_per_query") is not None]
     if not rows:
         return None
@@ -76,8 +92,9 @@ def plot_frontier(summaries: Sequence[dict[str, Any]], path: Path) -> Path | Non
         ci = s.get("accuracy_ci95")
         yerr = [[y - 100 * ci[0]], [100 * ci[1] - y]] if ci else None
         ax.errorbar(x, y, yerr=yerr, fmt="o", capsize=3, label=label)
-    front = pareto_front(pts)
-    ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], "k--", lw=1, label="frontier")
+    xs, ys = frontier_steps(pts)
+    if xs:
+        ax.plot(xs, ys, "k--", lw=1, drawstyle="steps-post", label="frontier")
     costs = [x for x, _ in pts if x > 0]
     if costs and max(costs) / min(costs) > 10 and len(costs) == len(pts):
         ax.set_xscale("log")
@@ -86,7 +103,7 @@ def plot_frontier(summaries: Sequence[dict[str, Any]], path: Path) -> Path | Non
     ax.set_ylabel("accuracy (%)")
     ax.set_title("Accuracy vs cost per query (bars: bootstrap 95% CI)")
     ax.legend(fontsize=7, loc="best")
-    return _save(fig, path)
+    return fig
 
 
 def plot_tool_calls(summaries: Sequence[dict[str, Any]], path: Path) -> Path | None:

@@ -15,7 +15,7 @@ from typing import NamedTuple
 from rise_batch.config import ConfigError, StructureConfig, config_to_dict, run_hash
 from rise_batch.corpus.readers import ShardSpec
 from rise_batch.corpus.scan import scan_corpus, shards_from_json, shards_to_json, write_bad_rows
-from rise_batch.io import dump_json, supersede, write_parquet_atomic
+from rise_batch.io import dump_json, make_output_dir, supersede, write_parquet_atomic
 from rise_batch.structuring.batch import refuse_if_batches_open
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.structuring.shard import merge_stats
@@ -68,7 +68,7 @@ def prepare_run(cfg: StructureConfig) -> RunPlan:
     from rise_batch.prompts import load_prompt
 
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    make_output_dir(out)  # removed again if the run fails before writing into it (errors.run_main)
     prompt_text = load_prompt(cfg.prompt) if cfg.backend == "llm" else ""
     rh = run_hash(cfg, prompt_text)
     key = _plan_key(cfg, corpus_fingerprint(list_sources(cfg.corpus)))

@@ -136,3 +136,28 @@ def test_report_json_keeps_per_query_rows(tmp_path: Path) -> None:
         "cov": 0.5,
     }
     assert rows["q5"]["gold_R"] is None and rows["q3"]["method"] == "empty"
+
+
+def test_the_frontier_line_the_legend_names_is_drawn() -> None:
+    """Two runs where the cheaper one is also more accurate: the frontier is one point, and was drawn as a
+    zero-length line (invisible) while the legend still named it. It must be a visible staircase to the costliest run,
+    and a single run (nothing to compare) gets neither a line nor a legend entry."""
+    from rise_batch.eval.plots import frontier_figure
+
+    runs = [
+        {"system": "rise", "model": "m", "accuracy": 0.6, "agent_usd_per_query": 0.01},
+        {"system": "dci", "model": "m", "accuracy": 0.4, "agent_usd_per_query": 0.05},
+    ]
+    fig = frontier_figure(runs)
+    ax = fig.axes[0]
+    lines = [ln for ln in ax.get_lines() if ln.get_label() == "frontier"]
+    assert len(lines) == 1 and "frontier" in [t.get_text() for t in ax.get_legend().get_texts()]
+    fig.canvas.draw()
+    path = lines[0].get_path().transformed(lines[0].get_transform())  # in pixels, as drawn
+    xs = path.vertices[:, 0]
+    assert xs.max() - xs.min() > 50  # a visible line from the cheaper run to the costlier one's cost
+    assert list(lines[0].get_xdata()) == [0.01, 0.05] and list(lines[0].get_ydata()) == [60.0, 60.0]
+
+    single = frontier_figure(runs[:1]).axes[0]
+    assert not [ln for ln in single.get_lines() if ln.get_label() == "frontier"]
+    assert "frontier" not in [t.get_text() for t in single.get_legend().get_texts()]
