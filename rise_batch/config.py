@@ -38,6 +38,7 @@ class LLMConfig:
     concurrency: int = 32  # requests in flight per worker
     reask: bool = True
     max_input_chars: int = 200_000
+    max_input_tokens: int | None = None  # cut longer inputs at a line break, counted with the model's tokenizer
     prices_file: str | None = None
     # the transport, a name registered in rise_batch.llm.transport.TRANSPORTS. httpx / aiohttp: requests go through
     # the openai SDK's AsyncOpenAI (the reference path, ~4-5 ms CPU/request); direct: the project's lean aiohttp +
@@ -57,6 +58,8 @@ class LLMConfig:
             raise ConfigError(f"llm.tpm must be a positive integer, got {self.tpm!r}")
         if self.limit_window_s <= 0:
             raise ConfigError(f"llm.limit_window_s must be > 0, got {self.limit_window_s!r}")
+        if self.max_input_tokens is not None and self.max_input_tokens <= 0:
+            raise ConfigError(f"llm.max_input_tokens must be a positive integer, got {self.max_input_tokens!r}")
         if self.concurrency <= 0:
             raise ConfigError(f"llm.concurrency must be >= 1, got {self.concurrency!r}")
         if self.max_attempts <= 0:
@@ -190,6 +193,8 @@ def run_hash(cfg: StructureConfig, prompt_text: str) -> str:
             "reask": cfg.llm.reask,
             "max_input_chars": cfg.llm.max_input_chars,
         }
+        if cfg.llm.max_input_tokens is not None:  # only when set: runs made before the setting keep their hash
+            basis["max_input_tokens"] = cfg.llm.max_input_tokens
         if cfg.tier is not None:  # which documents the LLM sees changes outputs; mode and cost limit do not
             basis["tier"] = parse_tier(cfg.tier).identity
     basis["max_doc_chars"] = cfg.max_doc_chars

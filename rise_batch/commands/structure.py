@@ -86,6 +86,12 @@ def add_structure_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--max-input-chars", dest="llm_max_input_chars", type=int, help="cut longer documents (recorded per row)"
     )
+    g.add_argument(
+        "--max-input-tokens",
+        dest="llm_max_input_tokens",
+        type=int,
+        help="cut documents longer than this many tokens of the model's tokenizer, at a line break (recorded per row)",
+    )
     g = p.add_argument_group("cost control")
     g.add_argument("--mode", choices=["online", "batch"], help="online (default) or the OpenAI Batch API (half price)")
     g.add_argument(

@@ -21,7 +21,7 @@ from rise_batch.fake_llm.judge import JudgeResponder
 from rise_batch.fake_llm.request import ChatRequest, Responder
 from rise_batch.fake_llm.state import ServerState
 from rise_batch.fake_llm.structuring import structuring_reply
-from rise_batch.llm.tokens import MESSAGE_OVERHEAD_TOKENS, approx_message_tokens, approx_tokens, message_text
+from rise_batch.llm.tokens import MESSAGE_OVERHEAD_TOKENS, counter_for, message_text
 
 REASONING_TOKENS = {"none": 0, "minimal": 0, "low": 64, "medium": 256, "high": 1024, "xhigh": 2048}
 
@@ -55,14 +55,18 @@ def default_responders(judge_reply: str = "grader") -> list[Responder]:
 
 
 def usage(state: ServerState, request: ChatRequest, content: str) -> dict[str, Any]:
-    """Token counts like the API's: prompt tokens include the cached system prompt, output includes reasoning."""
-    prompt = approx_message_tokens(request.messages)
+    """Token counts like the API's: prompt tokens include the cached system prompt, output includes reasoning.
+
+    Counted with the model's real encoding when bpe-openai is installed (chars/4 otherwise, or for a model name
+    with no known encoding): the whole request body, so a `response_format` schema or `tools` are billed too."""
+    counter = counter_for(request.model)
+    prompt = counter.request(request.body)
     first = request.messages[0]
     cached = 0
     if first.get("role") in ("system", "developer") and state.cache_hit(request.model + message_text(first)):
-        cached = approx_tokens(message_text(first)) + MESSAGE_OVERHEAD_TOKENS
+        cached = counter.count(message_text(first)) + MESSAGE_OVERHEAD_TOKENS
     reasoning = REASONING_TOKENS.get(str(request.body.get("reasoning_effort")), 0)
-    completion = approx_tokens(content) + reasoning
+    completion = counter.count(content) + reasoning
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
@@ -90,7 +94,7 @@ def complete(
     try:
         head = request.document if request.document is not None else message_text(request.messages[-1])
         log: dict[str, Any] = {"key": request.key, "attempt": attempt, "model": request.model, "head": head[:60]}
-        wait = state.admit(approx_message_tokens(request.messages))
+        wait = state.admit(counter_for(request.model).request(request.body, exact=False))
         if wait > 0:
             retry_after = max(wait, cfg.retry_after_ms / 1000.0)
             log["fault"] = "rate-limit"

@@ -30,7 +30,7 @@ from rise_batch.llm.limiter import AsyncLimiter, Limiter
 from rise_batch.llm.pricing import PriceTable
 from rise_batch.llm.ratelimit import RateLimits
 from rise_batch.llm.retry import Verdict, classify
-from rise_batch.llm.tokens import approx_message_tokens
+from rise_batch.llm.tokens import counter_for
 from rise_batch.llm.transport import CHAT_PATH, Transport, make_transport
 from rise_batch.types import Reply
 
@@ -137,7 +137,9 @@ class LLMClient:
         """`typed`: build the SDK's ChatCompletion (~1 ms of CPU per reply; chat() needs only the text)."""
         self.stats.calls += 1
         request = chat_request(self.config, messages, **params)
-        est = approx_message_tokens(messages) + int(request.get("max_completion_tokens") or 0)
+        # the reservation: the model's own tokenizer, long texts sampled (trued up from the reply's usage)
+        est = counter_for(self.config.model).request(request, exact=False)
+        est += int(request.get("max_completion_tokens") or 0)
         paid = [0, 0, 0]  # tokens of every 2xx attempt, including unusable ones: they were billed
         attempts = 0
         retrying = AsyncRetrying(

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple
 
+from rise_batch.llm.tokens import TokenCounter
 from rise_batch.structure.anchors import LOCATED, validate_anchors
 from rise_batch.structure.heuristic import is_too_short, propose_heuristic
 from rise_batch.structure.propose import DOC_CLOSE, DOC_OPEN, build_messages, parse_reply
@@ -137,13 +138,22 @@ def render_result(text: str, result: DocResult) -> str:
     return render(text, sections_of(result))
 
 
-def model_input(text: str, max_chars: int) -> tuple[str, str]:
-    """The text the model sees: cut at a line break under max_chars (anchors past it cannot exist), and the note
-    ("input-truncated") that records the cut in the row. Shared with `plan`, which must price what is sent."""
-    if len(text) <= max_chars:
-        return text, ""
-    cut = text.rfind("\n", 0, max_chars)
-    return text[: cut if cut > 0 else max_chars], "input-truncated"
+def model_input(
+    text: str, max_chars: int, max_tokens: int | None = None, counter: TokenCounter | None = None
+) -> tuple[str, str]:
+    """The text the model sees: cut at a line break under max_chars and, with `max_tokens`, under that many tokens
+    of `counter` (the model's tokenizer: what is billed), and the note ("input-truncated") that records the cut in
+    the row; anchors past a cut cannot exist. Shared with `plan`, which must price what is sent."""
+    sent = text
+    if len(sent) > max_chars:
+        cut = sent.rfind("\n", 0, max_chars)
+        sent = sent[: cut if cut > 0 else max_chars]
+    if max_tokens is not None and counter is not None:
+        prefix = counter.cut(sent, max_tokens)
+        if len(prefix) < len(sent):
+            cut = prefix.rfind("\n")
+            sent = prefix[:cut] if cut > 0 else prefix
+    return sent, ("input-truncated" if len(sent) < len(text) else "")
 
 
 def _too_short(doc: Doc, run_hash: str, tier: str) -> tuple[DocResult, str]:
@@ -173,14 +183,25 @@ class LLMBackend:
 
     name = "llm"
 
-    def __init__(self, chat: Chat, prompt_text: str, reask: bool = True, max_input_chars: int = 200_000) -> None:
+    def __init__(
+        self,
+        chat: Chat,
+        prompt_text: str,
+        reask: bool = True,
+        max_input_chars: int = 200_000,
+        max_input_tokens: int | None = None,
+        counter: TokenCounter | None = None,
+    ) -> None:
+        """`max_input_tokens` cuts with `counter` (the model's: llm.tokens.counter_for), else chars/4."""
         self.chat = chat
         self.prompt_text = prompt_text
         self.reask = reask
         self.max_input_chars = max_input_chars
+        self.max_input_tokens = max_input_tokens
+        self.counter = counter or TokenCounter("chars/4")
 
     def _input(self, text: str) -> tuple[str, str]:
-        return model_input(text, self.max_input_chars)
+        return model_input(text, self.max_input_chars, self.max_input_tokens, self.counter)
 
     async def structure(self, doc: Doc, run_hash: str) -> tuple[DocResult, str]:
         if is_too_short(doc.text):

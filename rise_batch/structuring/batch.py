@@ -149,13 +149,15 @@ class BatchDriver:
         return await self._online_chat(messages)
 
     async def replay(self, spec: ShardSpec, doc: Doc, results: Mapping[str, BatchResult]) -> DocResult | Deferred:
+        from rise_batch.llm.tokens import counter_for
         from rise_batch.structure.backends import LLMBackend
 
         if not goes_to_llm(self.rule, doc):
             return self.heuristic.structure_sync(doc, self.plan.run_hash)[0]
         llm = self.cfg.llm
         backend = LLMBackend(Replay(self, results, base_id(spec.shard_id, doc.docid)), self.plan.prompt_text,
-                             reask=llm.reask, max_input_chars=llm.max_input_chars)  # fmt: skip
+                             reask=llm.reask, max_input_chars=llm.max_input_chars,
+                             max_input_tokens=llm.max_input_tokens, counter=counter_for(llm.model))  # fmt: skip
         try:
             return (await backend.structure(doc, self.plan.run_hash))[0]
         except Deferred as d:

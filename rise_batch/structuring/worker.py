@@ -23,6 +23,7 @@ def make_backend(cfg: StructureConfig, prompt_text: str, limiter=None):
     if cfg.backend == "heuristic":
         return HeuristicBackend()
     from rise_batch.llm.client import client_from_config
+    from rise_batch.llm.tokens import counter_for
 
     client = client_from_config(cfg.llm, limiter=limiter)
     chat = client.chat
@@ -34,7 +35,8 @@ def make_backend(cfg: StructureConfig, prompt_text: str, limiter=None):
         budget = CostBudget(cfg.max_cost_usd, spent, share)
         estimate = structuring_estimator(cfg.llm.model, client.prices, max_output_tokens=cfg.llm.max_output_tokens)
         chat = budget.guard(chat, estimate)
-    backend = LLMBackend(chat, prompt_text, reask=cfg.llm.reask, max_input_chars=cfg.llm.max_input_chars)
+    backend = LLMBackend(chat, prompt_text, reask=cfg.llm.reask, max_input_chars=cfg.llm.max_input_chars,
+                         max_input_tokens=cfg.llm.max_input_tokens, counter=counter_for(cfg.llm.model))  # fmt: skip
     from rise_batch.structure.tier import TieredBackend, tier_rule
 
     rule = tier_rule(cfg.tier)  # the same routing batch mode and the cost plan use (structure.tier.goes_to_llm)

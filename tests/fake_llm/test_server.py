@@ -84,8 +84,8 @@ def test_completion_shape_usage_and_prompt_cache(server: FakeLLMServer) -> None:
     assert json.loads(content)["sections"]
     usage = body["usage"]
     chars = len(SYSTEM) + len(doc) + len("<document>\n\n</document>")
-    assert chars / 4 <= usage["prompt_tokens"] <= chars / 4 + 20
-    assert usage["completion_tokens"] >= len(content) // 4
+    assert chars / 6 <= usage["prompt_tokens"] <= chars / 4  # real o200k tokens (tests/fake_llm/test_billing.py)
+    assert usage["completion_tokens"] >= len(content) // 6
     assert usage["prompt_tokens_details"]["cached_tokens"] == 0
     assert "x-ratelimit-limit-requests" not in headers  # no limits configured, no headers
     _, again, _ = http(server.base_url + "/chat/completions", chat_body(doc[:5000]))
