@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from rise_batch.structure.anchors import body_start_line
 from rise_batch.types import Section
@@ -101,30 +102,69 @@ def render(text: str, sections: Sequence[Section]) -> str:
     return "\n".join(out)
 
 
-def strip_structure(rendered: str) -> str:
-    """Give back the original text of a rendered document (the input itself when it carries no valid TOC)."""
+class TocEntry(NamedTuple):
+    """One `- L<start>–<end>: <title> — <description>` line: 1-indexed, inclusive lines of the final file."""
+
+    start: int
+    end: int
+    title: str
+    description: str
+
+
+class Toc(NamedTuple):
+    """A rendered document's TOC block, checked: `lines` is the file split on "\n", `body` the index of the
+    `## Table of Contents` line, `marker` the index of the `=== DOCUMENT BODY ===` line."""
+
+    entries: list[TocEntry]
+    lines: list[str]
+    body: int
+    marker: int
+
+
+def parse_toc(rendered: str) -> Toc | None:
+    """The TOC block of a rendered document, or None when it carries no consistent one.
+
+    The one parser of TOC lines: `strip_structure` and the snippet search both read them here. Consistent means
+    what `render` writes: ranges contiguous, ending on the last line, each start line a `## ` heading, so a
+    document whose own text holds a TOC-like block is not mistaken for a rendered one. The title is the heading
+    line's (exact, even when it holds an em dash); the description is what follows it on the entry line.
+    """
     lines = rendered.split("\n")
     body = body_start_line(rendered)
     if body >= len(lines) or lines[body].rstrip("\r") != TOC_HEADER:
-        return rendered
-    ranges: list[tuple[int, int]] = []
+        return None
+    found: list[tuple[int, int, str]] = []
     i = body + 1
     while i < len(lines):
         m = _ENTRY.match(lines[i])
         if not m:
             break
-        ranges.append((int(m.group(1)), int(m.group(2))))
+        found.append((int(m.group(1)), int(m.group(2)), lines[i][m.end() :].rstrip("\r")))
         i += 1
-    if not ranges or i >= len(lines) or lines[i].rstrip("\r") != BODY_MARKER:
-        return rendered
+    if not found or i >= len(lines) or lines[i].rstrip("\r") != BODY_MARKER:
+        return None
     marker = i
     total = _line_count(rendered)
-    heading_idx: set[int] = set()
-    for k, (start, end) in enumerate(ranges):
-        expected_end = ranges[k + 1][0] - 1 if k + 1 < len(ranges) else total
+    entries: list[TocEntry] = []
+    for k, (start, end, rest) in enumerate(found):
+        expected_end = found[k + 1][0] - 1 if k + 1 < len(found) else total
         idx = start - 1
         if end != expected_end or start > end or idx <= marker or not lines[idx].startswith("## "):
-            return rendered
-        heading_idx.add(idx)
-    kept = lines[:body] + [ln for j, ln in enumerate(lines[marker + 1 :], marker + 1) if j not in heading_idx]
+            return None
+        title = lines[idx][3:].rstrip("\r")
+        desc = rest[len(title) :].removeprefix(f" {DESC_DASH} ") if rest.startswith(title) else rest
+        entries.append(TocEntry(start, end, title, desc))
+    return Toc(entries, lines, body, marker)
+
+
+def strip_structure(rendered: str) -> str:
+    """Give back the original text of a rendered document (the input itself when it carries no valid TOC)."""
+    toc = parse_toc(rendered)
+    if toc is None:
+        return rendered
+    heading_idx = {e.start - 1 for e in toc.entries}
+    lines = toc.lines
+    kept = lines[: toc.body] + [
+        ln for j, ln in enumerate(lines[toc.marker + 1 :], toc.marker + 1) if j not in heading_idx
+    ]
     return "\n".join(kept)

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from rise_batch.structure.anchors import body_start_line
-from rise_batch.structure.render import render, strip_structure
+from rise_batch.structure.render import TocEntry, parse_toc, render, strip_structure
 from rise_batch.types import Section
 
 from .helpers import check_structure
@@ -95,3 +95,21 @@ def test_invalid_section_lines_raise(lines: list[int]) -> None:
 def test_strip_leaves_unrendered_text_alone() -> None:
     for text in EDGE_CASES.values():
         assert strip_structure(text) == text
+
+
+@pytest.mark.parametrize("eol", ["\n", "\r\n"])
+def test_parse_toc_reads_back_what_render_wrote(eol: str) -> None:
+    """The one TOC parser: exact titles (an em dash inside a title is the heading's, not a separator), descriptions
+    (empty ones too) and 1-indexed ranges whose start line is the section's heading, LF and CRLF alike."""
+    text = eol.join(["---", "title: X", "---", "Intro", "Born in Lyon.", "War \u2014 and peace.", "Worked.", ""])
+    secs = [Section("Life \u2014 early", "Where \u2014 and when.", 4), Section("Later", "", 6)]
+    out = render(text, secs)
+    toc = parse_toc(out)
+    assert toc is not None
+    life = TocEntry(9, 11, "Life \u2014 early", "Where \u2014 and when.")
+    assert toc.entries == [life, TocEntry(12, 13, "Later", "")]
+    lines = out.split("\n")
+    for e in toc.entries:
+        assert lines[e.start - 1].rstrip("\r") == f"## {e.title}"
+    assert lines[toc.body].rstrip("\r") == "## Table of Contents" and toc.marker == toc.body + 3
+    assert parse_toc(text) is None and parse_toc(out.replace("L12\u201313", "L12\u201312")) is None
