@@ -2,7 +2,8 @@
 
 It plays the trajectory a diligent model would, with whatever tools the request offers: search with the question's
 distinctive words, grep (rg) for its key term, read the head of the matching file (its table of contents), read the
-TOC range holding the hit, then answer from the text it read in the `Explanation / Exact Answer / Confidence`
+TOC range holding the hit (or, offered a search of sections and a read by line range, read the listed section that
+names the key term), then answer from the text it read in the `Explanation / Exact Answer / Confidence`
 format. The answer therefore only comes out right when the tools really work end to end.
 
 Behaviours that exercise budgets and failures are chosen per query by markers in the question text, e.g.
@@ -40,6 +41,7 @@ _TOC_ENTRY = re.compile(r"^\s*\d+\t- L(\d+)\u2013(\d+): ", re.MULTILINE)
 _NUMBERED = re.compile(r"^\s*(\d+)\t(.*)$", re.MULTILINE)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 _DOCID = re.compile(r"^\[\d+\] docid: (\S+)", re.MULTILINE)
+_SECTION = re.compile(r"^\[\d+\] (\S.*?\.txt)  L(\d+)\u2013(\d+)  ", re.MULTILINE)
 _STOP = frozenset(
     "what which when where who whom whose with from that this these those there their about into over under "
     "after before during between through does did have has had been being were was than then them they also "
@@ -140,6 +142,18 @@ def _toc_range(output: str, line: int) -> tuple[int, int] | None:
     return None
 
 
+def _section_to_read(output: str, term: str) -> tuple[str, int, int] | None:
+    """From a section search's listing: the first section whose entry names `term`, else the first one."""
+    found = list(_SECTION.finditer(output))
+    if not found:
+        return None
+    ends = [m.start() for m in found[1:]] + [len(output)]
+    pick = next(
+        (m for m, e in zip(found, ends, strict=True) if term.lower() in output[m.start() : e].lower()), found[0]
+    )
+    return pick.group(1), int(pick.group(2)), int(pick.group(3))
+
+
 def answer_text(term: str, steps: list[Step]) -> str:
     """The final reply, quoting the line of the read text that holds the term."""
     needle = term.lower()
@@ -177,6 +191,11 @@ def next_action(question: str, tools: dict[str, set[str]], steps: list[Step], be
             pick = next((d for d, b in zip(docids, blocks, strict=False) if term.lower() in b.lower()), None)
             if pick or docids:
                 return "call", "get_document", {"docid": pick or docids[0]}
+    elif "start" in tools.get("read", ()):  # sections by line range (snippet-toc)
+        if not any(s.tool == "read" for s in steps):
+            pick = _section_to_read(next(s.output for s in reversed(steps) if s.tool == "search"), term)
+            if pick:
+                return "call", "read", {"path": pick[0], "start": pick[1], "end": pick[2]}
     elif "bash" in tools:
         if not any(s.tool == "bash" and not s.arguments.get("command", "").startswith("sleep") for s in steps):
             return "call", "bash", {"command": _rg(term)}

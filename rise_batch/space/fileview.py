@@ -56,9 +56,17 @@ def resolve_inside(root: Path, path: str) -> tuple[Path, str]:
 
 
 def read_numbered(
-    file: Path, offset: int = 0, limit: int = MAX_READ_LINES, max_line_chars: int = MAX_LINE_CHARS
+    file: Path,
+    offset: int = 0,
+    limit: int = MAX_READ_LINES,
+    max_line_chars: int = MAX_LINE_CHARS,
+    *,
+    by_line: bool = False,
 ) -> str:
-    """`cat -n`-style lines [offset, offset+limit) of `file`, long lines cut, and a trailer saying what remains."""
+    """`cat -n`-style lines [offset, offset+limit) of `file`, long lines cut, and a trailer saying what remains.
+
+    The trailer speaks the caller's tool's language: 0-indexed `offset=` (read), or with `by_line` 1-indexed
+    `start=` (the snippet system's read by range), so the model's next call is the one the trailer names."""
     text = file.read_bytes().decode("utf-8", errors="replace")
     lines = text.split("\n")
     if lines and lines[-1] == "":
@@ -67,6 +75,8 @@ def read_numbered(
     if total == 0:
         return "[empty file: 0 lines]"
     if offset >= total:
+        if by_line:
+            return f"[start {offset + 1} is past the end: the file has {total} lines (valid start 1-{total})]"
         return f"[offset {offset} is past the end: the file has {total} lines (valid offsets 0-{total - 1})]"
     end = min(total, offset + limit)
     out = []
@@ -77,7 +87,8 @@ def read_numbered(
         out.append(f"{i + 1:>6}\t{line}")
     left = total - end
     if left:
-        out.append(f"[lines {offset + 1}-{end} of {total}; {left:,} more lines: continue with offset={end}]")
+        again = f"start={end + 1}" if by_line else f"offset={end}"
+        out.append(f"[lines {offset + 1}-{end} of {total}; {left:,} more lines: continue with {again}]")
     else:
         out.append(f"[lines {offset + 1}-{end} of {total}; end of file]")
     return "\n".join(out)

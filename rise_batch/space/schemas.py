@@ -6,6 +6,8 @@ size, output cap, time cap, read limit); they are built from the same numbers th
 
 from __future__ import annotations
 
+PATH_PROPERTY = {"type": "string", "description": "relative path, e.g. en.wikipedia.org/Lyon.txt"}
+
 
 def _tool(name: str, description: str, properties: dict, required: list[str]) -> dict:
     return {
@@ -64,7 +66,7 @@ def read_schema(max_lines: int = 2000, what: str = "workspace") -> dict:
         f"ls print it). `offset` is the 0-indexed first line, `limit` the number of lines (at most {max_lines}). "
         f"A table-of-contents entry `L12–40` is read with offset=11, limit=29. Long lines are cut.",
         {
-            "path": {"type": "string", "description": "relative path, e.g. en.wikipedia.org/Lyon.txt"},
+            "path": PATH_PROPERTY,
             "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "0-indexed first line"},
             "limit": {"type": "integer", "minimum": 1, "default": max_lines, "description": "number of lines"},
         },
@@ -88,6 +90,34 @@ def get_document_schema() -> dict:
         "Return the full text of a document by its docid (as returned by search).",
         {"docid": {"type": "string", "description": "the docid from a search result"}},
         ["docid"],
+    )
+
+
+def snippet_search_schema(top: int = 10, candidates: int = 50, first_lines: int = 3) -> dict:
+    return _tool(
+        "search",
+        f"Search the table-of-contents sections of the corpus. BM25 picks the best {candidates} documents for the "
+        f"query, then their sections (as their tables of contents cut them) are ranked against it. Returns the top "
+        f"{top} sections (at most a few per document): file path, line range `L<start>–<end>`, section title and "
+        f"description, and its first {first_lines} lines with their line numbers. Read a section with "
+        f"read(path, start, end).",
+        {"query": {"type": "string", "description": "a keyword query, e.g. Lyon silk weavers 1831"}},
+        ["query"],
+    )
+
+
+def read_range_schema(max_lines: int = 2000) -> dict:
+    return _tool(
+        "read",
+        f"Read lines `start` to `end` (1-indexed, inclusive) of a document, with their line numbers. `path` is "
+        f"the file path search printed. A section `L12–40` is read with start=12, end=40; at most {max_lines} "
+        f"lines per call. Long lines are cut.",
+        {
+            "path": PATH_PROPERTY,
+            "start": {"type": "integer", "minimum": 1, "default": 1, "description": "first line (1-indexed)"},
+            "end": {"type": "integer", "minimum": 1, "description": "last line, included"},
+        },
+        ["path", "start", "end"],
     )
 
 

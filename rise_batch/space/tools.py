@@ -76,6 +76,13 @@ def coerce_queries(value: Any) -> tuple[list[str], str]:
     return queries, note
 
 
+def one_query(value: Any) -> tuple[str, str]:
+    """A single-query tool's `query` -> (the stripped query, "" when unusable; a note when a list was joined)."""
+    if isinstance(value, list):
+        return " ".join(str(q) for q in value).strip(), "Note: `query` arrived as a list; joined it.\n"
+    return (value.strip() if isinstance(value, str) else ""), ""
+
+
 def surfaced_in(text: str, lookup: Callable[[str], str | None]) -> list[str]:
     """Docids whose corpus-relative path appears in `text` (rg prints `path:line:...`, find prints `./path`)."""
     seen: dict[str, None] = {}
@@ -167,7 +174,10 @@ class ToolSet:
         return fn(**arguments)
 
 
-def read_in(root: Path, path: Any, offset: Any, limit: Any, lookup: Callable[[str], str | None]) -> ToolResult:
+def read_in(
+    root: Path, path: Any, offset: Any, limit: Any, lookup: Callable[[str], str | None], *, by_line: bool = False
+) -> ToolResult:
+    """`read` under `root`; `by_line`: the caller's tool takes 1-indexed line ranges, and the notes say so."""
     try:
         offset, limit = int(offset), int(limit)
     except (TypeError, ValueError, OverflowError):  # NaN, 1e400 (inf), "ten", a list
@@ -176,10 +186,10 @@ def read_in(root: Path, path: Any, offset: Any, limit: Any, lookup: Callable[[st
         return ToolResult("error: offset must be >= 0 and limit >= 1", error=True)
     note = ""
     if limit > MAX_READ_LINES:
-        limit, note = MAX_READ_LINES, f"[limit capped at {MAX_READ_LINES} lines]\n"
+        limit, note = MAX_READ_LINES, f"[{'range' if by_line else 'limit'} capped at {MAX_READ_LINES} lines]\n"
     try:
         file, rel = resolve_inside(root, path)
-        text = read_numbered(file, offset, limit)
+        text = read_numbered(file, offset, limit, by_line=by_line)
     except PathRefused as e:
         return ToolResult(f"error: {e}", error=True)
     except OSError as e:
@@ -314,13 +324,11 @@ class RetrievalTools(ToolSet):
         self.schemas = [schemas.retrieval_search_schema(k), schemas.get_document_schema()]
 
     def search(self, query: Any) -> ToolResult:
-        note = ""
-        if isinstance(query, list):
-            query, note = " ".join(str(q) for q in query), "Note: `query` arrived as a list; joined it.\n"
-        if not isinstance(query, str) or not query.strip():
+        query, note = one_query(query)
+        if not query:
             return ToolResult("error: `query` must be a non-empty string", error=True)
-        hits = self.index.search([query.strip()], self.k)[0]
-        out = [note + f'Top {len(hits.docids)} for "{query.strip()}":'] if hits.docids else [note + "No results."]
+        hits = self.index.search([query], self.k)[0]
+        out = [note + f'Top {len(hits.docids)} for "{query}":'] if hits.docids else [note + "No results."]
         for rank, (docid, score) in enumerate(zip(hits.docids, hits.scores, strict=True), 1):
             path = self.store.path(docid)
             text = path.read_text(encoding="utf-8", errors="replace") if path and path.exists() else ""
