@@ -60,7 +60,7 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
         raise ConfigError(f"docs directory {cfg.docs} does not exist")
     if system.uses_index and cfg.index:
         refuse_foreign_index(cfg.index, cfg.docs)  # before any model call: every hit would be a missing file
-    if system.tools != "retrieval" and not cfg.allow_unsandboxed:
+    if system.uses_sandbox and not cfg.allow_unsandboxed:
         from rise_batch.space.sandbox import probe
 
         if not probe().ok:  # refuse up front rather than fail every trajectory
