@@ -21,6 +21,7 @@ from rise_batch.commands.job_paths import add_base_flag, anchor_paths  # noqa: E
 from rise_batch.errors import run_main  # noqa: E402
 from rise_batch.eval.sweep import cell_dir, load_sweep_config  # noqa: E402
 from rise_batch.eval.sweep_runner import plan_sweep, run_sweep  # noqa: E402
+from rise_batch.logs import add_output_flags, pop_output_flags  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,8 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="validate and list the cells, run nothing")
     parser.add_argument("--force-judge", action="store_true", help="re-grade every cell's answers")
     add_base_flag(parser)
+    add_output_flags(parser)  # --log-level, --progress-every: as in `rise-batch`
     args = parser.parse_args(argv)
-    return run_main(lambda: _run(args), "eval_sweep")  # the CLI's exit codes (rise_batch.errors)
+    log_level, every = pop_output_flags(args)
+    # the CLI's exit codes (rise_batch.errors)
+    return run_main(lambda: _run(args), "eval_sweep", log_level=log_level, progress_every=every)
 
 
 def _run(args: argparse.Namespace) -> int:

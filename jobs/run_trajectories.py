@@ -9,7 +9,6 @@ function; inside a Ray job, `ray.init()` attaches to the job's cluster, so no ad
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -19,14 +18,18 @@ from rise_batch.agent.job import run_trajectories, summary_line  # noqa: E402
 from rise_batch.commands.job_paths import add_base_flag, anchor_paths  # noqa: E402
 from rise_batch.commands.run import add_run_flags, config_from_args  # noqa: E402
 from rise_batch.errors import run_main  # noqa: E402
+from rise_batch.logs import add_output_flags, pop_output_flags  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_run_flags(parser)
     add_base_flag(parser)
+    add_output_flags(parser)  # --log-level, --progress-every: as in `rise-batch`
     args = parser.parse_args(argv)
-    return run_main(lambda: _run(args), "run_trajectories")  # the CLI's exit codes (rise_batch.errors)
+    log_level, every = pop_output_flags(args)
+    # the CLI's exit codes (rise_batch.errors)
+    return run_main(lambda: _run(args), "run_trajectories", log_level=log_level, progress_every=every)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -36,8 +39,7 @@ def _run(args: argparse.Namespace) -> int:
     if cfg.workers == 0:
         print("run_trajectories: workers=0 runs in the driver process only; set workers >= 1", file=sys.stderr)
     stats = run_trajectories(cfg)
-    print(json.dumps(stats, sort_keys=True))
-    print(summary_line(stats, cfg.out))
+    print(summary_line(stats, cfg.out))  # once, as `rise-batch run` prints it
     return 0
 
 

@@ -9,7 +9,6 @@ job function; inside a Ray job, `ray.init()` attaches to the job's cluster, so n
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -18,15 +17,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the job's wor
 from rise_batch.commands.job_paths import add_base_flag, anchor_paths  # noqa: E402
 from rise_batch.commands.structure import add_structure_flags, config_from_args  # noqa: E402
 from rise_batch.errors import run_main  # noqa: E402
-from rise_batch.structuring.job import run_structure, summary_line  # noqa: E402
+from rise_batch.logs import add_output_flags, pop_output_flags  # noqa: E402
+from rise_batch.structuring.job import next_commands, run_structure, summary_line  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_structure_flags(parser)
     add_base_flag(parser)
+    add_output_flags(parser)  # --log-level, --progress-every: as in `rise-batch`
     args = parser.parse_args(argv)
-    return run_main(lambda: _run(args), "structure_corpus")  # the CLI's exit codes: 2 bad input, 3 --max-cost
+    log_level, every = pop_output_flags(args)
+    # the CLI's exit codes: 2 bad input, 3 --max-cost
+    return run_main(lambda: _run(args), "structure_corpus", log_level=log_level, progress_every=every)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -39,8 +42,9 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     stats = run_structure(cfg)
-    print(json.dumps(stats, sort_keys=True))
-    print(summary_line(stats, cfg.out))
+    print(summary_line(stats, cfg.out))  # once: the full stats are in OUT/stats.json
+    for line in next_commands(stats, cfg.out):
+        print(line)
     return 0
 
 

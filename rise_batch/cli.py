@@ -38,7 +38,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(f"rise_batch.commands.{name}").add_parser(sub)
+    for command in sub.choices.values():
+        _add_output_flags(command)
     return parser
+
+
+def _add_output_flags(p: argparse.ArgumentParser) -> None:
+    """--log-level and --progress-every on every (sub)command that runs, so they go anywhere after its name."""
+    from rise_batch.logs import add_output_flags
+
+    nested = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    for action in nested:
+        for command in action.choices.values():
+            _add_output_flags(command)
+    if not nested:
+        add_output_flags(p)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,10 +62,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     from rise_batch.errors import run_main
+    from rise_batch.logs import pop_output_flags
 
     # command_name: a subcommand whose own positional is called `command` (workspace bash) names itself
     name = f"rise-batch {getattr(args, 'command_name', None) or args.command}"
-    return run_main(lambda: args.func(args), name, program="rise-batch")
+    log_level, every = pop_output_flags(args)
+    return run_main(lambda: args.func(args), name, program="rise-batch", log_level=log_level, progress_every=every)
 
 
 if __name__ == "__main__":

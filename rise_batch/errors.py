@@ -4,9 +4,9 @@ rise_batch at import time.
 They live here, below every layer, so that a pure module (e.g. `structure/tier.py`) can raise a configuration error
 without importing `config.py`, which itself imports the pure core: the error type is the only thing both need.
 
-`run_main` (which imports only `io` from rise_batch, lazily) is the only place that turns an exception into a
-message and an exit code, for the `rise-batch` CLI and the `jobs/` scripts alike, so a command and the job that runs
-the same function exit the same way:
+`run_main` (which imports only `io`, `logs` and `progress` from rise_batch, lazily) is the only place that turns an
+exception into a message and an exit code, for the `rise-batch` CLI and the `jobs/` scripts alike, so a command and
+the job that runs the same function exit the same way:
 
 - 2 (`EXIT_USAGE`): bad input the message explains (a config, a corpus row, a query file, an existing or missing
   path): any ValueError (ConfigError, CorpusError and QueryFileError are ValueErrors), FileNotFoundError,
@@ -51,12 +51,29 @@ def exit_code_for(exc: BaseException) -> int | None:
     return None
 
 
-def run_main(fn: Callable[[], int | None], name: str, program: str | None = None) -> int:
+def run_main(
+    fn: Callable[[], int | None],
+    name: str,
+    program: str | None = None,
+    *,
+    log_level: str | None = None,
+    progress_every: float | None = None,
+) -> int:
     """`fn()`'s exit code (None is 0), or the mapped code of what it raised, with one line on stderr. `name` starts
     error lines ("rise-batch index", "structure_corpus"), `program` the interruption line (default: `name`).
-    A command that fails leaves no output directory it created and wrote nothing into (io.make_output_dir)."""
+    A command that fails leaves no output directory it created and wrote nothing into (io.make_output_dir).
+    Logging (`log_level`: one stderr handler) and the progress interval are set up here, once per process, for
+    the CLI and the jobs alike (rise_batch.logs, rise_batch.progress)."""
     from rise_batch.io import remove_unused_outputs  # io imports nothing from rise_batch either: no cycle
+    from rise_batch.logs import setup_logging
+    from rise_batch.progress import set_progress_every
 
+    setup_logging(log_level)
+    try:
+        set_progress_every(progress_every)
+    except ValueError as e:
+        print(f"{name}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     remove_unused_outputs()  # forget directories of an earlier command run in this process
     ok = False
     try:

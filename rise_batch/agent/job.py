@@ -141,60 +141,54 @@ def refuse_foreign_index(index_dir: str | Path, docs_dir: str | Path) -> None:
 
 
 class Progress:
-    """Queries done / running / failed, tokens and dollars so far: a tqdm bar on a terminal, log lines otherwise."""
+    """Queries done / running / failed, tokens and dollars so far, shown by rise_batch.progress (a bar on a terminal,
+    a line every --progress-every seconds elsewhere). The stage's hooks call started / stopped / finished."""
 
-    def __init__(self, total: int, already: int, enabled: bool = True, every_s: float = 30.0) -> None:
-        from tqdm import tqdm
+    def __init__(self, total: int, already: int, enabled: bool = True, every_s: float | None = None) -> None:
+        from rise_batch.progress import Progress as Shown
 
-        self.total, self.already = total, already
-        self.done = self.running = self.failed = 0
+        self.running = self.failed = 0
         self.reasons: Counter[str] = Counter()
         self.input_tokens = self.output_tokens = 0
-        self.cost = 0.0
-        self.tty = enabled and sys.stderr.isatty()
-        self.log = enabled and not self.tty
-        self.every_s, self._last = every_s, time.monotonic()
-        self.bar = tqdm(total=total, initial=already, desc="trajectories", unit="q", disable=not self.tty)
+        self.shown = Shown(
+            "run",
+            total,
+            "queries",
+            enabled=enabled,
+            already=already,
+            every_s=every_s,
+            extra=self.fields,
+            show_cost=True,
+        )
 
     def started(self) -> None:
         self.running += 1
-        self._show()
 
     def stopped(self) -> None:
         self.running -= 1
 
     def finished(self, summary: dict[str, Any]) -> None:
-        self.done += 1
         reason = summary.get("stop_reason") or "?"
         self.reasons[reason] += 1
         self.failed += reason == "api_error"
         usage = summary.get("usage") or {}
         self.input_tokens += usage.get("input_tokens", 0)
         self.output_tokens += usage.get("output_tokens", 0)
-        self.cost += summary.get("cost_usd") or 0.0
-        self.bar.update(1)
-        self._show()
+        self.shown.update(1, cost=summary.get("cost_usd") or 0.0)
 
-    def line(self) -> str:
-        reasons = " ".join(f"{k}={v}" for k, v in sorted(self.reasons.items()))
-        return (
-            f"done {self.already + self.done}/{self.total} running {self.running} failed {self.failed} "
-            f"tokens in={self.input_tokens:,} out={self.output_tokens:,} ${self.cost:.4f} [{reasons}]"
-        )
-
-    def _show(self) -> None:
-        if self.tty:
-            self.bar.set_postfix_str(
-                f"run={self.running} fail={self.failed} tok={self.input_tokens + self.output_tokens:,} "
-                f"${self.cost:.4f}",
-                refresh=False,
-            )
-        elif self.log and time.monotonic() - self._last >= self.every_s:
-            self._last = time.monotonic()
-            print("rise-batch run: " + self.line(), file=sys.stderr, flush=True)
+    def fields(self) -> dict[str, Any]:
+        """The run's own fields of the progress line; retries and 429s come with the summary (per worker)."""
+        reasons = ",".join(f"{k}:{v}" for k, v in sorted(self.reasons.items())) or "-"
+        return {
+            "running": self.running,
+            "failed": self.failed,
+            "tokens_in": f"{self.input_tokens:,}",
+            "tokens_out": f"{self.output_tokens:,}",
+            "stop_reasons": reasons,
+        }
 
     def close(self) -> None:
-        self.bar.close()
+        self.shown.close()
 
 
 def run_queries(plan: RunPlan, progress: Progress) -> list[dict[str, Any]]:
@@ -308,8 +302,10 @@ def run_trajectories(cfg: RunConfig) -> dict[str, Any]:
 def summary_line(stats: dict[str, Any], out: str) -> str:
     reasons = ",".join(f"{k}:{v}" for k, v in stats["stop_reasons"].items())
     keys = ("queries", "ran", "skipped", "model_calls_mean", "input_tokens", "output_tokens", "cost_usd")
+    sent = stats.get("transport")  # only when this invocation sent requests: never a 0 that was not measured
+    transport = f" retries={sent.get('retries', 0)} 429s={sent.get('rate_limited', 0)}" if sent else ""
     return (
         f"run system={stats['system']} model={stats['model']} "
         + " ".join(f"{k}={stats[k]}" for k in keys)
-        + f" stop_reasons={reasons or '-'} wall_seconds={stats['wall_seconds']} out={out}"
+        + f" stop_reasons={reasons or '-'}{transport} wall_seconds={stats['wall_seconds']} out={out}"
     )

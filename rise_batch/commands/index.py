@@ -25,6 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ray", action="store_true", help="tokenize shards as Ray tasks (local Ray if no address)")
     p.add_argument("--ray-address", default=None, help="Ray cluster address (implies --ray)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing index directory")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar or lines")
     p.add_argument(
         "--query",
         action="append",
@@ -56,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         columns=args.columns or "",
         log=lambda msg: print(f"index: {msg}", file=sys.stderr),
+        progress=args.progress,
     )
     c = meta.counts
     print(

@@ -20,7 +20,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rise_batch.corpus.scan import shards_from_json
-    from rise_batch.structuring.job import MANIFEST, progress_bar
+    from rise_batch.progress import Progress
+    from rise_batch.structuring.job import MANIFEST
     from rise_batch.structuring.shard import materialize_shard
     from rise_batch.structuring.verify import require_intact
 
@@ -29,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     shards = shards_from_json(manifest["shards"])
     require_intact(out, shards)  # a damaged part or marker: one line naming it and the command that repairs it
     n = 0
-    with progress_bar(len(shards), "materialize") as bar:
+    with Progress("materialize", len(shards), "shards") as bar:
         for spec in shards:
             n += materialize_shard(out, spec, manifest["config"]["max_doc_chars"])
             bar.update(1)

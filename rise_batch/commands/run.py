@@ -84,6 +84,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         ),
     )
     add_run_flags(p)
+    p.add_argument("--json", action="store_true", help="print the full stats as JSON instead of the summary line")
     p.set_defaults(func=run)
 
 
@@ -91,9 +92,13 @@ def run(args: argparse.Namespace) -> int:
     from rise_batch.agent.job import run_trajectories, summary_line
     from rise_batch.llm.simulated import cost_label
 
+    want_json = args.json
+    del args.json  # a command option, not a run setting
     cfg = config_from_args(args)
     stats = run_trajectories(cfg)
     label = cost_label(cfg.llm.base_url)
-    print(json.dumps(stats | {"cost_simulated": bool(label)}, sort_keys=True))
-    print(summary_line(stats, cfg.out) + label)
+    if want_json:  # the summary once: the full stats for scripts, or the one line for people
+        print(json.dumps(stats | {"cost_simulated": bool(label)}, sort_keys=True))
+    else:
+        print(summary_line(stats, cfg.out) + label)
     return 0

@@ -70,7 +70,9 @@ def add_structure_flags(p: argparse.ArgumentParser) -> None:
         help="start over when OUT holds a different run (old outputs kept under superseded-*/)",
     )
     p.add_argument("--index", action="store_true", default=None, help="also build the BM25 index into OUT/index")
-    p.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
+    p.add_argument(
+        "--no-progress", dest="progress", action="store_false", default=None, help="no progress bar or lines"
+    )
     g = p.add_argument_group("llm backend")
     g.add_argument("--base-url", dest="llm_base_url", help="OpenAI-compatible base URL (e.g. http://127.0.0.1:8000/v1)")
     g.add_argument("--model", dest="llm_model", help="model name (default gpt-5.4-nano)")
@@ -155,7 +157,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rise_batch.llm.simulated import cost_label
-    from rise_batch.structuring.job import run_structure, summary_line
+    from rise_batch.structuring.job import next_commands, run_structure, summary_line
 
     want_json, verify = args.json, args.verify
     del args.json, args.verify  # command options, not run settings (the manifest's config stays the same)
@@ -166,4 +168,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(stats | {"cost_simulated": bool(label)}, indent=2, sort_keys=True))
     else:
         print(summary_line(stats, cfg.out) + label)
+        for line in next_commands(stats, cfg.out):
+            print(line)
     return 0

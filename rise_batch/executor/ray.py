@@ -42,6 +42,9 @@ def init_ray(address: str | None, log_to_driver: bool = True) -> None:
     auth token of, someone else's cluster. "local" always starts a private one; RAY_ADDRESS must then be passed
     explicitly, because "local" ignores it."""
     if not ray.is_initialized():
+        from rise_batch.logs import route_ray_logging
+
+        route_ray_logging()  # Ray's records through the command's one handler, its token-auth notice demoted
         target = address or os.environ.get("RAY_ADDRESS") or "local"
         ray.init(address=target, log_to_driver=log_to_driver, include_dashboard=False)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rise_batch.index.tokenize import TokenizerSettings
+from rise_batch.progress import Progress
 
 if TYPE_CHECKING:
     from rise_batch.corpus.readers import ShardSpec
@@ -83,6 +84,7 @@ def build_index(
     use_numba: bool | None = None,
     log: Callable[[str], None] | None = None,
     columns: str = "",
+    progress: bool = False,
 ) -> IndexMeta:
     """Build the BM25 index of a corpus (Parquet / JSONL[.gz], see rise_batch.corpus.readers) into `out_dir`.
 
@@ -92,6 +94,7 @@ def build_index(
     `runner` defaults to `workers` spawned local processes (as with any multiprocessing, a script calling this
     with workers > 1 needs an `if __name__ == "__main__":` guard); rise_batch.index.shards.RayShardRunner runs
     the same per-shard function as Ray tasks. `columns` ("docid=id,text=contents") names the source columns.
+    `progress` shows rows tokenized, then the merge (rise_batch.progress: a bar on a terminal, lines elsewhere).
     """
     from rise_batch.index.merge import GlobalStats, assemble
     from rise_batch.index.plan import plan_index_shards
@@ -108,15 +111,19 @@ def build_index(
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    sizes = [None if s.stop is None else s.stop - s.start for s in shards]  # None: a .gz file, read to its end
+    bar = Progress("index", 0 if None in sizes else sum(sizes), "rows", enabled=progress)
     try:
-        run = _tokenize_all(shards, runner, settings, on_bad_row, tmp / "_spill")
+        run = _tokenize_all(shards, runner, settings, on_bad_row, tmp / "_spill", bar)
         n_dups = len(run.duplicates)
         if n_dups:  # "skip": leave the later copies out and tokenize again (a rare, exceptional input)
             say(f"{len(run.duplicates)} duplicate docids: tokenizing again without them")
             shards = _with_skipped(shards, run.duplicates)
+            bar.set_stage("tokenizing again without duplicates")
             run = _tokenize_all(shards, runner, settings, on_bad_row, tmp / "_spill2")
         t2 = time.perf_counter()
         say(f"tokenized {len(run.merger.docids)} docs in {len(shards)} shards in {t2 - t0:.1f}s")
+        bar.set_stage(f"merging and saving {len(run.merger.docids):,} docs")
         stats = GlobalStats(run.merger, K1, B)
         n_chars = run.merger.n_chars
         del run.merger
@@ -172,6 +179,7 @@ def build_index(
         tmp.rename(out)
         return meta
     finally:
+        bar.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -189,13 +197,21 @@ class _Run:
 
 
 def _tokenize_all(
-    shards: list[ShardSpec], runner: ShardRunner, settings: TokenizerSettings, on_bad_row: str, spill: Path
+    shards: list[ShardSpec],
+    runner: ShardRunner,
+    settings: TokenizerSettings,
+    on_bad_row: str,
+    spill: Path,
+    bar: Progress | None = None,
 ) -> _Run:
     from rise_batch.corpus.readers import CorpusError
 
     run = _Run()
     first: dict[str, tuple[int, int]] = {}  # docid -> (shard index, source row) of its first occurrence
     for i, (summary, fetch) in enumerate(runner.map(shards, settings, on_bad_row, spill)):
+        if bar is not None:
+            stop = shards[i].stop
+            bar.update(len(summary.docids) + len(summary.bad_rows) if stop is None else stop - shards[i].start)
         run.bad_rows.extend(summary.bad_rows)
         for docid, row in zip(summary.docids, summary.source_rows.tolist(), strict=True):
             seen = first.setdefault(docid, (i, row))

@@ -16,6 +16,7 @@ from rise_batch.config import ConfigError, StructureConfig, config_to_dict, run_
 from rise_batch.corpus.readers import ShardSpec
 from rise_batch.corpus.scan import scan_corpus, shards_from_json, shards_to_json, write_bad_rows
 from rise_batch.io import dump_json, make_output_dir, supersede, write_parquet_atomic
+from rise_batch.progress import Progress
 from rise_batch.structuring.batch import refuse_if_batches_open
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.structuring.shard import merge_stats
@@ -42,13 +43,6 @@ class RunPlan(NamedTuple):
     prompt_text: str
     n_docs: int
     n_bad_rows: int
-
-
-def progress_bar(total: int, desc: str, enabled: bool = True):
-    """tqdm on a terminal, silent otherwise (logs of a cluster job should not fill with carriage returns)."""
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="doc", disable=not (enabled and sys.stderr.isatty()))
 
 
 def _plan_key(cfg: StructureConfig, fingerprint: str) -> dict:
@@ -105,7 +99,7 @@ def prepare_run(cfg: StructureConfig) -> RunPlan:
         relpaths.append(rel)
         shard_ids.append(shard)
 
-    with progress_bar(cfg.limit or 0, "scan", cfg.progress) as bar:
+    with Progress("scan", cfg.limit or 0, "rows", enabled=cfg.progress) as bar:
         plan = scan_corpus(
             cfg.corpus, cfg.shard_docs, cfg.on_bad_row, cfg.limit, cfg.max_doc_chars, on_doc, bar.update, cfg.columns
         )
@@ -151,9 +145,16 @@ def run_shards(cfg: StructureConfig, plan: RunPlan, bar) -> tuple[list[dict], li
     local = cfg.n_workers == 0
 
     def on_result(spec: ShardSpec, stats: dict) -> None:
+        seen = stats.pop("transport_delta", {})  # this shard's share of its worker's retries and 429s
         results.append(stats)
-        if not local:
-            bar.update(stats.get("docs_total", 0))
+        # in process the bar counted each document (and its cost) as it finished, except a shard an earlier run did
+        whole = not local or bool(stats.get("resumed_done"))
+        bar.update(
+            stats.get("docs_total", 0) if whole else 0,
+            cost=stats.get("cost_usd", 0.0) if whole else 0.0,
+            retries=seen.get("retries", 0),
+            rate_limited=seen.get("rate_limited", 0),
+        )
 
     n = max(cfg.n_workers, 1)
     per_worker = 1 if local else max(1, (cfg.max_shards_in_flight or 2 * n) // n)
@@ -166,7 +167,7 @@ def run_shards(cfg: StructureConfig, plan: RunPlan, bar) -> tuple[list[dict], li
         what="structure",
         describe=describe_shard,
         on_result=on_result,
-        services=shard_services(cfg, plan.run_hash, bar.update),
+        services=shard_services(cfg, plan.run_hash, lambda n, usd: bar.update(n, cost=usd)),
         stop_on=(BudgetExceeded,),
     )
     transport = executor_for(cfg.n_workers, options, cfg.ray_address).map(stage, plan.shards)
@@ -194,7 +195,11 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
     rebought = check_checkpoint(cfg, plan, verify)
     if cfg.mode == "online":
         refuse_if_batches_open(cfg.out)
-    with progress_bar(plan.n_docs, f"structure[{cfg.backend}]", cfg.progress) as bar:
+    llm = cfg.backend == "llm"  # dollars exist only there; retries and 429s are counted online, per shard
+    online = llm and cfg.mode == "online"
+    with Progress(
+        f"structure[{cfg.backend}]", plan.n_docs, enabled=cfg.progress, show_cost=llm, show_transport=online
+    ) as bar:
         if cfg.mode == "batch":  # one driver process: the provider does the parallel work
             from rise_batch.structuring.batch import run_batch
 
@@ -249,6 +254,7 @@ def build_job_index(cfg: StructureConfig, plan: RunPlan) -> str:
         on_bad_row=cfg.on_bad_row,
         runner=runner,
         overwrite=True,
+        progress=cfg.progress,
     )
     return str(out)
 
@@ -268,8 +274,25 @@ def summary_line(stats: dict, out: str) -> str:
         "wall_seconds",
         "docs_per_second",
     )
+    tail = f" index={stats['index']}" if stats.get("index") else ""  # --index: the index is part of the result
     if "rebought_replies" in stats:  # only after a kill or damage: an undamaged run's line is unchanged
         keys += ("rebought_replies",)
         damaged = len(stats.get("damaged_files", []))
-        return "structure " + " ".join(f"{k}={stats.get(k, 0)}" for k in keys) + f" damaged_files={damaged} out={out}"
-    return "structure " + " ".join(f"{k}={stats.get(k, 0)}" for k in keys) + f" out={out}"
+        tail = f" damaged_files={damaged}" + tail
+    return "structure " + " ".join(f"{k}={stats.get(k, 0)}" for k in keys) + f"{tail} out={out}"
+
+
+def next_commands(stats: dict, out: str) -> list[str]:
+    """What to try once `structure --index` is done: search the new index into a workspace, then run agents over
+    it. Paths are the run's own, quoted for a shell; without an index there is nothing to search yet."""
+    import shlex
+
+    if not stats.get("index"):
+        return []
+    index, docs = shlex.quote(str(stats["index"])), shlex.quote(str(out))
+    ws = shlex.quote(str(Path(out).parent / "workspace"))  # beside OUT: a new run of OUT never moves them
+    runs = shlex.quote(str(Path(out).parent / "rise-run"))
+    return [
+        f'next: rise-batch workspace search --index {index} --docs {docs} --workspace {ws} "your question"',
+        f"then: rise-batch run --queries QUERIES.jsonl --index {index} --docs {docs} --out {runs}",
+    ]

@@ -131,9 +131,10 @@ async def structure_shard(
     spec: ShardSpec,
     backend,
     run_hash: str,
-    on_doc: Callable[[int], None] | None = None,
+    on_doc: Callable[[int, float], None] | None = None,
 ) -> dict:
-    """Structure every not-yet-checkpointed doc of one shard, then materialize it and mark it done."""
+    """Structure every not-yet-checkpointed doc of one shard, then materialize it and mark it done; `on_doc(n, usd)`
+    counts each document (and its cost) as it finishes, for the progress of an in-process run."""
     out = Path(cfg.out)
     store = CheckpointStore(out)
     if store.is_done(spec.shard_id):
@@ -167,7 +168,7 @@ async def structure_shard(
             rendered[res.docid] = text
             retained += len(text)
         if on_doc is not None:
-            on_doc(1)
+            on_doc(1, res.cost_usd)  # the driver's progress: documents and dollars as they come
         if len(buffer) >= cfg.flush_docs or flush_due_in() == 0.0:
             flush()
 
@@ -196,7 +197,7 @@ async def structure_shard(
             if doc.docid in done:
                 skipped += 1
                 if on_doc is not None:
-                    on_doc(1)
+                    on_doc(1, 0.0)  # paid by an earlier run
                 continue
             if backend.name != "llm":  # the heuristic: no waiting, rows in corpus order
                 finished(await backend.structure(doc, run_hash))

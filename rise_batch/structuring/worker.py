@@ -68,11 +68,18 @@ class ShardWorker:
 
             limiter = RemoteLimiter(services["limiter"], self.cfg.llm.concurrency)
         self.backend = make_backend(self.cfg, config["prompt_text"], limiter)
-        self.on_doc: Callable[[int], None] | None = services.get("on_doc")
+        self.on_doc: Callable[[int, float], None] | None = services.get("on_doc")
+        self.reported: dict = {}
 
     async def run(self, spec: ShardSpec, attempt: int) -> dict:
+        """The shard's stats, plus `transport_delta`: the retries and 429s this worker's client counted since its
+        previous shard, so the driver's progress line can show them while the job runs (popped before merging)."""
         del attempt  # a shard resumes from its checkpoint, whichever attempt this is
-        return await structure_shard(self.cfg, spec, self.backend, self.run_hash, self.on_doc)
+        stats = await structure_shard(self.cfg, spec, self.backend, self.run_hash, self.on_doc)
+        now = transport_stats(self.backend)
+        delta = {k: now.get(k, 0) - self.reported.get(k, 0) for k in ("retries", "rate_limited")}
+        self.reported = now
+        return stats | {"transport_delta": delta}
 
     async def close(self) -> dict:
         """The transport stats, then the client closed in this worker's own event loop (its aiohttp session's)."""
@@ -87,7 +94,7 @@ def describe_shard(spec: ShardSpec) -> str:
     return f"shard {spec.shard_id} ({spec.source} rows {spec.start}-{spec.stop})"
 
 
-def shard_services(cfg: StructureConfig, run_hash: str, on_doc: Callable[[int], None]):
+def shard_services(cfg: StructureConfig, run_hash: str, on_doc: Callable[[int, float], None]):
     """What every worker shares: in process, the per-document progress callback; on Ray, the job's limiter actor
     (LLM backend only), whose handle the executor holds until every shard is done."""
 
