@@ -44,6 +44,10 @@ class LLMConfig:
     # the openai SDK's AsyncOpenAI (the reference path, ~4-5 ms CPU/request); direct: the project's lean aiohttp +
     # orjson path (~1 ms CPU/request) for 1M-document jobs on few cores
     http_backend: str = "httpx"
+    # send the caller's strict JSON schema as `response_format` (structuring's TOC, the judge's verdict); off for
+    # providers without structured outputs. A server that refuses it (400 "response_format not supported") turns it
+    # off for the rest of the run, with a warning, counted in the stats (llm/client.py)
+    structured_output: bool = True
 
     def validate(self) -> None:
         # read from the registry, so a new transport needs no edit here; imported here, not at the top: config sits
@@ -195,6 +199,8 @@ def run_hash(cfg: StructureConfig, prompt_text: str) -> str:
         }
         if cfg.llm.max_input_tokens is not None:  # only when set: runs made before the setting keep their hash
             basis["max_input_tokens"] = cfg.llm.max_input_tokens
+        if cfg.llm.structured_output:  # only when on: a run made before the setting hashes as one with it off
+            basis["structured_output"] = True
         if cfg.tier is not None:  # which documents the LLM sees changes outputs; mode and cost limit do not
             basis["tier"] = parse_tier(cfg.tier).identity
     basis["max_doc_chars"] = cfg.max_doc_chars

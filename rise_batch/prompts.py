@@ -58,3 +58,10 @@ def load_prompt(name: str) -> str:
 def prompt_hash(text: str) -> str:
     """Short stable identity of a prompt's exact text (first 16 hex digits of its SHA-256)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def json_schema_format(name: str, schema: dict) -> dict:
+    """A chat request's `response_format` for a strict JSON schema, in the shape OpenAI's API defines (vLLM, SGLang
+    and the llama.cpp server accept the same): strict mode needs every object to list all its properties as
+    required and to forbid others, which the schemas next to the prompts (structure/propose.py, eval/judge.py) do."""
+    return {"type": "json_schema", "json_schema": {"name": name, "strict": True, "schema": schema}}

@@ -82,6 +82,7 @@ class Reply(NamedTuple):
     output_tokens: int = 0
     cost_usd: float = 0.0
     model: str = ""
+    constrained: bool = False  # the request carried a JSON schema (response_format) the server accepted
 
 
 class DocResult(NamedTuple):
@@ -106,3 +107,5 @@ class DocResult(NamedTuple):
     parse_note: str = ""
     tier: str = ""  # backend that produced it: "heuristic" | "llm"
     error: str = ""
+    # the kept reply was schema-constrained (structured outputs); parts written before this field read as False
+    schema_constrained: bool = False

@@ -26,6 +26,12 @@ _FAULT_FLAGS = [
     ("--tpm-limit", int, "server-side prompt tokens per window"),
     ("--limit-window-s", float, "window of the server-side limits (default 60)"),
     ("--require-key", str, "answer 401 unless this bearer token is sent"),
+    (
+        "--response-format",
+        str,
+        "obey (default: requests' response_format is checked like OpenAI's and answered in its shape) or refuse "
+        "(400 'response_format not supported', as a provider without structured outputs)",
+    ),
 ]
 
 

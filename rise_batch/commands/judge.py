@@ -44,6 +44,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--queries", help="query file with gold answers (default: the run's own, from run.json)")
     p.add_argument(
+        "--no-structured-output",
+        dest="structured_output",
+        action="store_false",
+        help="do not send the grader's JSON schema as response_format (for providers without structured outputs; "
+        "a server that refuses it is asked again without it)",
+    )
+    p.add_argument(
         "--mode",
         choices=["online", "batch"],
         default="online",
@@ -72,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
             rpm=args.rpm,
             tpm=args.tpm,
             concurrency=args.concurrency,
+            structured_output=args.structured_output,
         )
     )
     failed = unjudged = 0
@@ -95,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
             f"llm {s.llm}, empty {s.empty}, no gold {s.no_gold}, failed {s.failed}, unjudged {s.unjudged}, "
             f"re-asks {s.reasks}, judge cost ${s.cost_usd:.4f}{label}"
         )
+        if s.structured_output_disabled:
+            print(f"judge {run_dir}: the server refused structured outputs; graded without the grader schema")
         for e in s.errors[:5]:
             print(f"  error: {e}")
         print(f"judge {run_dir}: {accuracy_line(s)}")

@@ -94,6 +94,14 @@ def add_structure_flags(p: argparse.ArgumentParser) -> None:
         type=int,
         help="cut documents longer than this many tokens of the model's tokenizer, at a line break (recorded per row)",
     )
+    g.add_argument(
+        "--no-structured-output",
+        dest="llm_structured_output",
+        action="store_false",
+        default=None,
+        help="do not send the TOC's JSON schema as response_format (for providers without structured outputs; a "
+        "server that refuses it switches it off by itself, after one refused request per worker)",
+    )
     g = p.add_argument_group("cost control")
     g.add_argument("--mode", choices=["online", "batch"], help="online (default) or the OpenAI Batch API (half price)")
     g.add_argument(

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from rise_batch.errors import ConfigError
+from rise_batch.prompts import json_schema_format
 
 GRADER_PROMPT = "judge_grader.txt"
 FIELDS = ("extracted_final_answer", "reasoning", "correct", "confidence")
@@ -27,6 +28,21 @@ _LABEL = re.compile(
     r"[ \t]*(?:\*\*|__)?[ \t]*:[ \t]*(?:\*\*|__)?",
     re.IGNORECASE | re.MULTILINE,
 )
+# The grader's four fields as a strict schema (structured outputs): `correct` can only be "yes" or "no" and the
+# confidence only a number, so a schema-constrained grader cannot echo the prompt; parse_grader_reply reads it as
+# any JSON object reply, and stays the reader for providers without structured outputs.
+GRADER_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "extracted_final_answer": {"type": "string"},
+        "reasoning": {"type": "string"},
+        "correct": {"type": "string", "enum": ["yes", "no"]},
+        "confidence": {"type": "number"},
+    },
+    "required": list(FIELDS),
+    "additionalProperties": False,
+}
+GRADER_RESPONSE_FORMAT = json_schema_format("grader_verdict", GRADER_SCHEMA)
 _YES = {"yes", "true"}
 _NO = {"no", "false"}
 _NUMBER = re.compile(r"[-+]?\d+(?:[.,]\d+)?")

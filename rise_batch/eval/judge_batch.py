@@ -6,7 +6,8 @@ requests, so a driver killed while waiting asks for the same group again and ado
 instead of paying twice; once results are in, every answered line becomes a judgment file, and the failed ones
 are left for the next run (a different set, hence a new group with only them). A reply that is not in the grader
 format is re-asked once online (at the online price; a second day-long batch for a handful of re-asks is not worth
-the wait), then recorded as a verdict or as `unjudged`, exactly as in online mode.
+the wait), then recorded as a verdict or as `unjudged`, exactly as in online mode. Lines carry the grader's JSON
+schema while structured outputs are on; lines a provider refused for it are graded online without it.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from rise_batch.config import LLMConfig
-from rise_batch.eval.judge import GRADER_PROMPT
-from rise_batch.eval.judge_runner import JudgeSummary, grade_reply, plan_judging, record_failure
+from rise_batch.eval.judge import GRADER_PROMPT, GRADER_RESPONSE_FORMAT
+from rise_batch.eval.judge_runner import JudgeSummary, grade_online, grade_reply, plan_judging, record_failure
 
 BATCH_DIR = "judge_batches"
 
@@ -41,7 +42,8 @@ async def judge_run_batch(
 ) -> JudgeSummary:
     from rise_batch.llm.batch import reply_from_body
     from rise_batch.llm.batch_runner import BatchRunner, async_client
-    from rise_batch.llm.client import chat_request, client_from_config
+    from rise_batch.llm.client import chat_request, client_from_config, format_params
+    from rise_batch.llm.errors import refuses_response_format
     from rise_batch.llm.pricing import PriceTable
 
     plan = plan_judging(run_dir, llm.model, force=force, prompt=prompt, queries_path=queries_path, on_judged=on_judged)
@@ -59,18 +61,24 @@ async def judge_run_batch(
         )
         tasks = {t.stem: t for t in plan.todo}
         group = group_name(llm.model, plan.prompt_id, list(tasks))
-        requests = [(stem, chat_request(llm, t.messages)) for stem, t in tasks.items()]
+        fmt = format_params(llm, GRADER_RESPONSE_FORMAT)
+        requests = [(stem, chat_request(llm, t.messages, **fmt)) for stem, t in tasks.items()]
         results = await runner.run(group, requests)
     finally:
         await client.close()
-    async with client_from_config(llm) as online:  # for re-asks only
+    async with client_from_config(llm, response_format=GRADER_RESPONSE_FORMAT) as online:  # re-asks (and refusals)
         for stem, task in tasks.items():
             result = results.get(stem)
+            if result is not None and refuses_response_format(result.status_code, result.error_message):
+                online.response_format = None  # the provider has no structured outputs: grade this one online
+                plan.summary.structured_output_disabled = 1
+                await grade_online(plan, task, online.chat, on_judged)
+                continue
             if result is None or not result.ok or result.body is None:
                 record_failure(plan, task, result.describe() if result else "no result line")
                 continue
             try:
-                reply = reply_from_body(result.body, prices, llm.model, batch=True)
+                reply = reply_from_body(result.body, prices, llm.model, batch=True)._replace(constrained=bool(fmt))
             except ValueError as e:
                 record_failure(plan, task, str(e))
                 continue

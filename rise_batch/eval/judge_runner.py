@@ -9,6 +9,10 @@ A verdict comes only from a reply in the grader format (eval/judge.py parses it 
 is re-asked once (the conversation plus what was wrong); when the re-ask fails too, the query is written as
 `unjudged` with the reason and both replies: no verdict is invented, accuracy leaves it out, the summary and the
 report count it apart, and the next run grades it again.
+
+With structured outputs on (the default; `llm.structured_output`) every grader request carries the grader's strict
+JSON schema (eval/judge.GRADER_RESPONSE_FORMAT) and the judgment records `schema_constrained`; a server that refuses
+the schema is asked again without it (llm/client.py), and the summary counts the switch.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any, NamedTuple
 from rise_batch.config import LLMConfig
 from rise_batch.eval.judge import (
     GRADER_PROMPT,
+    GRADER_RESPONSE_FORMAT,
     build_grader_messages,
     check_grader_prompt,
     exact_match,
@@ -56,6 +61,7 @@ class JudgeSummary:
     parse_errors: int = 0  # grader replies that were not in the grader format (each one re-asked once)
     reasks: int = 0
     unjudged: int = 0  # the re-ask did not give a grader reply either: written as unjudged, no verdict
+    structured_output_disabled: int = 0  # 1 when the server refused the grader schema and grading went on without
     cost_usd: float = 0.0
     errors: list[str] = field(default_factory=list)
     # over every judgment of the run after this pass (set by eval.judging): unjudged ones are left out
@@ -124,6 +130,7 @@ def llm_judgment(
         "gold_answers": list(golds),
         "prompt_hash": prompt_id,
         "grader_reply": last.text if last is not None else None,
+        "schema_constrained": bool(getattr(last, "constrained", False)),  # the verdict's reply was held to the schema
     }
     if len(replies) > 1:
         judgment["grader_replies"] = [r.text for r in replies]
@@ -228,6 +235,23 @@ async def grade_reply(
     return judgment
 
 
+async def grade_online(
+    plan: JudgePlan,
+    task: JudgeTask,
+    ask: Callable[[list[dict[str, str]]], Awaitable[Any]],
+    on_judged: Callable[[dict[str, Any]], None] | None = None,
+) -> None:
+    """Ask the grader online and record the judgment, or the failure (no file: the next run retries it)."""
+    from rise_batch.llm.errors import LLMError
+
+    try:
+        reply = await ask(task.messages)
+    except LLMError as e:
+        record_failure(plan, task, str(e))
+        return
+    await grade_reply(plan, task, reply, ask, on_judged)
+
+
 def record_failure(plan: JudgePlan, task: JudgeTask, error: str) -> None:
     plan.summary.failed += 1
     plan.summary.errors.append(f"{task.trajectory.get('query_id')}: {error}")
@@ -246,7 +270,6 @@ async def judge_run(
 ) -> JudgeSummary:
     """Grade every trajectory of `run_dir` that has no judgment yet (all of them with `force`), online."""
     from rise_batch.llm.client import client_from_config
-    from rise_batch.llm.errors import LLMError
 
     plan = plan_judging(run_dir, llm.model, force=force, prompt=prompt, queries_path=queries_path, on_judged=on_judged)
     if not plan.todo:
@@ -255,19 +278,14 @@ async def judge_run(
     for task in plan.todo:
         queue.put_nowait(task)
 
-    async with client_from_config(llm, limiter=limiter) as client:
+    async with client_from_config(llm, limiter=limiter, response_format=GRADER_RESPONSE_FORMAT) as client:
 
         async def worker() -> None:
             while not queue.empty():
-                task = queue.get_nowait()
-                try:
-                    reply = await client.chat(task.messages)
-                except LLMError as e:
-                    record_failure(plan, task, str(e))
-                    continue
-                await grade_reply(plan, task, reply, client.chat, on_judged)
+                await grade_online(plan, queue.get_nowait(), client.chat, on_judged)
 
         await asyncio.gather(*(worker() for _ in range(min(llm.concurrency, len(plan.todo)))))
+        plan.summary.structured_output_disabled = client.stats.structured_output_disabled
     return plan.summary
 
 

@@ -42,6 +42,7 @@ class JudgeSpec:
     tpm: int = 2_000_000
     concurrency: int = 16
     prompt: str = "judge_grader"
+    structured_output: bool = True  # send the grader's JSON schema (off for providers without structured outputs)
     mode: str = "online"  # or "batch": the Batch API, half price, results within 24 h
     poll_s: float = 30.0
 
@@ -207,6 +208,7 @@ def judge_llm_config(spec: JudgeSpec) -> Any:
         rpm=spec.rpm,
         tpm=spec.tpm,
         concurrency=spec.concurrency,
+        structured_output=spec.structured_output,
     )
     llm.validate()
     return llm

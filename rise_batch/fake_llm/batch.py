@@ -25,6 +25,7 @@ from rise_batch.fake_llm.chat import RouteHost, usage
 from rise_batch.fake_llm.faults import draw
 from rise_batch.fake_llm.http import BadRequest, HttpRequest, HttpResponse, dumps, error_body, json_response
 from rise_batch.fake_llm.request import ChatRequest
+from rise_batch.fake_llm.schema import format_type, response_format_error
 
 ENDPOINTS = ("/v1/chat/completions",)
 COUNTERS = (
@@ -345,6 +346,9 @@ def _answer(server: RouteHost, body: dict[str, Any], batch_id: str) -> tuple[int
         request = ChatRequest.parse(body)
     except BadRequest as e:
         return 400, error_body(str(e), "invalid_request_error")
+    refused = response_format_error(request.body, server.state.config.response_format)
+    if refused is not None:
+        return 400, error_body(refused, "invalid_request_error", "invalid_parameter")
     responder = next(r for r in server.responders if r.matches(request))
     message = responder.respond(request)
     counts = usage(server.state, request, message.get("content") or "")
@@ -356,6 +360,7 @@ def _answer(server: RouteHost, body: dict[str, Any], batch_id: str) -> tuple[int
             "attempt": 0,
             "model": request.model,
             "responder": responder.name,
+            "response_format": format_type(request.body),
             "status": 200,
             "fault": None,
             "prompt_tokens": counts["prompt_tokens"],

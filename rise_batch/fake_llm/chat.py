@@ -19,6 +19,7 @@ from rise_batch.fake_llm.faults import choose_fault, latency_s
 from rise_batch.fake_llm.http import BadRequest, HttpRequest, HttpResponse, error_body, json_response
 from rise_batch.fake_llm.judge import JudgeResponder
 from rise_batch.fake_llm.request import ChatRequest, Responder
+from rise_batch.fake_llm.schema import format_type, response_format_error
 from rise_batch.fake_llm.state import ServerState
 from rise_batch.fake_llm.structuring import structuring_reply
 from rise_batch.llm.tokens import MESSAGE_OVERHEAD_TOKENS, counter_for, message_text
@@ -94,6 +95,11 @@ def complete(
     try:
         head = request.document if request.document is not None else message_text(request.messages[-1])
         log: dict[str, Any] = {"key": request.key, "attempt": attempt, "model": request.model, "head": head[:60]}
+        log["response_format"] = format_type(request.body)  # what the request asked for: tests read it in the log
+        refused = response_format_error(request.body, cfg.response_format)
+        if refused is not None:  # checked first, as the API validates parameters before it does anything else
+            log["fault"] = "response-format"
+            return 400, error_body(refused, "invalid_request_error", "invalid_parameter"), {}, log
         wait = state.admit(counter_for(request.model).request(request.body, exact=False))
         if wait > 0:
             retry_after = max(wait, cfg.retry_after_ms / 1000.0)

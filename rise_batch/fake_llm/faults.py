@@ -25,7 +25,7 @@ _PROBABILITY_FIELD = {
 }
 RETRY_AFTER_STYLES = ("both", "ms", "seconds", "none")
 _INTS = ("seed", "max_faults_per_key", "rpm_limit", "tpm_limit")
-_STRINGS = ("retry_after_style", "require_key")
+_STRINGS = ("retry_after_style", "require_key", "response_format")
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ class FaultConfig:
     tpm_limit: int | None = None
     limit_window_s: float = 60.0  # the limits above count over this window (tests shrink it)
     require_key: str | None = None  # when set, any other bearer token gets a 401
+    response_format: str = "obey"  # requests' response_format: "obey" (checked, answered in shape) or "refuse" (400)
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -68,6 +69,8 @@ class FaultConfig:
                 raise ValueError(f"{name} must be > 0 or None, got {getattr(self, name)!r}")
         if self.limit_window_s <= 0:
             raise ValueError(f"limit_window_s must be > 0, got {self.limit_window_s!r}")
+        if self.response_format not in ("obey", "refuse"):  # fake_llm/schema.py RESPONSE_FORMAT_MODES
+            raise ValueError(f"response_format must be 'obey' or 'refuse', got {self.response_format!r}")
 
     def _check_types(self) -> None:
         """Numbers must be finite numbers of the right kind: NaN passes every `<` test, so a NaN latency or window

@@ -4,7 +4,8 @@ It reads the response's exact answer and the reference answers out of the prompt
 after SQuAD-style normalisation, it equals a reference or contains one as whole words ("Paris, France" for
 "Paris"), and replies in the grader's four-field format. The reply's *shape* varies deterministically with the
 request (plain lines, **bold** fields, a JSON object, capitalised values), so an end-to-end run exercises every
-form the judge's parser accepts, while the verdict itself depends only on the answers.
+form the judge's parser accepts, while the verdict itself depends only on the answers. A request with a JSON
+`response_format` (structured outputs) always gets the JSON object, its confidence a number, as the schema says.
 
 A misbehaving grader can be rehearsed too (`JudgeResponder(reply=...)`, `rise-batch fake-llm --judge-reply`):
 `echo` answers with text that is not a grader reply but repeats the prompt (its field names and "correct: yes if
@@ -20,6 +21,7 @@ import re
 from typing import Any
 
 from rise_batch.eval.judge import normalize_answer
+from rise_batch.fake_llm.schema import wants_json
 from rise_batch.llm.tokens import message_text
 
 _EXACT = re.compile(r"exact[ _]answer\W{0,4}:\W{0,4}(.+)", re.IGNORECASE)
@@ -67,8 +69,8 @@ def answer_matches(answer: str | None, golds: list[str]) -> bool:
     return any(g and (norm.strip() == g or f" {g} " in norm) for g in map(normalize_answer, golds))
 
 
-def grade(text: str) -> str:
-    """The grader's reply to a grader prompt (deterministic in the prompt text)."""
+def grade(text: str, as_json: bool = False) -> str:
+    """The grader's reply to a grader prompt (deterministic in the prompt text); `as_json`: the schema's object."""
     parsed = parse_grader_request(text)
     if parsed is None:
         return "extracted_final_answer: None\nreasoning: the request could not be read.\ncorrect: no\nconfidence: 0"
@@ -85,8 +87,9 @@ def grade(text: str) -> str:
     shown = answer if answer is not None else "None"
     yes_no = "yes" if correct else "no"
     style = STYLES[int(hashlib.blake2b(text.encode(), digest_size=2).hexdigest(), 16) % len(STYLES)]
-    if style == "json":
-        obj = {"extracted_final_answer": shown, "reasoning": reasoning, "correct": yes_no, "confidence": confidence}
+    if as_json or style == "json":  # under the schema the confidence is a number, as the schema says
+        score: str | float = float(confidence) if as_json else confidence
+        obj = {"extracted_final_answer": shown, "reasoning": reasoning, "correct": yes_no, "confidence": score}
         return json.dumps(obj)
     if style == "bold":
         rows = [("extracted_final_answer", shown), ("reasoning", reasoning), ("correct", yes_no)]
@@ -96,11 +99,12 @@ def grade(text: str) -> str:
     return f"extracted_final_answer: {shown}\n\nreasoning: {reasoning}\n\ncorrect: {yes_no}\n\nconfidence: {confidence}"
 
 
-def misgrade(mode: str, prompt: str) -> str:
-    """What a misbehaving grader sends instead of `grade(prompt)`: an echo of the prompt, or a truncated reply."""
+def misgrade(mode: str, prompt: str, as_json: bool = False) -> str:
+    """What a misbehaving grader sends instead of `grade(prompt)`: an echo of the prompt, or a truncated reply
+    (under a schema, the JSON object cut short, as a token limit cuts a constrained reply)."""
     if mode.startswith("echo"):
         return "I am not able to grade this here. This is the task I was given:\n\n" + prompt
-    reply = grade(prompt)
+    reply = grade(prompt, as_json)
     cut = reply.lower().rfind("confidence")  # the last field: a reply cut by a token limit loses it first
     return reply[: cut if cut > 0 else len(reply) // 2].rstrip(' \n*"')
 
@@ -121,7 +125,9 @@ class JudgeResponder:
         prompt = _grader_prompt(request) or ""
         reask = any(m.get("role") == "assistant" for m in request.messages)
         good = self.reply == "grader" or (reask and self.reply.endswith("-once"))
-        return {"role": "assistant", "content": grade(prompt) if good else misgrade(self.reply, prompt)}
+        as_json = wants_json(request.body)
+        content = grade(prompt, as_json) if good else misgrade(self.reply, prompt, as_json)
+        return {"role": "assistant", "content": content}
 
 
 def _grader_prompt(request: Any) -> str | None:

@@ -10,11 +10,19 @@ Failure contract: `chat()` either returns a Reply or raises `LLMError` — for a
 context too long...) at once, for a retryable one after `max_attempts`. The structuring backend records the document
 as outcome `error` with `str(exc)`; nothing else escapes except cancellation. A reply whose content is not the JSON
 the caller wanted is still a Reply: judging content is the caller's job (the backend re-asks once, counted apart).
+
+Structured outputs: a client built with a `response_format` (structuring's TOC schema, the judge's) sends it with
+every `chat()` while `config.structured_output` is on, and marks those replies `constrained`. A server that refuses
+it (a 400 saying response_format is not supported: llm/errors.refuses_response_format) gets the same request again
+without it, and the client stops sending it for the rest of its life, with one warning and
+`structured_output_disabled` in its stats: a provider without structured outputs costs a run the refused requests
+(those already in flight at the first refusal, at most `concurrency` per worker, each sent again), not documents.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
@@ -25,7 +33,11 @@ from openai.types.chat import ChatCompletion
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from rise_batch.config import LLMConfig
-from rise_batch.llm.errors import LLMError, UnusableReplyError  # LLMError: also importable from here
+from rise_batch.llm.errors import (  # LLMError: also importable from here
+    LLMError,
+    UnusableReplyError,
+    refuses_response_format,
+)
 from rise_batch.llm.limiter import AsyncLimiter, Limiter
 from rise_batch.llm.pricing import PriceTable
 from rise_batch.llm.ratelimit import RateLimits
@@ -33,6 +45,8 @@ from rise_batch.llm.retry import Verdict, classify
 from rise_batch.llm.tokens import counter_for
 from rise_batch.llm.transport import CHAT_PATH, Transport, make_transport
 from rise_batch.types import Reply
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -53,6 +67,8 @@ class LLMStats:
     cached_input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    structured_output_refused: int = 0  # requests a server refused for their response_format (sent again without)
+    structured_output_disabled: int = 0  # 1 once this client stopped sending response_format (summed: workers)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,9 +114,12 @@ class LLMClient:
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         http_backend: str | None = None,
         api: str = "chat",
+        response_format: dict[str, Any] | None = None,
     ) -> None:
-        """`http_backend` overrides `config.http_backend`; `api`: "chat" or "responses" (transport.APIS)."""
+        """`http_backend` overrides `config.http_backend`; `api`: "chat" or "responses" (transport.APIS);
+        `response_format`: what chat() sends while `config.structured_output` is on (see the module docstring)."""
         self.config = config
+        self.response_format = response_format if config.structured_output else None
         self.limiter: Limiter = limiter or AsyncLimiter(
             RateLimits(rpm=config.rpm, tpm=config.tpm, window_s=config.limit_window_s), config.concurrency
         )
@@ -123,7 +142,32 @@ class LLMClient:
 
     async def chat(self, messages: list[dict[str, Any]]) -> Reply:
         """The structuring transport: messages in, text and priced usage out (raises LLMError)."""
-        return (await self._complete(messages, None, {}, typed=False)).reply
+        fmt = self.response_format
+        if fmt is None:
+            return (await self._complete(messages, None, {}, typed=False)).reply
+        try:
+            reply = (await self._complete(messages, None, {"response_format": fmt}, typed=False)).reply
+        except LLMError as e:
+            if not refuses_response_format(e.status, str(e)):
+                raise
+            self._format_refused(e)
+            return (await self._complete(messages, None, {}, typed=False)).reply
+        return reply._replace(constrained=True)
+
+    def _format_refused(self, exc: LLMError) -> None:
+        """The server does not take response_format: the call goes on without it (so it is neither a failed call
+        nor a second call), and no later request of this client sends it."""
+        self.stats.structured_output_refused += 1
+        self.stats.calls -= 1
+        self.stats.failures -= 1
+        if self.response_format is not None:
+            self.response_format = None
+            self.stats.structured_output_disabled = 1
+            log.warning(
+                "rise-batch: the server refused structured outputs (%s); sending requests without response_format "
+                "for the rest of this run (pass --no-structured-output to skip the refused request)",
+                str(exc)[:300],
+            )
 
     async def complete(
         self, messages: list[dict[str, Any]], *, timeout: float | None = None, **params: Any
@@ -245,6 +289,11 @@ def parse_body(body: bytes) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UnusableReplyError(f"the response body is not a JSON object: {body[:80]!r}")
     return data
+
+
+def format_params(config: LLMConfig, response_format: dict[str, Any] | None) -> dict[str, Any]:
+    """`chat_request` parameters carrying `response_format` when structured outputs are on (Batch API lines)."""
+    return {"response_format": response_format} if config.structured_output and response_format else {}
 
 
 def client_from_config(config: LLMConfig, *, limiter: Limiter | None = None, **options: Any) -> LLMClient:

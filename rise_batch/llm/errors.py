@@ -15,6 +15,7 @@ policy (`rise_batch.llm.retry.classify`) then decides on it whichever transport 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 
 
@@ -69,3 +70,24 @@ def status_message(status_code: int, content: bytes) -> str:
     if isinstance(detail, str) and detail:
         message += f" - {detail}"
     return message
+
+
+# How servers word "no structured outputs here" (all 400 or 422): OpenAI "Invalid parameter: 'response_format' of
+# type 'json_schema' is not supported with this model" / "Unsupported parameter: 'response_format'", Azure
+# "Unrecognized request argument supplied: response_format", llama.cpp "response_format type must be one of ...",
+# Groq "This model does not support response format `json_schema`", DeepSeek "This response_format type is
+# unavailable now", pydantic-validated servers "response_format: Extra inputs are not permitted". The message must
+# name the parameter AND refuse it, so a 400 about something else (a bad schema keyword, a long context) is never
+# taken for a provider without structured outputs.
+_FORMAT_NAMED = re.compile(r"response[_ ]format|json[_ ]schema|structured[_ ]output|guided[_ ]json", re.IGNORECASE)
+_REFUSED = re.compile(
+    r"not (?:be )?supported|unsupported|does not support|doesn't support|not available|unavailable|unrecogni[sz]ed"
+    r"|not permitted|not allowed|must be one of|unknown (?:parameter|field|argument)|extra (?:inputs|fields)"
+    r"|invalid parameter",
+    re.IGNORECASE,
+)
+
+
+def refuses_response_format(status: int | None, message: str) -> bool:
+    """Is this error a server saying it does not take `response_format` (so the request works without it)?"""
+    return status in (400, 422) and bool(_FORMAT_NAMED.search(message)) and bool(_REFUSED.search(message))

@@ -94,8 +94,10 @@ def finish(
     reasks: int = 0,
     note: str = "",
     error: str = "",
+    constrained: bool = False,
 ) -> tuple[DocResult, str]:
-    """The checkpoint row and the rendered text (original text when there is no TOC)."""
+    """The checkpoint row and the rendered text (original text when there is no TOC). `constrained`: the reply the
+    row was made from was schema-constrained (structured outputs)."""
     status = Counter(a.status for a in ev.anchors)
     dropped = {k: status[k] for k in ("not-found", "out-of-order", "duplicate") if status[k]}
     if ev.proposal.malformed:
@@ -121,6 +123,7 @@ def finish(
         parse_note=notes,
         tier=tier,
         error=error or ev.proposal.error,
+        schema_constrained=constrained,
     )
     return row, (render(doc.text, ev.sections) if ev.sections else doc.text)
 
@@ -215,7 +218,7 @@ class LLMBackend:
             return finish(doc, run_hash, Evaluation("error", [], [], Proposal(())), self.name, usage, 0, note, _msg(e))
         usage = usage.add(reply)
         ev = evaluate(doc.text, parse_reply(reply.text))
-        reasks, error = 0, ""
+        reasks, error, constrained = 0, "", reply.constrained
         if self.reask and ev.outcome in REASK_OUTCOMES:
             reasks = 1
             again = [*messages, *_reask_turns(reply.text, ev.outcome, sent)]
@@ -223,10 +226,11 @@ class LLMBackend:
                 reply2 = await self.chat(again)
                 usage = usage.add(reply2)
                 ev2 = evaluate(doc.text, parse_reply(reply2.text))
-                ev = ev2 if _better(ev2, ev) else ev
+                if _better(ev2, ev):
+                    ev, constrained = ev2, reply2.constrained
             except Exception as e:
                 error = "re-ask failed: " + _msg(e)
-        return finish(doc, run_hash, ev, self.name, usage, reasks, note, error)
+        return finish(doc, run_hash, ev, self.name, usage, reasks, note, error, constrained)
 
 
 def _reask_turns(previous: str, outcome: str, sent: str) -> Sequence[dict]:

@@ -1,4 +1,4 @@
-"""The LLM side of structuring: the request messages and a tolerant, honest reply parser.
+"""The LLM side of structuring: the request messages, the reply's JSON schema and a tolerant, honest reply parser.
 
 Messages put the fixed system prompt first and the document last, so every request of a run shares one long
 identical prefix and provider prompt caching applies. The parser accepts what models really send (a ```json
@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any
 
+from rise_batch.prompts import json_schema_format
 from rise_batch.types import Proposal, SectionProposal
 
 DOC_OPEN = "<document>\n"
@@ -20,6 +21,23 @@ DOC_CLOSE = "\n</document>"
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\r?\n?(.*?)```", re.DOTALL)
 _DECODER = json.JSONDecoder()
 MAX_JSON_STARTS = 64  # bracket positions tried in a prose reply; bounds the work on long garbage
+
+# The reply the prompt asks for, as a strict schema: a provider with structured outputs then can only send this
+# object (no fence, no prose, no entry without an anchor), and the tolerant parser below stays for those without.
+_STRING = {"type": "string"}
+SECTION_SCHEMA = {
+    "type": "object",
+    "properties": {"title": _STRING, "description": _STRING, "anchor": _STRING},
+    "required": ["title", "description", "anchor"],
+    "additionalProperties": False,
+}
+TOC_SCHEMA = {
+    "type": "object",
+    "properties": {"sections": {"type": "array", "items": SECTION_SCHEMA}},
+    "required": ["sections"],
+    "additionalProperties": False,
+}
+TOC_RESPONSE_FORMAT = json_schema_format("table_of_contents", TOC_SCHEMA)
 
 
 def build_messages(doc_text: str, prompt_text: str) -> list[dict]:

@@ -12,6 +12,11 @@ n from the collected batch results (custom_id `<shard>:<docid>|<call>|<try>`); a
 `Deferred`, which becomes a request line of the next round. So request bodies, re-ask turns, validation and
 checkpoint rows are those of online mode by construction, not by imitation.
 
+Structured outputs: request lines carry the TOC schema as `response_format` while it is on. Lines a provider
+refuses for it (llm/errors.refuses_response_format) are sent again without it, online or in the next round, and
+every later line goes without it; each group's manifest entry records whether its lines carried it, so results
+are marked schema-constrained (or not) correctly, and a resume keeps the switch.
+
 Resume: the BatchRunner manifest (OUT/batches.json) records every pack's groups, batches and states, results are
 downloaded once into OUT/batches/, and checkpointed documents are skipped; a driver killed at any point between
 submit and collect polls again instead of resubmitting.
@@ -31,6 +36,7 @@ from typing import Any
 from rise_batch.config import ConfigError, StructureConfig
 from rise_batch.corpus.readers import ShardSpec, read_shard
 from rise_batch.llm.batch import BatchResult, reply_from_body, request_line
+from rise_batch.llm.errors import refuses_response_format
 from rise_batch.structure.tier import goes_to_llm, tier_rule
 from rise_batch.structuring.budget import BudgetExceeded
 from rise_batch.structuring.checkpoint import CheckpointStore
@@ -60,13 +66,14 @@ def custom_id(base: str, call: int, attempt: int) -> str:
     return f"{base}|{call}|{attempt}"
 
 
-def _slim(r: BatchResult) -> BatchResult:
-    """Only what a Reply needs: a 50,000-line pack's results stay a few hundred MB at most."""
+def _slim(r: BatchResult, constrained: bool = False) -> BatchResult:
+    """Only what a Reply needs (and whether its line carried the schema): a 50,000-line pack's results stay a few
+    hundred MB at most."""
     if not r.ok or r.body is None:
         return r
     choices = r.body.get("choices") or []
     content = ((choices[0].get("message") or {}).get("content") if choices else None) or ""
-    body = {"model": r.body.get("model"), "usage": r.body.get("usage")}
+    body = {"model": r.body.get("model"), "usage": r.body.get("usage"), "_constrained": constrained}
     return r._replace(body=body | ({"choices": [{"message": {"content": content}}]} if choices else {}))
 
 
@@ -87,11 +94,15 @@ class Replay:
         for r in tries:
             if r.ok:
                 try:
-                    return reply_from_body(r.body or {}, d.prices, d.cfg.llm.model, batch=True)
+                    reply = reply_from_body(r.body or {}, d.prices, d.cfg.llm.model, batch=True)
                 except ValueError:
                     continue  # a 200 without choices: as good as a failed line
+                return reply._replace(constrained=bool((r.body or {}).get("_constrained")))
         last = tries[-1] if tries else None
-        if last is not None and not last.ok and not last.retryable:
+        refused = last is not None and refuses_response_format(last.status_code, last.error_message)
+        if refused:  # the provider has no structured outputs: this line goes again without the schema
+            d.format_refused(last.describe())  # type: ignore[union-attr]
+        if last is not None and not last.ok and not last.retryable and not refused:
             raise LLMError(last.describe(), kind="client", status=last.status_code, attempts=len(tries))
         # A batch that failed as a whole (validation, enqueued-token limit) cost nothing: its lines go into a new
         # batch round whatever the policy, never silently online at twice the price.
@@ -131,13 +142,37 @@ class BatchDriver:
         self._online = None
         self._online_chat = None
         self.done_at_start: set[int] = set()
+        # structured outputs stay off once a provider refused them, also across a resume (the groups record it)
+        self.structured = cfg.llm.structured_output and not any(
+            self.runner.meta(g).get("structured_output") is False for g in self.runner.groups
+        )
+
+    def format_refused(self, why: str) -> None:
+        """The provider refused response_format: no later line or online call sends it (warned once)."""
+        if self.structured:
+            self.structured = False
+            self.counts["structured_output_disabled"] = 1
+            _say(f"the provider refused structured outputs ({why[:300]}); sending the rest without response_format")
+        self.counts["structured_output_refused"] += 1
+        if self._online is not None:
+            self._online.response_format = None
+
+    def body(self, messages: list[dict]) -> dict[str, Any]:
+        """A request line's body: online mode's request, with the TOC schema while structured outputs are on."""
+        from rise_batch.llm.client import chat_request
+        from rise_batch.structure.propose import TOC_RESPONSE_FORMAT
+
+        fmt = {"response_format": TOC_RESPONSE_FORMAT} if self.structured else {}
+        return chat_request(self.cfg.llm, messages, **fmt)
 
     # -- documents ------------------------------------------------------------------------------------------------
     async def online_chat(self, messages: list[dict]) -> Reply:
         if self._online is None:
             from rise_batch.llm.client import client_from_config
+            from rise_batch.structure.propose import TOC_RESPONSE_FORMAT
 
-            self._online = client_from_config(self.cfg.llm)
+            fmt = TOC_RESPONSE_FORMAT if self.structured else None
+            self._online = client_from_config(self.cfg.llm, response_format=fmt)
             self._online_chat = self._online.chat
             if self.cfg.max_cost_usd is not None:
                 from rise_batch.structuring.budget import CostBudget, checkpoint_cost, structuring_estimator
@@ -146,7 +181,10 @@ class BatchDriver:
                 model, worst = self.cfg.llm.model, self.cfg.llm.max_output_tokens
                 estimate = structuring_estimator(model, self.prices, max_output_tokens=worst)
                 self._online_chat = budget.guard(self._online.chat, estimate)
-        return await self._online_chat(messages)
+        reply = await self._online_chat(messages)
+        if self.structured and self._online.response_format is None:  # the online client found a refusal
+            self.format_refused("an online request was refused")
+        return reply
 
     async def replay(self, spec: ShardSpec, doc: Doc, results: Mapping[str, BatchResult]) -> DocResult | Deferred:
         from rise_batch.llm.tokens import counter_for
@@ -163,11 +201,9 @@ class BatchDriver:
         except Deferred as d:
             return d
 
-    async def process(self, spec: ShardSpec, results: Mapping[str, BatchResult]) -> list[tuple[str, dict]]:
-        """Replay every unfinished document of a shard: rows are checkpointed, the rest become requests. A shard
-        with nothing left open is materialized and marked done, exactly as the online shard loop ends."""
-        from rise_batch.llm.client import chat_request
-
+    async def process(self, spec: ShardSpec, results: Mapping[str, BatchResult]) -> list[tuple[str, list[dict]]]:
+        """Replay every unfinished document of a shard: rows are checkpointed, the rest become requests (custom_id,
+        messages). A shard with nothing left open is materialized and marked done, as the online shard loop ends."""
         if self.store.is_done(spec.shard_id):
             return []
         done = self.store.done_docids(spec.shard_id)
@@ -185,7 +221,7 @@ class BatchDriver:
         for g in got:
             if isinstance(g, BaseException) and not isinstance(g, Deferred):
                 raise g  # BudgetExceeded (rows above are kept) or a bug
-        requests = [(g.custom_id, chat_request(self.cfg.llm, g.messages)) for g in got if isinstance(g, Deferred)]
+        requests = [(g.custom_id, g.messages) for g in got if isinstance(g, Deferred)]
         if not requests:
             await finish_shard(self.out, spec, self.cfg.max_doc_chars)
         return requests
@@ -204,13 +240,14 @@ class BatchDriver:
             self.runner.meta(g).get("estimate_usd", 0.0) for g in self.runner.groups if not self.runner.is_finished(g)
         )
 
-    def _estimate(self, requests: list[tuple[str, dict]]) -> float:
+    def _estimate(self, requests: list[tuple[str, list[dict]]]) -> float:
         from rise_batch.structuring.plan import request_cost
 
-        return sum(request_cost(b["messages"], self.cfg.llm.model, self.prices, batch=True) for _, b in requests)
+        return sum(request_cost(m, self.cfg.llm.model, self.prices, batch=True) for _, m in requests)
 
-    async def _submit(self, pack: int, rnd: int, shards: list[int], requests: list[tuple[str, dict]]) -> None:
-        estimate = self._estimate(requests)
+    async def _submit(self, pack: int, rnd: int, shards: list[int], deferred: list[tuple[str, list[dict]]]) -> None:
+        """Submit one round; bodies are built here, so every line of a group carries the same format."""
+        estimate = self._estimate(deferred)
         if self.cfg.max_cost_usd is not None:
             from rise_batch.structuring.budget import checkpoint_cost
 
@@ -218,8 +255,10 @@ class BatchDriver:
             if spent + estimate > self.cfg.max_cost_usd:
                 raise BudgetExceeded(self.cfg.max_cost_usd, spent, estimate)
         group = f"pack-{pack:05d}.r{rnd}"
-        meta = {"pack": pack, "round": rnd, "shards": shards, "requests": len(requests), "estimate_usd": estimate}
+        meta = {"pack": pack, "round": rnd, "shards": shards, "requests": len(deferred), "estimate_usd": estimate}
         meta["run_hash"] = self.plan.run_hash
+        meta["structured_output"] = self.structured
+        requests = [(cid, self.body(messages)) for cid, messages in deferred]
         ids = await self.runner.submit(group, requests, meta)
         self.counts["requests_submitted"] += len(requests)
         _say(f"{group}: {len(requests):,} requests in {len(ids)} batch(es) {', '.join(ids)} (est. ${estimate:,.4f})")
@@ -228,7 +267,7 @@ class BatchDriver:
         """Take whole shards off `todo` until a pack is full; submit it. None when nothing needed the LLM."""
         pack = max(self.packs(), default=-1) + 1
         shards: list[int] = []
-        requests: list[tuple[str, dict]] = []
+        requests: list[tuple[str, list[dict]]] = []
         size = 0
         b = self.cfg.batch
         while todo and len(requests) < b.max_requests and size < b.max_bytes * 0.9:  # ~one input file per pack
@@ -237,7 +276,7 @@ class BatchDriver:
             if got:
                 shards.append(spec.shard_id)
                 requests.extend(got)
-                size += sum(len(request_line(cid, body)) for cid, body in got)
+                size += sum(len(request_line(cid, self.body(messages))) for cid, messages in got)
         if not requests:
             return None
         await self._submit(pack, 0, shards, requests)
@@ -255,9 +294,10 @@ class BatchDriver:
                     _say(f"batch {f['batch_id']} ({f['name']}) FAILED: {'; '.join(f.get('errors') or ['no reason'])}")
         results: dict[str, BatchResult] = {}
         for g in groups:
-            results.update((k, _slim(v)) for k, v in self.runner.results(g).items())
+            constrained = bool(self.runner.meta(g).get("structured_output"))  # groups of older versions: no schema
+            results.update((k, _slim(v, constrained)) for k, v in self.runner.results(g).items())
         shards = self.runner.meta(latest)["shards"]
-        requests: list[tuple[str, dict]] = []
+        requests: list[tuple[str, list[dict]]] = []
         for sid in shards:
             requests.extend(await self.process(self.by_id[sid], results))
         if requests:

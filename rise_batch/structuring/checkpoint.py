@@ -51,7 +51,7 @@ def paid_calls(row: DocResult) -> int:
 def _schema():  # lazy: pyarrow is an I/O-edge dependency, not needed to import this module
     import pyarrow as pa
 
-    arrow = {str: pa.string(), int: pa.int64(), float: pa.float64()}
+    arrow = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
     hints = get_type_hints(DocResult)
     return pa.schema([(name, arrow[hints[name]]) for name in DocResult._fields])
 

@@ -84,7 +84,8 @@ def prepare_run(cfg: StructureConfig) -> RunPlan:
         if not cfg.new_run:
             what = "run hash (backend/model/prompt)" if manifest.get("run_hash") != rh else "corpus or shard plan"
             raise ConfigError(
-                f"{out} holds a run with a different {what}: resuming would mix outputs. "
+                f"{out} holds a run with a different {what}{_structured_change(manifest, cfg)}: resuming would mix "
+                "outputs. "
                 "Re-run with the original settings to resume, pass --new-run to start over (the old outputs are "
                 "kept under superseded-*/), or choose another --out."
             )
@@ -124,6 +125,20 @@ def prepare_run(cfg: StructureConfig) -> RunPlan:
         mpath,
     )
     return RunPlan(plan.shards, rh, prompt_text, plan.n_docs, len(plan.bad_rows))
+
+
+def _structured_change(manifest: dict, cfg: StructureConfig) -> str:
+    """Why the hash changed when structured outputs did: a manifest from before the setting was made without them
+    (the setting is on by default now), so the remedy to resume it is --no-structured-output."""
+    old = manifest.get("config") or {}
+    if old.get("backend") != "llm" or cfg.backend != "llm":
+        return ""
+    before = bool((old.get("llm") or {}).get("structured_output", False))
+    if before == cfg.llm.structured_output:
+        return ""
+    if before:
+        return " (it was made with structured outputs: drop --no-structured-output to resume it)"
+    return " (it was made without structured outputs: add --no-structured-output to resume it)"
 
 
 MAX_SHARD_ATTEMPTS = 3  # worker deaths under one shard before it is an application bug and the job fails loudly
@@ -209,6 +224,7 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
     stats = merge_stats(shard_stats)
     if cfg.backend == "llm":
         stats["transport"] = merge_stats(transport)  # this run's HTTP traffic (not that of killed earlier runs)
+        stats.update(structured_output_stats(cfg, stats["transport"]))
     wall = time.monotonic() - t0
     stats.update(
         docs_total=stats.get("docs_total", 0),
@@ -259,6 +275,14 @@ def build_job_index(cfg: StructureConfig, plan: RunPlan) -> str:
     return str(out)
 
 
+def structured_output_stats(cfg: StructureConfig, transport: dict) -> dict:
+    """Whether this run sent the TOC schema: "on", "off" (--no-structured-output) or "refused" (the server refused
+    it and the run went on without; `structured_output_switched_off` counts the workers that switched)."""
+    switched = int(transport.get("structured_output_disabled", 0))
+    state = "off" if not cfg.llm.structured_output else "refused" if switched else "on"
+    return {"structured_output": state, "structured_output_switched_off": switched}
+
+
 def summary_line(stats: dict, out: str) -> str:
     """One quiet, grep-able line for logs and scripts."""
     keys = (
@@ -274,6 +298,8 @@ def summary_line(stats: dict, out: str) -> str:
         "wall_seconds",
         "docs_per_second",
     )
+    if stats.get("structured_output") == "refused":  # only when the provider refused the schema
+        out += " structured_output=refused"
     tail = f" index={stats['index']}" if stats.get("index") else ""  # --index: the index is part of the result
     if "rebought_replies" in stats:  # only after a kill or damage: an undamaged run's line is unchanged
         keys += ("rebought_replies",)

@@ -45,8 +45,10 @@ def summarize(rows: Iterable[DocResult]) -> dict:
     s["cost_usd"] = 0.0
     s["llm_calls"] = 0
     s["docs_total"] = 0
+    s["docs_schema_constrained"] = 0  # rows made from a reply held to the JSON schema (structured outputs)
     for r in rows:
         s["docs_total"] += 1
+        s["docs_schema_constrained"] += bool(r.schema_constrained)
         outcomes[r.outcome] += 1
         for k in STAT_SUMS:
             s[k] += getattr(r, k)

@@ -100,7 +100,8 @@ def _part_problem(store: CheckpointStore, path: Path, rec: dict | None, full: bo
             table = store.read_part(path)
         except CheckpointError as e:
             return f"unreadable rows ({str(e.__cause__).splitlines()[0][:120]})", rows
-        if table.column_names != list(DocResult._fields):
+        names = table.column_names  # a part of an older version lacks the fields added since (at the end)
+        if len(names) < len(DocResult._fields) - 1 or names != list(DocResult._fields)[: len(names)]:
             return f"columns {table.column_names} are not a checkpoint's", rows
     return None, rows
 

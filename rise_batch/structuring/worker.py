@@ -24,8 +24,9 @@ def make_backend(cfg: StructureConfig, prompt_text: str, limiter=None):
         return HeuristicBackend()
     from rise_batch.llm.client import client_from_config
     from rise_batch.llm.tokens import counter_for
+    from rise_batch.structure.propose import TOC_RESPONSE_FORMAT
 
-    client = client_from_config(cfg.llm, limiter=limiter)
+    client = client_from_config(cfg.llm, limiter=limiter, response_format=TOC_RESPONSE_FORMAT)
     chat = client.chat
     if cfg.max_cost_usd is not None:  # each Ray actor guards an equal share of what is left
         from rise_batch.structuring.budget import CostBudget, checkpoint_cost, structuring_estimator
