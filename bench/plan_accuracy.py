@@ -3,8 +3,10 @@ server and compare with the tokens the server counted; then price the 1M-documen
 
 Corpus: wiki2015 (../shared/data/wiki2015, 26,887 Wikipedia articles, 15.2k chars mean) stands in for
 BrowseComp-Plus, whose documents are not available here; the 1M projection scales its sample to 1,000,000 docs.
-Token counts are the project's chars/4 estimate, which is exactly what the fake server bills: the figures measure
-the *sampling* and the *output model* error, not a tokenizer's (no tokenizer offline).
+With the `tokens` extra installed, the fake server bills real o200k_base tokens (the request body as sent, JSON
+schema included) and the plan counts its sample with the same encoding, so the figures measure the plan's
+*sampling* and *output model* error against a real tokenizer's bill (without the extra both fall back to chars/4,
+and the result file says so in `token_count`).
 
     python bench/plan_accuracy.py [--corpus PATH] [--samples 250 1000 4000] [--seeds 3] [--limit N]
 """
@@ -153,7 +155,7 @@ def main() -> None:
         "corpus_note": "wiki2015 stands in for BrowseComp-Plus (not available here); 1M = its sample scaled",
         "limit": args.limit,
         "model": MODEL,
-        "token_count": "chars/4 estimate (no tokenizer offline), identical to the fake server's billing",
+        "token_count": projection["cli-default"]["token_count"],
         "truth": truth,
         "runs": runs,
         "summary": summary,

@@ -261,6 +261,7 @@ def flush_cost(n_rows: int = 200, repeat: int = 20) -> float:
 
 def projection(stats: dict[str, Any], docs: int, rpm: int, tpm: int, model: str) -> dict[str, Any]:
     from rise_batch.llm.pricing import PriceTable
+    from rise_batch.llm.tokens import counter_for
     from rise_batch.prompts import load_prompt
     from rise_batch.structure.propose import build_messages
     from rise_batch.structuring.plan import CACHE_MIN_TOKENS, messages_tokens
@@ -269,7 +270,7 @@ def projection(stats: dict[str, Any], docs: int, rpm: int, tpm: int, model: str)
     per_doc = {k: stats[k] / n for k in ("llm_calls", "input_tokens", "cached_input_tokens", "output_tokens")}
     requests = per_doc["llm_calls"] * docs
     input_tokens, output_tokens = per_doc["input_tokens"] * docs, per_doc["output_tokens"] * docs
-    prefix = messages_tokens(build_messages("", load_prompt("structure_toc.txt"))[:1])
+    prefix = messages_tokens(build_messages("", load_prompt("structure_toc.txt"))[:1], counter_for(model))
     cached = per_doc["cached_input_tokens"] * docs if prefix >= CACHE_MIN_TOKENS else 0.0
     prices = PriceTable.load()
     minutes = max(requests / rpm, (input_tokens + output_tokens) / tpm)

@@ -13,8 +13,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="estimate tokens, cost and hours of structuring a corpus (nothing is sent)",
         description=(
             "Sample documents, build the real structuring requests (same prompt, input cut, too-short and tier "
-            "rules), count their tokens (chars/4 estimate: no tokenizer offline) and model the output from document "
-            "length; print tokens, dollars online and with the Batch API (half price), and hours at the given limits."
+            "rules, the request body with its JSON schema), count their tokens with the model's tokenizer (chars/4 "
+            "without the `tokens` extra or for an unknown model, said so) and model the output from document length; "
+            "print tokens, dollars online and with the Batch API (half price), and hours at the given limits. "
+            "--target-usd proposes a tier rule and input cut that meet a budget and prints what each gives up."
         ),
     )
     p.add_argument("--corpus", required=True, help="Parquet file, directory of Parquet files, or JSONL[.gz]")
@@ -29,11 +31,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--prompt", default="structure_toc.txt", help="structuring prompt (default structure_toc.txt)")
     p.add_argument("--max-input-chars", type=int, default=200_000, help="input budget per document (chars)")
+    p.add_argument("--max-input-tokens", type=int, help="input budget per document (tokens of the model's tokenizer)")
+    p.add_argument(
+        "--no-structured-output",
+        dest="structured_output",
+        action="store_false",
+        help="price requests without the TOC's JSON schema (as structure --no-structured-output sends them)",
+    )
+    p.add_argument(
+        "--target-usd",
+        type=float,
+        metavar="USD",
+        help="propose a tier rule ('chars>=N') and --max-input-tokens that meet USD at --mode, with what each gives up",
+    )
     p.add_argument("--llm-tier", dest="tier", help="price only these documents: 'chars>=N' or a docid list file")
     p.add_argument("--reasoning-tokens", type=float, default=0.0, help="reasoning tokens per request (output)")
-    p.add_argument("--tokens-per-section", type=float, help="output tokens per proposed section (default 64)")
+    p.add_argument("--tokens-per-section", type=float, help="output tokens per proposed section (default 57)")
     p.add_argument("--section-scale-chars", type=float, help="sections = 12 * (1 - exp(-chars / this)); def. 8800")
-    p.add_argument("--chars-per-token", type=float, default=4.0, help="token estimate (default 4 chars per token)")
     p.add_argument("--batch-queue-tokens", type=int, help="your enqueued-token limit for batches (waves of 24 h)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -43,7 +57,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from rise_batch.errors import ConfigError
     from rise_batch.structuring.plan import OutputModel, format_plan, make_plan
+
+    if args.max_input_tokens is not None and args.max_input_tokens <= 0:
+        raise ConfigError(f"--max-input-tokens must be a positive integer, got {args.max_input_tokens}")
+    if args.target_usd is not None and (args.target_usd <= 0 or args.tier or args.max_input_tokens):
+        raise ConfigError("--target-usd needs a positive amount and proposes --llm-tier and --max-input-tokens itself")
 
     output = OutputModel(reasoning_tokens=args.reasoning_tokens)
     if args.tokens_per_section is not None:
@@ -59,12 +79,43 @@ def run(args: argparse.Namespace) -> int:
         rpm=args.rpm,
         tpm=args.tpm,
         max_input_chars=args.max_input_chars,
+        max_input_tokens=args.max_input_tokens,
         tier=args.tier,
         output=output,
-        chars_per_token=args.chars_per_token,
+        structured=args.structured_output,
         batch_queue_tokens=args.batch_queue_tokens,
         seed=args.seed,
         columns=args.columns or "",
     )
-    print(json.dumps(plan | {"mode": args.mode}, indent=2) if args.json else format_plan(plan, args.mode))
+    target = _target(args, plan, output) if args.target_usd is not None else None
+    if args.json:
+        print(json.dumps(plan | {"mode": args.mode} | ({"target": target} if target else {}), indent=2))
+    else:
+        print(format_plan(plan, args.mode))
+        if target:
+            from rise_batch.structuring.plan_target import format_target
+
+            print(format_target(target, args.mode))
     return 0
+
+
+def _target(args: argparse.Namespace, plan: dict, output) -> dict:
+    """The same sample (same seed) priced over the grid of tier rules and input cuts (structuring/plan_target.py)."""
+    from rise_batch.llm.pricing import PriceTable
+    from rise_batch.prompts import load_prompt
+    from rise_batch.structuring.plan import sample_docs
+    from rise_batch.structuring.plan_target import price_options, target_plan
+
+    docs, _ = sample_docs(args.corpus, args.sample, args.seed, columns=args.columns or "")
+    options = price_options(
+        docs,
+        load_prompt(args.prompt),
+        args.model,
+        n_docs=plan["docs"],
+        batch=args.mode == "batch",
+        prices=PriceTable.load(),
+        max_input_chars=args.max_input_chars,
+        output=output,
+        structured=args.structured_output,
+    )
+    return target_plan(options, args.target_usd)

@@ -1,16 +1,17 @@
 """Estimate a structuring run before paying for it: tokens, dollars (online and Batch API) and hours at given limits.
 
 A sample of the corpus goes through the real request path (the same input cut and `build_messages` as the LLM
-backend, the same too-short rule and tier rule), so what is priced is what would be sent. Tokens are counted with
-the project's tokenizer-free estimate (`rise_batch.llm.tokens`: ceil(chars / 4) per message + 4), which is exactly
-what the fake server bills, so the estimate can be checked against it; no tokenizer is installed offline, and real
-OpenAI tokenizers cut English prose at roughly 4 to 4.5 characters per token, so a real bill's input tokens are
-expected at or somewhat below this figure (`chars_per_token` changes the assumption).
+backend, the request body `chat_request` builds, JSON schema included, the same too-short rule and tier rule), so
+what is priced is what would be sent. Tokens are counted by `rise_batch.llm.tokens.counter_for(model)`: the model's
+real encoding (o200k_base for gpt-5.x) with the `tokens` extra installed, the same counter the fake server bills
+with and the limiter reserves with; chars/4 only for a model with no known encoding or without the package, which
+the plan says (`token_count`).
 
 Output tokens are modelled from document length: sections = max_sections * (1 - exp(-chars / scale)), each costing
 about `tokens_per_section` tokens of JSON (title, description, anchor), plus reasoning tokens if the model spends
-them. The defaults were fitted on wiki2015 against the fake server's proposals (bench/plan_accuracy.py re-measures
-them); a real model's figures should be re-fitted from a small pilot run's checkpoint.
+them. The defaults were fitted (least squares, o200k tokens) on 3,000 wiki2015 documents against the fake server's
+proposals (bench/plan_accuracy.py re-measures them); a real model's figures should be re-fitted from a small pilot
+run's checkpoint.
 """
 
 from __future__ import annotations
@@ -22,17 +23,17 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from rise_batch.llm.pricing import PriceTable
-from rise_batch.llm.tokens import MESSAGE_OVERHEAD_TOKENS, message_text
+from rise_batch.llm.tokens import TokenCounter, counter_for, message_text
 from rise_batch.types import BadRow, Doc
 
 CACHE_MIN_TOKENS = 1024  # OpenAI caches a prompt prefix only from this length on
 
 
 class OutputModel(NamedTuple):
-    tokens_per_section: float = 64.0
+    tokens_per_section: float = 57.0  # o200k tokens of one {"title", "description", "anchor"} entry
     section_scale_chars: float = 8_800.0
     max_sections: int = 12
-    base_tokens: float = 5.0
+    base_tokens: float = 25.0
     reasoning_tokens: float = 0.0  # per request, billed as output
 
     def sections(self, chars: int) -> float:
@@ -45,12 +46,19 @@ class OutputModel(NamedTuple):
 DEFAULT_OUTPUT = OutputModel()
 
 
-def text_tokens(text: str, chars_per_token: float = 4.0) -> int:
-    return math.ceil(len(text) / chars_per_token)
+def messages_tokens(messages: Sequence[dict], counter: TokenCounter | None = None) -> int:
+    return (counter or TokenCounter("chars/4")).messages(messages)
 
 
-def messages_tokens(messages: Sequence[dict], chars_per_token: float = 4.0) -> int:
-    return sum(text_tokens(message_text(m), chars_per_token) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+def request_tokens(messages: list[dict], model: str, counter: TokenCounter, structured: bool = True) -> int:
+    """Prompt tokens of the request a run sends for `messages`: the body `chat_request` builds, with the TOC schema
+    as `response_format` when structured outputs are on (llm/client.py), so the schema's tokens are priced too."""
+    from rise_batch.config import LLMConfig
+    from rise_batch.llm.client import chat_request, format_params
+    from rise_batch.structure.propose import TOC_RESPONSE_FORMAT
+
+    cfg = LLMConfig(model=model, structured_output=structured)
+    return counter.request(chat_request(cfg, messages, **format_params(cfg, TOC_RESPONSE_FORMAT)))
 
 
 def request_cost(
@@ -62,10 +70,11 @@ def request_cost(
     output: OutputModel = DEFAULT_OUTPUT,
     output_tokens: int | None = None,
 ) -> float:
-    """Dollars of one structuring request: expected output from the model, or `output_tokens` (a worst case)."""
+    """Dollars of one structuring request: expected output from the model, or `output_tokens` (a worst case).
+    Called per request by the cost guards, so long messages are counted by the limiter's sampled estimate."""
     if output_tokens is None:
         output_tokens = round(output.tokens(len(message_text(messages[-1]))))
-    return prices.cost(model, messages_tokens(messages), 0, output_tokens, batch=batch)
+    return prices.cost(model, counter_for(model).messages(messages, exact=False), 0, output_tokens, batch=batch)
 
 
 class DocEstimate(NamedTuple):
@@ -74,16 +83,19 @@ class DocEstimate(NamedTuple):
     input_tokens: int
     output_tokens: float
     truncated: bool
+    sent_chars: int = 0  # characters of the document the model sees (after the input cut)
 
 
 def estimate_doc(
     doc: Doc,
     prompt_text: str,
     *,
+    model: str = "gpt-5.4-nano",
     max_input_chars: int = 200_000,
+    max_input_tokens: int | None = None,
     tier=None,
     output: OutputModel = DEFAULT_OUTPUT,
-    chars_per_token: float = 4.0,
+    structured: bool = True,
 ) -> DocEstimate:
     from rise_batch.structure.backends import model_input
     from rise_batch.structure.heuristic import is_too_short
@@ -92,9 +104,10 @@ def estimate_doc(
 
     if is_too_short(doc.text) or not goes_to_llm(tier, doc):
         return DocEstimate(len(doc.text), False, 0, 0.0, False)
-    sent, note = model_input(doc.text, max_input_chars)
-    tokens = messages_tokens(build_messages(sent, prompt_text), chars_per_token)
-    return DocEstimate(len(doc.text), True, tokens, output.tokens(len(sent)), bool(note))
+    counter = counter_for(model)
+    sent, note = model_input(doc.text, max_input_chars, max_input_tokens, counter)
+    tokens = request_tokens(build_messages(sent, prompt_text), model, counter, structured)
+    return DocEstimate(len(doc.text), True, tokens, output.tokens(len(sent)), bool(note), len(sent))
 
 
 # -- sampling ---------------------------------------------------------------------------------------------------
@@ -173,9 +186,10 @@ def make_plan(
     rpm: int = 500,
     tpm: int = 2_000_000,
     max_input_chars: int = 200_000,
+    max_input_tokens: int | None = None,
     tier: str | None = None,
     output: OutputModel = DEFAULT_OUTPUT,
-    chars_per_token: float = 4.0,
+    structured: bool = True,
     batch_queue_tokens: int | None = None,
     prices: PriceTable | None = None,
     seed: int = 0,
@@ -192,19 +206,16 @@ def make_plan(
     docs, rows = sample_docs(corpus, sample, seed, columns=columns)
     if not docs:
         raise ValueError(f"{corpus}: no valid documents to sample")
-    est = [
-        estimate_doc(
-            d, prompt_text, max_input_chars=max_input_chars, tier=rule, output=output, chars_per_token=chars_per_token
-        )
-        for d in docs
-    ]
+    counter = counter_for(model)
+    options = {"model": model, "max_input_chars": max_input_chars, "max_input_tokens": max_input_tokens}
+    est = [estimate_doc(d, prompt_text, **options, tier=rule, output=output, structured=structured) for d in docs]
     total_docs = n_docs if n_docs is not None else rows
     scale = total_docs / len(est)
     llm = [e for e in est if e.llm]
     requests = len(llm) * scale
     input_tokens = sum(e.input_tokens for e in llm) * scale
     output_tokens = sum(e.output_tokens for e in llm) * scale
-    prefix = messages_tokens(build_messages("", prompt_text)[:1], chars_per_token)
+    prefix = messages_tokens(build_messages("", prompt_text)[:1], counter)
     cacheable = prefix >= CACHE_MIN_TOKENS
     cached = (prefix // 128) * 128 * max(requests - 1, 0) if cacheable else 0
     price = prices.price(model)
@@ -214,7 +225,7 @@ def make_plan(
 
     minutes = max(requests / rpm, (input_tokens + output_tokens) / tpm) if requests else 0.0
     max_file_requests = 50_000
-    mean_line = (sum(e.input_tokens for e in llm) / len(llm) * chars_per_token + 200) if llm else 0
+    mean_line = (sum(e.sent_chars for e in llm) / len(llm) + len(prompt_text) + 2000) if llm else 0
     per_file = min(max_file_requests, int(200_000_000 // mean_line)) if mean_line else max_file_requests
     return {
         "corpus": str(corpus),
@@ -228,6 +239,10 @@ def make_plan(
         "sampled_docs": len(est),
         "llm_share": len(llm) / len(est),
         "truncated_share": sum(e.truncated for e in llm) / len(llm) if llm else 0.0,
+        "text_cut_share": 1 - sum(e.sent_chars for e in llm) / sum(e.chars for e in llm) if llm else 0.0,
+        "llm_text_share": sum(e.sent_chars for e in llm) / sum(e.chars for e in est),
+        "tier": tier,
+        "max_input_tokens": max_input_tokens,
         "mean_chars": sum(e.chars for e in est) / len(est),
         "requests": round(requests),
         "input_tokens": round(input_tokens),
@@ -245,8 +260,9 @@ def make_plan(
         "batch_files": math.ceil(requests / per_file) if requests else 0,
         "batch_requests_per_file": per_file,
         "batch_waves": math.ceil(input_tokens / batch_queue_tokens) if batch_queue_tokens and requests else None,
-        "token_count": f"estimate: ceil(chars/{chars_per_token:g}) + {MESSAGE_OVERHEAD_TOKENS} per message "
-        "(no tokenizer offline; equals the fake server's count)",
+        "token_count": counter.name
+        + (" (the model's encoding; the fake server bills the same)" if counter.exact else " (estimate: no tokenizer)"),
+        "structured_output": structured,
         "output_model": output._asdict(),
     }
 
@@ -259,7 +275,7 @@ def format_plan(p: dict[str, Any], mode: str = "online") -> str:
         f"  documents            {n:>16,}   (sampled {p['sampled_docs']:,} of {p['corpus_rows']:,} rows)",
         f"  sent to the LLM      {p['requests']:>16,}   ({p['llm_share']:.1%}; the rest too short or heuristic tier)",
         f"  input tokens         {p['input_tokens']:>16,}   ({p['input_tokens_per_request']:,.0f} per request; "
-        f"{p['truncated_share']:.2%} cut to the input budget)",
+        f"{p['truncated_share']:.2%} cut to the input budget, {p['text_cut_share']:.1%} of their text)",
         f"  cached input tokens  {p['cached_input_tokens']:>16,}   (prompt prefix {p['prompt_tokens']} tokens"
         + ("" if p["prompt_cached"] else f" < {CACHE_MIN_TOKENS}: not cacheable")
         + ")",
