@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from rise_batch.structure.anchors import body_start_line
+from rise_batch.structure.naming import describe
 from rise_batch.types import Section
 
 TOC_HEADER = "## Table of Contents"
@@ -63,6 +64,16 @@ def _eol_suffix(text: str) -> str:
     return "\r" if first > 0 and text[first - 1] == "\r" else ""
 
 
+def _fallback_description(sections: Sequence[Section], i: int, lines: list[str], n_real: int, title: str) -> str:
+    """A description taken from the section's own lines, for a proposal that gave none (an LLM's empty string).
+
+    Every TOC line keeps the promised `- L<a>–<b>: <title> — <description>` shape, which readers parse; the title
+    stands in only for a section whose lines hold no words at all.
+    """
+    stop = sections[i + 1].line if i + 1 < len(sections) else n_real
+    return clean_description(describe([list(range(sections[i].line, stop))], lines)) or title
+
+
 def render(text: str, sections: Sequence[Section]) -> str:
     """Insert the TOC block and the section headings; zero sections returns `text` unchanged.
 
@@ -89,9 +100,8 @@ def render(text: str, sections: Sequence[Section]) -> str:
     out.append(TOC_HEADER + eol)
     for i, s in enumerate(sections):
         end = starts[i + 1] - 1 if i + 1 < n else total
-        desc = clean_description(s.description)
-        entry = f"- L{starts[i]}{RANGE_DASH}{end}: {titles[i]}"
-        out.append(f"{entry} {DESC_DASH} {desc}{eol}" if desc else entry + eol)
+        desc = clean_description(s.description) or _fallback_description(sections, i, lines, n_real, titles[i])
+        out.append(f"- L{starts[i]}{RANGE_DASH}{end}: {titles[i]} {DESC_DASH} {desc}{eol}")
     out.append(BODY_MARKER + eol)
     pos = body
     for i, s in enumerate(sections):

@@ -31,6 +31,9 @@ def check_structure(original: str, rendered: str, sections: list[Section]) -> No
         assert lines[start - 1].rstrip("\r") == "## " + sections[k].title  # range starts on its heading
         assert end == (starts[k + 1] - 1 if k + 1 < len(starts) else total)  # and ends before the next one
         desc = sections[k].description
-        assert m.group(3) == (f"{sections[k].title} \u2014 {desc}" if desc else sections[k].title)
+        if desc:
+            assert m.group(3) == f"{sections[k].title} \u2014 {desc}"
+        else:  # an empty proposal gets a description from the section's own lines (or its title)
+            assert m.group(3).startswith(f"{sections[k].title} \u2014 ") and m.group(3).split(" \u2014 ", 1)[1]
         # the heading sits immediately before the original line the section starts on
         assert lines[start] == original.split("\n")[sections[k].line]

@@ -100,16 +100,36 @@ def test_strip_leaves_unrendered_text_alone() -> None:
 @pytest.mark.parametrize("eol", ["\n", "\r\n"])
 def test_parse_toc_reads_back_what_render_wrote(eol: str) -> None:
     """The one TOC parser: exact titles (an em dash inside a title is the heading's, not a separator), descriptions
-    (empty ones too) and 1-indexed ranges whose start line is the section's heading, LF and CRLF alike."""
+    (an empty one filled from the section's lines)
+    and 1-indexed ranges whose start line is the section's heading, LF and CRLF alike."""
     text = eol.join(["---", "title: X", "---", "Intro", "Born in Lyon.", "War \u2014 and peace.", "Worked.", ""])
     secs = [Section("Life \u2014 early", "Where \u2014 and when.", 4), Section("Later", "", 6)]
     out = render(text, secs)
     toc = parse_toc(out)
     assert toc is not None
     life = TocEntry(9, 11, "Life \u2014 early", "Where \u2014 and when.")
-    assert toc.entries == [life, TocEntry(12, 13, "Later", "")]
+    assert toc.entries == [life, TocEntry(12, 13, "Later", "Entries: Worked.")]  # empty: from its own lines
     lines = out.split("\n")
     for e in toc.entries:
         assert lines[e.start - 1].rstrip("\r") == f"## {e.title}"
     assert lines[toc.body].rstrip("\r") == "## Table of Contents" and toc.marker == toc.body + 3
     assert parse_toc(text) is None and parse_toc(out.replace("L12\u201313", "L12\u201312")) is None
+
+
+def test_an_empty_description_is_filled_from_the_section_so_every_line_keeps_its_shape() -> None:
+    """An LLM may propose a section with an empty description: the line still reads `<title> — <description>`."""
+    text = "---\ntitle: X\n---\nIntro line.\nThe war years were spent in Lyon working on stellar interiors.\nEnd.\n"
+    out = render(text, [Section("Intro", "", 3), Section("War", "", 4), Section("", "", 5)])
+    toc_lines = [ln for ln in out.split("\n") if ln.startswith("- L")]
+    assert len(toc_lines) == 3 and all(" \u2014 " in ln and not ln.endswith(" \u2014 ") for ln in toc_lines)
+    assert toc_lines[1].endswith("War \u2014 The war years were spent in Lyon working on stellar interiors.")
+    assert strip_structure(out) == text
+
+
+def test_parse_toc_still_reads_a_line_without_a_description() -> None:
+    """Files rendered by older versions dropped ` — ` when a description was empty; they still parse."""
+    text = "Intro\nBody.\n"
+    out = render(text, [Section("Intro", "d", 0)]).replace(" \u2014 d", "")
+    toc = parse_toc(out)
+    assert toc is not None and toc.entries[0].title == "Intro" and toc.entries[0].description == ""
+    assert strip_structure(out) == text
