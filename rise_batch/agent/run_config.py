@@ -33,7 +33,9 @@ class RunConfig:
     out: str = ""
     docs: str = ""  # structured docs dir (a `rise-batch structure` output): DIR/corpus/<relpath> + docmap.parquet
     original_docs: str | None = None  # original-text docs for rise-bm25/retrieval-agent/dci (default: derived)
-    index: str | None = None  # BM25 index dir (not needed by dci)
+    index: str | None = None  # index dir (not needed by dci)
+    retriever: str = "bm25"  # bm25, dense, hybrid[:rrf[:K]|:weighted[:W]] (rise_batch.index.retriever)
+    embedder: str | None = None  # dense/hybrid: must match the index's recorded model (None: the recorded one)
     k: int = 1000
     max_calls: int | None = None  # None: the system's default (100; dci 300)
     wall_clock_s: float | None = None  # None: the system's default (3600; dci 5400)
@@ -85,12 +87,27 @@ class RunConfig:
             raise ConfigError(f"gold must be one of {', '.join(GOLD_SETS)}, got {self.gold!r}")
         if self.qrels and not Path(self.qrels).is_file():
             raise ConfigError(f"qrels file {self.qrels} does not exist")
+        self.check_retriever(system.uses_index)
         if self.index_backend not in ("auto", "numpy", "numba"):
             raise ConfigError(f"index_backend must be auto, numpy or numba, got {self.index_backend!r}")
         if self.api not in APIS:
             raise ConfigError(f"api must be one of {', '.join(APIS)}, got {self.api!r}")
         self.llm.validate()
         self.llm.api_key()
+
+    def check_retriever(self, searches: bool) -> None:
+        """The retriever parses and, for a system that searches, the index holds its parts: a run refuses up front,
+        not at its first search call."""
+        from rise_batch.index.retriever import PARTS, parse_retriever, parts_present
+
+        spec = parse_retriever(self.retriever)
+        if searches and self.index and Path(self.index).is_dir():  # a sweep may be planned before its index exists
+            missing = [p for p in PARTS[spec.name] if p not in parts_present(self.index)]
+            if missing:
+                raise ConfigError(
+                    f"retriever {spec}: the index {self.index} has no {' and '.join(missing)} part (build it with "
+                    f"`rise-batch index --retriever {spec.name}`)"
+                )
 
     def budget(self) -> Budget:
         from rise_batch.agent.systems import get_system
@@ -121,6 +138,10 @@ def config_hash(cfg: RunConfig, prompt_text: str) -> str:
         "wall_clock_s": b.wall_clock_s,
         "bash": [cfg.bash_timeout_s, cfg.bash_max_output_chars],
     }
+    if cfg.retriever != "bm25":  # only then, so the hash of every bm25 run made before retrievers existed holds
+        from rise_batch.index.retriever import parse_retriever
+
+        basis["retriever"] = str(parse_retriever(cfg.retriever))
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:16]
 
 

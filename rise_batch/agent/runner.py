@@ -92,12 +92,14 @@ class WorkerContext:
         self._index_lock = threading.Lock()
 
     def index(self) -> Any:
-        """The BM25 index, loaded on first use (from a tool thread; DCI never loads it)."""
+        """The retriever (bm25, dense or hybrid), loaded on first use (from a tool thread; DCI never loads it)."""
         with self._index_lock:
             if self._index is None:
-                from rise_batch.index import load_index
+                from rise_batch.index.retriever import open_retriever
 
-                self._index = load_index(self.cfg.index, backend=self.cfg.index_backend)
+                self._index = open_retriever(
+                    self.cfg.index, self.cfg.retriever, embedder=self.cfg.embedder, backend=self.cfg.index_backend
+                )
         return self._index
 
     async def aclose(self) -> None:

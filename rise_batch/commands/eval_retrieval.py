@@ -8,7 +8,7 @@ import argparse
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "eval-retrieval",
-        help="recall@K of gold documents for a queries file over a BM25 index",
+        help="recall@K of gold documents for a queries file over an index (bm25, dense or hybrid retriever)",
         description=(
             "For each query (JSONL, JSONL.gz, TSV or a .json list: query_id, query, gold_doc_ids or BrowseComp-Plus "
             "gold_docs / evidence_docs), search the index with the query text as the single sub-query and report "
@@ -29,7 +29,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--trec-run", metavar="FILE", help="also write every query's top max(K) as `qid Q0 docid rank score tag`"
     )
-    p.add_argument("--tag", default="rise-batch-bm25", help="run tag of --trec-run lines (default rise-batch-bm25)")
+    p.add_argument(
+        "--retriever",
+        default=None,
+        help="bm25, dense, hybrid[:rrf[:K]] or hybrid:weighted[:W], among what the index holds (default: bm25 when "
+        "it has a BM25 part, else dense)",
+    )
+    p.add_argument(
+        "--embedder", default=None, help="dense/hybrid: must match the index's model (default: the recorded)"
+    )
+    p.add_argument("--tag", default=None, help="run tag of --trec-run lines (default rise-batch-<retriever>)")
     p.add_argument("--k", default="10,100,1000", help="comma-separated cut-offs (default 10,100,1000)")
     p.add_argument("--out", default=None, help="write per-query results and the summary as JSON")
     p.add_argument("--batch", type=int, default=64, help="queries per search call (default 64)")
@@ -41,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rise_batch.eval.export import write_trec_run
-    from rise_batch.index import load_index
     from rise_batch.index.recall import score_recall, search_all
+    from rise_batch.index.retriever import default_retriever, open_retriever, parse_retriever
     from rise_batch.queries import QueryFileError, gold_label, read_queries, select_gold
 
     ks = sorted({int(x) for x in args.k.split(",") if x.strip()})
@@ -56,22 +65,26 @@ def run(args: argparse.Namespace) -> int:
             f"{args.queries}: no query has {gold_label(args.gold, args.qrels)} to score (--gold {other} or --qrels "
             "FILE gives gold from elsewhere); nothing was measured"
         )
-    index = load_index(args.index)
+    retriever = parse_retriever(args.retriever or default_retriever(args.index))
+    index = open_retriever(args.index, retriever, embedder=args.embedder)
     hits = search_all(index, searched, ks[-1], batch=args.batch)
     result = score_recall(searched, hits, ks)
     s = result["summary"]
     s["n_skipped_no_gold"] = len(queries) - s["n_queries"]
     s["gold"] = gold_label(args.gold, args.qrels)
+    s["retriever"] = str(retriever)
     print(
         f"eval-retrieval queries={s['n_queries']} skipped_no_gold={s['n_skipped_no_gold']} gold={s['gold']} "
-        f"index={args.index}"
+        f"retriever={retriever} index={args.index}"
     )
     for k in ks:
         value = s["recall"][str(k)]
         print(f"  recall@{k:<5d} " + ("–" if value is None else f"{value:.4f}"))
     if args.trec_run:
         n = write_trec_run(
-            args.trec_run, ((q.query_id, h.docids, h.scores) for q, h in zip(searched, hits, strict=True)), args.tag
+            args.trec_run,
+            ((q.query_id, h.docids, h.scores) for q, h in zip(searched, hits, strict=True)),
+            args.tag or f"rise-batch-{str(retriever).replace(':', '-')}",
         )
         print(f"  wrote {args.trec_run} ({n} lines, {len(searched)} queries)")
     if args.out:

@@ -25,6 +25,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ray", action="store_true", help="tokenize shards as Ray tasks (local Ray if no address)")
     p.add_argument("--ray-address", default=None, help="Ray cluster address (implies --ray)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing index directory")
+    p.add_argument(
+        "--retriever",
+        choices=("bm25", "dense", "hybrid"),
+        default="bm25",
+        help="what to build: bm25 (default), dense (embeddings in DIR/dense) or hybrid (both)",
+    )
+    p.add_argument(
+        "--embedder",
+        default=None,
+        help="dense/hybrid: wordllama[:config[:dim]][@max_tokens] (default, offline; extra .[dense]) or st:/model/dir",
+    )
+    p.add_argument("--gpus", type=float, default=0, help="dense with --ray: GPUs asked of every embedding task")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar or lines")
     p.add_argument(
         "--query",
@@ -39,14 +51,24 @@ def run(args: argparse.Namespace) -> int:
     import sys
     import time
 
-    from rise_batch.index import build_index, load_index
+    from rise_batch.index import build_index
 
     runner = None
     if args.ray or args.ray_address:
         from rise_batch.index.shards import RayShardRunner
 
         runner = RayShardRunner(args.ray_address)
+    if not 0 <= args.gpus < float("inf"):
+        from rise_batch.errors import ConfigError
+
+        raise ConfigError(f"--gpus must be a finite number >= 0, got {args.gpus}")
     t0 = time.perf_counter()
+    if args.retriever == "dense":
+        return build_dense_only(args)
+    if args.retriever == "hybrid":
+        from rise_batch.index.embedders import load_embedder
+
+        load_embedder(args.embedder)  # a missing extra or unknown model stops here, before the BM25 build
     meta = build_index(  # an existing --out without --overwrite: FileExistsError, exit 2 (rise_batch.errors)
         args.corpus,
         args.out,
@@ -64,14 +86,64 @@ def run(args: argparse.Namespace) -> int:
         f"index docs={c['n_docs']} terms={c['n_terms']} postings={c['n_postings']} "
         f"bad_rows={meta.corpus['n_bad_rows']} seconds={time.perf_counter() - t0:.1f} out={args.out}"
     )
+    if args.retriever == "hybrid":
+        dense_part(args)
+    print_queries(args)
+    return 0
+
+
+def dense_part(args: argparse.Namespace) -> dict:
+    """Embed the corpus into OUT/dense with the same shards, bad-row policy and runner choice as the BM25 part."""
+    import sys
+
+    from rise_batch.index.dense import build_dense
+
+    ray = {"address": args.ray_address, "num_gpus": args.gpus} if args.ray or args.ray_address else None
+    meta = build_dense(
+        args.corpus,
+        args.out,
+        args.embedder,
+        workers=args.workers,
+        shard_docs=args.shard_docs,
+        on_bad_row=args.on_bad_row,
+        columns=args.columns or "",
+        ray=ray,
+        log=lambda msg: print(f"index: {msg}", file=sys.stderr),
+    )
+    b = meta["build"]
+    print(
+        f"index dense docs={meta['n_docs']} embedder={meta['embedder']} dim={meta['dim']} "
+        f"docs_per_second={b['docs_per_second']} seconds={b['seconds']:.1f} out={args.out}"
+    )
+    return meta
+
+
+def build_dense_only(args: argparse.Namespace) -> int:
+    """--retriever dense: a directory with docids.json and dense/ only (no BM25 part)."""
+    import shutil
+    from pathlib import Path
+
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()):
+        if not args.overwrite:
+            raise FileExistsError(f"{out}: exists and is not empty (pass overwrite=True / --overwrite to replace it)")
+        shutil.rmtree(out)
+    dense_part(args)
+    print_queries(args)
+    return 0
+
+
+def print_queries(args: argparse.Namespace) -> None:
+    """--query: the top 5 hits of each query with the retriever just built."""
+    from rise_batch.index.retriever import open_retriever
+
     if args.query:
-        results = load_index(args.out).search(args.query, 5)
+        results = open_retriever(args.out, args.retriever).search(args.query, 5)
         titles = hit_titles(args.corpus, args.columns or "", {d for hits in results for d in hits.docids})
         for q, hits in zip(args.query, results, strict=True):
             print(f"query: {q}")
             for d, s in zip(hits.docids, hits.scores, strict=True):
                 print(f"  {s:8.3f}  {d}  {titles.get(d, '')}".rstrip())
-    return 0
 
 
 def hit_titles(corpus: str, columns: str, docids: set[str]) -> dict[str, str]:

@@ -41,6 +41,8 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workspace-root", help="where per-query workspaces live (default RUN_DIR/workspaces)")
     p.add_argument("--keep-workspaces", action="store_true", default=None, help="keep workspaces after each query")
     p.add_argument("--index-backend", choices=["auto", "numpy", "numba"], help="BM25 scorer (default auto)")
+    p.add_argument("--retriever", help="bm25 (default), dense, hybrid[:rrf[:K]] or hybrid:weighted[:W]")
+    p.add_argument("--embedder", help="dense/hybrid: must match the index's model (default: the recorded one)")
     p.add_argument(
         "--unsandboxed",
         dest="allow_unsandboxed",

@@ -21,8 +21,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     wsub = p.add_subparsers(dest="ws_command", metavar="ACTION", required=True)
 
-    s = wsub.add_parser("search", help="BM25 search; link each query's top-K documents into the workspace")
-    s.add_argument("--index", required=True, help="BM25 index directory (from `rise-batch index`)")
+    s = wsub.add_parser(
+        "search", help="search (bm25, dense or hybrid); link each query's top-K documents into the workspace"
+    )
+    s.add_argument("--index", required=True, help="index directory (from `rise-batch index`)")
     s.add_argument("--docs", required=True, help="materialized docs dir: DIR/corpus/<relpath> + DIR/docmap.parquet")
     s.add_argument("--workspace", required=True, metavar="WS", help="workspace directory (created if missing)")
     s.add_argument("-k", type=int, default=1000, help="documents linked per query (default 1000)")
@@ -32,6 +34,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         choices=("numpy", "numba", "auto"),
         default="numpy",
         help="BM25 scorer; numpy by default, since numba's compile (seconds) outweighs one search (default numpy)",
+    )
+    s.add_argument(
+        "--retriever",
+        default=None,
+        help="bm25 (default when the index has it), dense or hybrid[:rrf[:K]|:weighted[:W]]",
+    )
+    s.add_argument(
+        "--embedder", default=None, help="dense/hybrid: must match the index's model (default: the recorded)"
     )
     s.add_argument("queries", nargs="+", help="one or more keyword queries")
     s.set_defaults(func=run)
@@ -95,11 +105,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _search(args: argparse.Namespace, ws_dir) -> int:
-    from rise_batch.index import load_index
+    from rise_batch.index.retriever import default_retriever, open_retriever
     from rise_batch.space.tools import search_into
     from rise_batch.space.workspace import DocStore, Workspace
 
-    store, index = DocStore(args.docs), load_index(args.index, backend=args.backend)  # checked before WS is made
+    retriever = args.retriever or default_retriever(args.index)
+    store = DocStore(args.docs)  # docs and index are checked before WS is made
+    index = open_retriever(args.index, retriever, embedder=args.embedder, backend=args.backend)
     ws = Workspace(ws_dir, store, keep=True)
     res = search_into(index, ws, args.queries, args.k, args.preview)
     print(res.text)

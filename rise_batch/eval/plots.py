@@ -163,17 +163,28 @@ def plot_sweep(summaries: Sequence[dict[str, Any]], key: str, path: Path) -> Pat
     return _save(fig, path)
 
 
-def plot_recall(recall: dict[str, float], path: Path) -> Path | None:
-    """Retrieval-only report: recall@K of gold documents against K."""
-    if not recall:
+def plot_recall(recall: dict[str, float], path: Path, retriever: str = "bm25") -> Path | None:
+    """Retrieval-only report: recall@K of gold documents against K, for one eval-retrieval result."""
+    return plot_recalls({retriever: recall}, path, f"{retriever} recall@K of gold documents")
+
+
+def plot_recalls(series: dict[str, dict[str, float]], path: Path, title: str = "") -> Path | None:
+    """Recall@K against K, one line per labelled result: retrievers side by side on one figure."""
+    series = {label: r for label, r in series.items() if r}
+    if not series:
         return None
     plt = _pyplot()
-    pts = sorted((int(k), 100 * float(v)) for k, v in recall.items())
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot([k for k, _ in pts], [v for _, v in pts], "o-")
-    if len(pts) > 1:
+    many = False
+    for label, recall in series.items():
+        pts = sorted((int(k), 100 * float(v)) for k, v in recall.items() if v is not None)
+        ax.plot([k for k, _ in pts], [v for _, v in pts], "o-", label=label)
+        many = many or len(pts) > 1
+    if many:
         ax.set_xscale("log")
     ax.set_xlabel("K")
     ax.set_ylabel("gold documents in the top K (%)")
-    ax.set_title("BM25 recall@K of gold documents")
+    ax.set_title(title or "recall@K of gold documents by retriever")
+    if len(series) > 1:
+        ax.legend(fontsize=7, loc="best")
     return _save(fig, path)

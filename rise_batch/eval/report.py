@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rise_batch.eval.metrics import CALIBRATION_BIN, per_query_rows, run_metrics
-from rise_batch.eval.plots import plot_frontier, plot_recall, plot_sweep, plot_tool_calls, system_name
+from rise_batch.eval.plots import plot_frontier, plot_recall, plot_recalls, plot_sweep, plot_tool_calls, system_name
 from rise_batch.eval.rundir import load_run
 from rise_batch.io import read_json, write_json_atomic
 from rise_batch.queries import gold_label, read_qrels
@@ -123,9 +123,29 @@ def retrieval_section(result: dict[str, Any], name: str) -> list[str]:
     recall = s.get("recall", {})
     ks = sorted(recall, key=int)
     lines = [f"### {name}", ""]
-    lines.append(f"{s.get('n_queries', 0)} queries with gold documents ({s.get('n_skipped_no_gold', 0)} without).")
+    lines.append(
+        f"{s.get('n_queries', 0)} queries with gold documents ({s.get('n_skipped_no_gold', 0)} without); "
+        f"retriever {retriever_of(result)}."
+    )
     lines += ["", "| " + " | ".join(f"recall@{k} %" for k in ks) + " |", "|" + "---|" * len(ks)]
     lines.append("| " + " | ".join(_pct(recall[k]) for k in ks) + " |")
+    return lines
+
+
+def retriever_of(result: dict[str, Any]) -> str:
+    """The retriever an eval-retrieval result was measured with (results written before retrievers: bm25)."""
+    return str(result.get("summary", {}).get("retriever") or "bm25")
+
+
+def retrievers_table(retrieval: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Every retrieval result on one table, a row each with its retriever: retrievers side by side."""
+    ks = sorted({k for _, r in retrieval for k in r.get("summary", {}).get("recall", {})}, key=int)
+    lines = ["| Result | Retriever | Queries | " + " | ".join(f"recall@{k} %" for k in ks) + " |"]
+    lines.append("|" + "---|" * (3 + len(ks)))
+    for name, r in retrieval:
+        s = r.get("summary", {})
+        cells = [_pct(s.get("recall", {}).get(k)) for k in ks]
+        lines.append(f"| {name} | {retriever_of(r)} | {s.get('n_queries', 0)} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -168,6 +188,8 @@ def render_markdown(
         out.append("")
     if retrieval:
         out += ["## Retrieval only", ""]
+    if len(retrieval) > 1:
+        out += retrievers_table(retrieval) + [""]
     for name, result in retrieval:
         out += retrieval_section(result, name) + [""]
     if plots:
@@ -194,13 +216,19 @@ def write_report(
         plot_tool_calls(summaries, out / "tool_calls.png"),
         plot_sweep(summaries, "k", out / "accuracy_vs_k.png"),
         plot_sweep(summaries, "corpus_docs", out / "accuracy_vs_corpus_size.png"),
-        *[plot_recall(r.get("summary", {}).get("recall", {}), out / f"recall_{n}.png") for n, r in retrieval],
+        *[
+            plot_recall(r.get("summary", {}).get("recall", {}), out / f"recall_{n}.png", retriever_of(r))
+            for n, r in retrieval
+        ],
     ]
+    if len(retrieval) > 1:  # retrievers side by side on one figure
+        series = {f"{n} ({retriever_of(r)})": r.get("summary", {}).get("recall", {}) for n, r in retrieval}
+        plots.append(plot_recalls(series, out / "recall_retrievers.png"))
     written = [str(p) for p in plots if p is not None]
     (out / "report.md").write_text(render_markdown(summaries, written, retrieval), encoding="utf-8")
     report = {
         "runs": summaries,
-        "retrieval": [{"name": n, "summary": r.get("summary", {})} for n, r in retrieval],
+        "retrieval": [{"name": n, "retriever": retriever_of(r), "summary": r.get("summary", {})} for n, r in retrieval],
         "plots": written,
     }
     write_json_atomic(out / "report.json", report)

@@ -1,4 +1,4 @@
-"""Evaluation sweeps: a grid of systems x models x K x corpora x repeats, each cell a run directory.
+"""Evaluation sweeps: a grid of systems x models x K x retrievers x corpora x repeats, each cell a run directory.
 
 A sweep is only bookkeeping around two things that already resume on their own (`rise-batch run` per query,
 `rise-batch judge` per judgment): it expands the grid, builds and validates every cell's RunConfig before anything
@@ -7,7 +7,9 @@ after the other in the same driver, so on one Ray cluster, and records each fini
 re-run skips finished cells without even reading their trajectories. The report at the end covers every cell.
 
 Systems that do not search (DCI) do not depend on K: they get one cell per model, corpus and repeat, labelled
-with no K, instead of identical copies per K.
+with no K, instead of identical copies per K (and no retriever). `retrievers` (default [bm25]) names the retrievers
+of rise_batch.index.retriever to compare; a cell's id carries its retriever unless it is bm25, so the cells of a
+sweep made before retrievers existed keep their ids.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class SweepConfig:
     systems: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
     k: tuple[int, ...] = (1000,)
+    retrievers: tuple[str, ...] = ("bm25",)
     repeats: int = 1
     corpora: tuple[CorpusSpec, ...] = ()
     run: dict[str, Any] = field(default_factory=dict)  # RunConfig keys shared by every cell (llm: {...} too)
@@ -70,10 +73,12 @@ class Cell(NamedTuple):
     k: int | None  # None: the system does not search
     corpus: CorpusSpec
     repeat: int
+    retriever: str = "bm25"
 
     @property
     def cell_id(self) -> str:
         parts = [self.system, self.model, "all" if self.k is None else f"k{self.k}", self.corpus.name]
+        parts += [] if self.retriever == "bm25" else [self.retriever.replace(":", "-")]
         cid = "__".join(portable(p) for p in parts)
         return cid + (f"__r{self.repeat}" if self.repeat else "")
 
@@ -87,6 +92,7 @@ class Cell(NamedTuple):
             "corpus": self.corpus.name,
             "corpus_docs": self.corpus.size if self.corpus.size is not None else corpus_size(self.corpus.docs),
             "repeat": self.repeat,
+            **({"retriever": self.retriever} if self.retriever != "bm25" else {}),  # as in the cell id
         }
 
 
@@ -108,7 +114,7 @@ def parse_sweep(data: dict[str, Any]) -> SweepConfig:
     if not isinstance(corpora, list) or not corpora:
         raise ConfigError("sweep.corpora must be a non-empty list of {name, docs, index?, original_docs?, size?}")
     specs = tuple(build_section(CorpusSpec, c, f"sweep.corpora[{i}]") for i, c in enumerate(corpora))
-    lists = {"systems": str, "models": str, "k": int}
+    lists = {"systems": str, "models": str, "k": int, "retrievers": str}
     parsed: dict[str, Any] = {key: _names(data.pop(key), key, kind) for key, kind in lists.items() if key in data}
     for key in ("run", "model_llm"):  # free-form mappings, checked when each cell's RunConfig is built
         value = data.pop(key, None) or {}
@@ -135,9 +141,10 @@ def validate(cfg: SweepConfig) -> None:
     for c in cfg.corpora:
         if not c.docs:
             raise ConfigError(f"corpus {c.name!r} needs docs (a structured docs dir)")
-    for key in ("out", "queries", "system", "docs", "index", "original_docs", "k", "new_run"):
+    for key in ("out", "queries", "system", "docs", "index", "original_docs", "k", "retriever", "new_run"):
         if key in cfg.run:
-            raise ConfigError(f"sweep.run.{key} is set by the sweep itself (per cell); remove it")
+            where = " (list them in sweep.retrievers)" if key == "retriever" else ""
+            raise ConfigError(f"sweep.run.{key} is set by the sweep itself (per cell); remove it{where}")
     if cfg.judge.mode not in ("online", "batch"):
         raise ConfigError(f"sweep.judge.mode must be 'online' or 'batch', got {cfg.judge.mode!r}")
     unknown = set(cfg.model_llm) - set(cfg.models)
@@ -156,16 +163,18 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
 
 
 def expand(cfg: SweepConfig) -> list[Cell]:
-    """Every cell, in a stable order: corpus, model, system, K, repeat (so one model's cells run together)."""
+    """Every cell, in a stable order: corpus, model, system, K, retriever, repeat (one model's cells together)."""
     from rise_batch.agent.systems import get_system
 
     cells = []
     for corpus in cfg.corpora:
         for model in cfg.models:
             for system in cfg.systems:
-                ks: tuple[int | None, ...] = cfg.k if get_system(system).uses_index else (None,)
+                searches = get_system(system).uses_index
+                ks: tuple[int | None, ...] = cfg.k if searches else (None,)
                 for k in ks:
-                    cells.extend(Cell(system, model, k, corpus, r) for r in range(cfg.repeats))
+                    for retriever in cfg.retrievers if searches else ("bm25",):
+                        cells.extend(Cell(system, model, k, corpus, r, retriever) for r in range(cfg.repeats))
     return cells
 
 
@@ -186,6 +195,7 @@ def cell_run_config(cfg: SweepConfig, cell: Cell) -> Any:
         "index": cell.corpus.index,
         "original_docs": cell.corpus.original_docs,
         "k": cell.k if cell.k is not None else cfg.k[0],
+        "retriever": cell.retriever,
         "limit": cfg.limit,
     }
     llm = {**AGENT_LLM_DEFAULTS, **(cfg.run.get("llm") or {}), **(cfg.model_llm.get(cell.model) or {})}

@@ -295,15 +295,17 @@ def task_map(
     *shared: Any,
     max_in_flight: int | None = None,
     max_retries: int = 2,
+    options: Mapping[str, Any] | None = None,
 ) -> Iterator[tuple[Any, Callable[[], Any]]]:
     """`fn(item, *shared) -> (summary, payload)` as one Ray task per item; yields (summary, fetch payload) in order.
 
     Each task returns two objects: the small summary, which the caller gets as soon as the items before it are
     done, and the payload, which stays in the object store (spilled to disk by Ray if need be) until the caller
     fetches it, once. So the driver holds one payload at a time. `shared` arguments are put in the store once.
-    At most `max_in_flight` tasks (default: twice the cluster's CPUs) are out at once.
+    At most `max_in_flight` tasks (default: twice the cluster's CPUs) are out at once. `options` are Ray task
+    resources (e.g. {"num_gpus": 1} for the dense index's embedding), asked of every task.
     """
-    task = ray.remote(num_returns=2, max_retries=max_retries)(fn)
+    task = ray.remote(num_returns=2, max_retries=max_retries, **dict(options or {}))(fn)
     window = max_in_flight or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
     shared_refs = [ray.put(a) for a in shared]
     refs: dict[int, tuple[Any, Any]] = {}

@@ -204,7 +204,7 @@ def _tokenize_all(
     spill: Path,
     bar: Progress | None = None,
 ) -> _Run:
-    from rise_batch.corpus.readers import CorpusError
+    from rise_batch.index.plan import later_copy
 
     run = _Run()
     first: dict[str, tuple[int, int]] = {}  # docid -> (shard index, source row) of its first occurrence
@@ -214,13 +214,7 @@ def _tokenize_all(
             bar.update(len(summary.docids) + len(summary.bad_rows) if stop is None else stop - shards[i].start)
         run.bad_rows.extend(summary.bad_rows)
         for docid, row in zip(summary.docids, summary.source_rows.tolist(), strict=True):
-            seen = first.setdefault(docid, (i, row))
-            if seen != (i, row):
-                if on_bad_row == "error":
-                    raise CorpusError(
-                        f"{shards[i].source}: row {row}: duplicate docid {docid!r} "
-                        f"(first at {shards[seen[0]].source} row {seen[1]}; use --on-bad-row skip to skip it)"
-                    )
+            if later_copy(first, docid, i, row, shards, on_bad_row):
                 run.duplicates.append((i, row))
         if not run.duplicates:
             run.merger.add(summary)

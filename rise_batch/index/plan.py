@@ -91,3 +91,20 @@ def read_shard_docs(spec: ShardSpec, on_bad_row: str, bad: list[BadRow]) -> Iter
             bad.append(item)
             continue
         yield item
+
+
+def later_copy(
+    first: dict[str, tuple[int, int]], docid: str, shard: int, row: int, shards: list[ShardSpec], on_bad_row: str
+) -> bool:
+    """Whether (shard, row) repeats a docid seen earlier in corpus order (`first` remembers each docid's first
+    place). Under "error" a repeat raises with both places named; under "skip" the caller leaves it out. The BM25
+    and dense builds decide duplicates here alike, so both parts of a hybrid index hold the same rows."""
+    seen = first.setdefault(docid, (shard, row))
+    if seen == (shard, row):
+        return False
+    if on_bad_row == "error":
+        raise CorpusError(
+            f"{shards[shard].source}: row {row}: duplicate docid {docid!r} "
+            f"(first at {shards[seen[0]].source} row {seen[1]}; use --on-bad-row skip to skip it)"
+        )
+    return True

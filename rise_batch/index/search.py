@@ -23,6 +23,14 @@ class Hits(NamedTuple):
     scores: list[float]
 
 
+def clamp_k(queries: list[str], k: int, n_docs: int) -> int:
+    """Every retriever's argument check: a list of queries (a bare string would be searched letter by letter), and
+    k clamped to the corpus size (<= 0 means every query gets empty Hits)."""
+    if isinstance(queries, str):
+        raise TypeError("search() takes a list of queries")
+    return min(int(k), n_docs)
+
+
 class BM25Index:
     """A built index: `search(queries, k)`, `docids` (row order), `len(index)`, `meta`.
 
@@ -74,12 +82,10 @@ class BM25Index:
 
     def search(self, queries: list[str], k: int) -> list[Hits]:
         """Top-k documents per query, best first; k is clamped to the corpus size."""
-        if isinstance(queries, str):
-            raise TypeError("search() takes a list of queries")
+        k = clamp_k(queries, k, len(self.docids))
         ids = [self.query_term_ids(q) for q in queries]
         out = [Hits([], []) for _ in queries]
         todo = [i for i, x in enumerate(ids) if x]
-        k = min(int(k), len(self.docids))
         if k <= 0 or not todo:
             return out
         docs, scores = self._retrieve([ids[i] for i in todo], k)

@@ -123,6 +123,14 @@ class ShardSummary(NamedTuple):
     bad_rows: list[BadRow]  # rows refused under on_bad_row="skip"
 
 
+def doc_digest(docid: str, text: str) -> bytes:
+    """16 bytes identifying a document's content: blake2b(docid NUL text). An index's corpus fingerprint is the
+    sha256 of these in row order, computed alike by the BM25 and the dense builds."""
+    h = hashlib.blake2b(docid.encode("utf-8", "surrogatepass") + b"\0", digest_size=16)
+    h.update(text.encode("utf-8", "surrogatepass"))
+    return h.digest()
+
+
 class ShardPostings(NamedTuple):
     """(row, term, tf) triples of one shard, sorted by (row, term); row and term are shard-local."""
 
@@ -208,9 +216,7 @@ def tokenize_docs(
         docids.append(doc.docid)
         source_rows.append(doc.row)
         n_chars += len(doc.text)
-        h = hashlib.blake2b(doc.docid.encode("utf-8", "surrogatepass") + b"\0", digest_size=16)
-        h.update(doc.text.encode("utf-8", "surrogatepass"))
-        digests += h.digest()
+        digests += doc_digest(doc.docid, doc.text)
         counts = Counter(sv.chunks(doc.text))
         ids_buf.extend(map(lookup, counts))
         cnt_buf.extend(counts.values())

@@ -218,8 +218,15 @@ def bash_in(
     return ToolResult(res.render(limits.timeout_s), surfaced=tuple(surfaced_in(res.output, lookup)))
 
 
+def score_text(score: float) -> str:
+    """A hit's score as shown: two decimals for BM25 and cosine, four significant digits for the small fused
+    scores of reciprocal-rank fusion (1/61 = 0.0164), which two decimals would show as equal."""
+    return f"{score:.2f}" if abs(score) >= 0.1 else f"{score:.4g}"
+
+
 def search_into(index: SearchIndex, ws: Workspace, queries: Any, k: int = 1000, preview: int = 10) -> ToolResult:
-    """RISE `search`: BM25 top-k per sub-query, their union linked into `ws`, a top-`preview` listing each."""
+    """RISE `search`: the retriever's top-k per sub-query (bm25, dense or hybrid: rise_batch.index.retriever), their
+    union linked into `ws`, a top-`preview` listing each."""
     subs, note = coerce_queries(queries)
     if not subs:
         return ToolResult(f"error: give at least one non-empty query. {note}".strip(), error=True)
@@ -240,10 +247,10 @@ def search_into(index: SearchIndex, ws: Workspace, queries: Any, k: int = 1000, 
         for rank, (docid, score) in enumerate(zip(hits.docids[:preview], hits.scores, strict=False), 1):
             arrival = ws.arrivals.get(docid)
             if arrival is None:
-                out.append(f"  {rank:>2}. [{score:.2f}] (docid {docid}: file missing from the docs directory)")
+                out.append(f"  {rank:>2}. [{score_text(score)}] (docid {docid}: file missing from the docs directory)")
                 continue
             surfaced[docid] = None
-            out.append(f"  {rank:>2}. [{score:.2f}] {arrival.relpath}")
+            out.append(f"  {rank:>2}. [{score_text(score)}] {arrival.relpath}")
             out.append(f"      {snippet_line(ws.files_dir / arrival.relpath)}")
     if missing:
         out.append(f"\n[{missing} retrieved documents have no file in the docs directory and were skipped]")

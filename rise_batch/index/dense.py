@@ -1,0 +1,291 @@
+"""The dense retriever: embed shards in parallel -> float16 .npy per shard -> one merged memmap; exact search.
+
+Layout inside an index directory: `docids.json` (row -> docid, shared with the BM25 part when there is one) and
+`dense/` holding `embeddings.npy` (float16, n_docs x dim, unit rows) and `meta.json` (the embedder's identity:
+spec, dimension, weights digest; the corpus fingerprint, computed as the BM25 build computes it, so a hybrid
+index can prove both parts cover the same documents in the same order; counts; build timing).
+
+Search is exact: the query block (float32, unit rows) times the document matrix in row blocks, a running top-k
+per query. 1M x 256 float16 is 512 MB memory-mapped; a 64k-row block costs 64 MB of float32 at a time. No ANN
+library is needed at that size, and exactness keeps the recall figures free of an approximation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from rise_batch.errors import ConfigError
+from rise_batch.index.build import DOCIDS_FILE
+from rise_batch.index.embedders import EmbedderSpec, load_embedder, parse_embedder
+from rise_batch.index.search import Hits, clamp_k
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from rise_batch.corpus.readers import ShardSpec
+    from rise_batch.types import BadRow
+
+DENSE_DIR = "dense"
+DENSE_FORMAT = "rise_batch.dense/1"
+EMBED_BATCH = 32  # documents per tokenizer call
+
+
+class DenseShard(NamedTuple):
+    """What the merge needs from a shard besides its vectors (small: it travels by pickle or Ray)."""
+
+    docids: list[str]
+    source_rows: list[int]
+    digests: bytes  # 16 bytes per document, blake2b(docid NUL text) as in the BM25 build
+    bad_rows: list[BadRow]
+    n_chars: int
+
+
+def embed_shard(spec: ShardSpec, embedder: EmbedderSpec, on_bad_row: str) -> tuple[DenseShard, np.ndarray]:
+    """The per-shard function (local process or Ray task): read, check and embed one shard -> (summary, float16)."""
+    import numpy as np
+
+    from rise_batch.index.plan import read_shard_docs
+    from rise_batch.index.tokenize import doc_digest
+
+    model = load_embedder(embedder)
+    bad: list[BadRow] = []
+    docids, rows, texts, digests, n_chars = [], [], [], bytearray(), 0
+    for doc in read_shard_docs(spec, on_bad_row, bad):
+        docids.append(doc.docid)
+        rows.append(doc.row)
+        texts.append(doc.text)
+        n_chars += len(doc.text)
+        digests += doc_digest(doc.docid, doc.text)
+    vecs = np.zeros((len(texts), model.dim), dtype=np.float16)
+    for i in range(0, len(texts), EMBED_BATCH):
+        vecs[i : i + EMBED_BATCH] = model.embed(texts[i : i + EMBED_BATCH])
+    return DenseShard(docids, rows, bytes(digests), bad, n_chars), vecs
+
+
+def embed_shard_to_disk(spec: ShardSpec, embedder: EmbedderSpec, on_bad_row: str, path: str) -> tuple[DenseShard, str]:
+    """Local-process entry point: the shard's vectors go to a float16 .npy, only the summary comes back by pipe."""
+    import numpy as np
+
+    summary, vecs = embed_shard(spec, embedder, on_bad_row)
+    np.save(path, vecs)
+    return summary, path
+
+
+def map_shards(
+    shards: Sequence[ShardSpec], embedder: EmbedderSpec, on_bad_row: str, spill: Path, workers: int, ray: dict | None
+) -> Iterator[tuple[DenseShard, Callable[[], Any]]]:
+    """(summary, fetch vectors) per shard in corpus order: spawned processes, or Ray tasks when `ray` is given
+    ({"address": ..., "num_gpus": ...}; num_gpus is asked of every task, so GPUs are honoured on a cluster)."""
+    import numpy as np
+
+    if ray is not None:
+        from rise_batch.executor.ray import init_ray, task_map
+
+        init_ray(ray.get("address"), log_to_driver=False)
+        opts = {"num_gpus": ray["num_gpus"]} if ray.get("num_gpus") else None
+        yield from task_map(embed_shard, shards, embedder, on_bad_row, options=opts)
+        return
+    from rise_batch.executor.local import process_map
+
+    spill.mkdir(parents=True, exist_ok=True)
+    calls = [(s, embedder, on_bad_row, str(spill / f"shard-{i:06d}.npy")) for i, s in enumerate(shards)]
+    for summary, path in process_map(embed_shard_to_disk, calls, workers):
+        yield summary, lambda p=path: np.load(p, mmap_mode="r")
+
+
+def build_dense(
+    corpus_path: str | Path,
+    index_dir: str | Path,
+    embedder: str | EmbedderSpec | None = None,
+    *,
+    workers: int = 2,
+    shard_docs: int = 2000,
+    on_bad_row: str = "error",
+    columns: str = "",
+    ray: dict | None = None,
+    shards: Sequence[ShardSpec] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict:
+    """Embed a corpus into `index_dir/dense/` (created beside a BM25 part, or in a new directory); returns meta.
+
+    Duplicate docids and bad rows follow `on_bad_row` exactly as the BM25 build does (the first copy is kept), so
+    both parts hold the same rows; an existing `docids.json` (the BM25 part's) must equal the dense rows."""
+    import numpy as np
+
+    from rise_batch.index.plan import later_copy, plan_index_shards
+
+    say = log or (lambda _msg: None)
+    spec = embedder if isinstance(embedder, EmbedderSpec) else parse_embedder(embedder)
+    model = load_embedder(spec)  # fail here, before any shard, when the extra is missing
+    out = Path(index_dir)
+    if (out / DENSE_DIR).exists():
+        raise FileExistsError(f"{out / DENSE_DIR}: exists (build into a new --out, or pass --overwrite)")
+    t0 = time.perf_counter()
+    shards = list(shards) if shards is not None else plan_index_shards(corpus_path, shard_docs, columns)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / f".{DENSE_DIR}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        parts: list[tuple[DenseShard, Callable[[], Any]]] = []
+        first: dict[str, tuple[int, int]] = {}
+        keep: list[np.ndarray] = []
+        for i, (summary, fetch) in enumerate(map_shards(shards, spec, on_bad_row, tmp / "_spill", workers, ray)):
+            mask = np.ones(len(summary.docids), dtype=bool)
+            for j, (docid, row) in enumerate(zip(summary.docids, summary.source_rows, strict=True)):
+                mask[j] = not later_copy(first, docid, i, row, shards, on_bad_row)
+            parts.append((summary, fetch))
+            keep.append(mask)
+        n = int(sum(int(m.sum()) for m in keep))
+        t1 = time.perf_counter()
+        say(f"embedded {n} docs in {len(shards)} shards in {t1 - t0:.1f}s ({n / max(t1 - t0, 1e-9):.0f} docs/s)")
+        merged = np.lib.format.open_memmap(tmp / "embeddings.npy", mode="w+", dtype=np.float16, shape=(n, model.dim))
+        docids: list[str] = []
+        content = hashlib.sha256()
+        at = 0
+        for (summary, fetch), mask in zip(parts, keep, strict=True):
+            vecs = np.asarray(fetch())[mask]
+            merged[at : at + len(vecs)] = vecs
+            at += len(vecs)
+            docids += [d for d, m in zip(summary.docids, mask.tolist(), strict=True) if m]
+            digests = np.frombuffer(summary.digests, dtype=np.uint8).reshape(-1, 16)[mask]
+            content.update(digests.tobytes())
+        merged.flush()
+        del merged
+        shutil.rmtree(tmp / "_spill", ignore_errors=True)
+        _check_docids(out, docids)
+        bad = [b for s, _ in parts for b in s.bad_rows]
+        meta = {
+            "format": DENSE_FORMAT,
+            **model.identity(),
+            "dtype": "float16",
+            "n_docs": n,
+            "corpus": {
+                "path": str(corpus_path),
+                "content_sha256": content.hexdigest(),
+                "n_chars": sum(s.n_chars for s, _ in parts),
+                "n_bad_rows": len(bad),
+                "n_duplicates_skipped": int(sum(int((~m).sum()) for m in keep)),
+                "bad_rows": [list(b) for b in bad[:100]],
+            },
+            "build": {
+                "runner": "ray" if ray is not None else "process",
+                "workers": workers,
+                "num_gpus": (ray or {}).get("num_gpus") or 0,
+                "n_shards": len(shards),
+                "embed_seconds": round(t1 - t0, 3),
+                "seconds": round(time.perf_counter() - t0, 3),
+                "docs_per_second": round(n / max(t1 - t0, 1e-9), 1),
+                "library_version": model.version,
+            },
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False))
+        if not (out / DOCIDS_FILE).exists():
+            (out / DOCIDS_FILE).write_text(json.dumps(docids, ensure_ascii=False))
+        tmp.rename(out / DENSE_DIR)
+        return meta
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_docids(out: Path, docids: list[str]) -> None:
+    p = out / DOCIDS_FILE
+    if p.exists():
+        have = json.loads(p.read_text())
+        if have != docids:
+            where = next(
+                (i for i, (a, b) in enumerate(zip(have, docids, strict=False)) if a != b), min(len(have), len(docids))
+            )
+            raise ValueError(
+                f"{p}: the BM25 part's {len(have)} docids differ from the dense part's {len(docids)} (first at row "
+                f"{where}): both parts must be built from the same corpus with the same --on-bad-row"
+            )
+
+
+class DenseIndex:
+    """The dense part of an index directory: `search(queries, k)` by exact cosine similarity, best first.
+
+    `embedder` (a spec, or None for the recorded one) is checked against the recorded identity: a query embedded
+    with another model would be compared in another vector space, so it is refused, not answered."""
+
+    name = "dense"
+
+    def __init__(self, index_dir: str | Path, embedder: str | EmbedderSpec | None = None, block_rows: int = 65536):
+        import numpy as np
+
+        self.path = Path(index_dir)
+        d = self.path / DENSE_DIR
+        if not (d / "meta.json").is_file():
+            raise ConfigError(
+                f"{self.path}: holds no dense index ({DENSE_DIR}/meta.json); build one with "
+                f"`rise-batch index --retriever dense` (or hybrid)"
+            )
+        self.meta = json.loads((d / "meta.json").read_text())
+        if self.meta.get("format") != DENSE_FORMAT:
+            raise ValueError(f"{d}/meta.json: unsupported format {self.meta.get('format')!r} (expected {DENSE_FORMAT})")
+        recorded = parse_embedder(self.meta["embedder"])
+        asked = (
+            recorded
+            if embedder is None
+            else (embedder if isinstance(embedder, EmbedderSpec) else parse_embedder(embedder))
+        )
+        if str(asked) != str(recorded):
+            raise ConfigError(
+                f"{self.path}: embedded with {recorded}; a query embedded with {asked} would be compared in another "
+                "vector space (omit --embedder to use the recorded model, or rebuild the index with it)"
+            )
+        self.embedder = load_embedder(asked)
+        if self.embedder.weights_sha256 != self.meta["weights_sha256"]:
+            raise ConfigError(
+                f"{self.path}: embedded with {recorded} weights {self.meta['weights_sha256'][:12]}, but the installed "
+                f"model's weights are {self.embedder.weights_sha256[:12]} (another version): rebuild the dense index"
+            )
+        self.vectors = np.load(d / "embeddings.npy", mmap_mode="r")
+        self.docids: list[str] = json.loads((self.path / DOCIDS_FILE).read_text())
+        if self.vectors.shape != (len(self.docids), self.embedder.dim):
+            raise ValueError(f"{d}/embeddings.npy: shape {self.vectors.shape} for {len(self.docids)} docids")
+        self.block_rows = max(1, int(block_rows))
+
+    def __len__(self) -> int:
+        return len(self.docids)
+
+    def search(self, queries: list[str], k: int) -> list[Hits]:
+        """Top-k documents per query by cosine similarity; a query with no known token gets empty Hits."""
+        import numpy as np
+
+        k = clamp_k(queries, k, len(self.docids))
+        if k <= 0 or not queries:
+            return [Hits([], []) for _ in queries]
+        q = self.embedder.embed(list(queries))
+        live = np.linalg.norm(q, axis=1) > 0
+        best_s = np.full((len(queries), 0), -np.inf, dtype=np.float32)
+        best_r = np.zeros((len(queries), 0), dtype=np.int64)
+        for start in range(0, len(self.docids), self.block_rows):
+            block = np.asarray(self.vectors[start : start + self.block_rows], dtype=np.float32)
+            s = q @ block.T
+            if s.shape[1] > k:
+                top = np.argpartition(-s, k - 1, axis=1)[:, :k]
+                s = np.take_along_axis(s, top, axis=1)
+            else:
+                top = np.broadcast_to(np.arange(s.shape[1]), s.shape)
+            best_s = np.concatenate([best_s, s], axis=1)
+            best_r = np.concatenate([best_r, top + start], axis=1)
+            if best_s.shape[1] > k:
+                keep = np.argpartition(-best_s, k - 1, axis=1)[:, :k]
+                best_s = np.take_along_axis(best_s, keep, axis=1)
+                best_r = np.take_along_axis(best_r, keep, axis=1)
+        out = []
+        for i in range(len(queries)):
+            if not live[i]:
+                out.append(Hits([], []))
+                continue
+            order = np.lexsort((best_r[i], -best_s[i]))  # best first; ties by row, so the order is deterministic
+            out.append(Hits([self.docids[r] for r in best_r[i][order]], best_s[i][order].astype(float).tolist()))
+        return out

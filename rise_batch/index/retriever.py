@@ -1,0 +1,110 @@
+"""The retrieval boundary: every command that searches names a retriever, and this module opens it.
+
+A retriever is anything with `search(queries: list[str], k) -> list[Hits]` (best first), `docids` and `len()`;
+the workspace, the agent tools and recall@K only ever call that. Three are registered:
+
+  bm25                          today's index (`meta.json` + bm25s files), the default
+  dense                         `dense/` (rise_batch.index.dense): an embedding model's exact cosine top-k
+  hybrid[:rrf[:K]]              both, fused by reciprocal rank (K = 60) ...
+  hybrid:weighted[:W]           ... or by a weighted sum of min-max scores (W = the BM25 weight, 0.5)
+
+The spec string is the one key of every config (`retriever:` in run and sweep YAML) and flag (`--retriever`).
+`index --retriever R` builds the parts R needs (`PARTS`); opening a retriever whose part the directory lacks is a
+one-line error naming the directory and the command that builds it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rise_batch.errors import ConfigError
+
+RETRIEVERS = ("bm25", "dense", "hybrid")
+PARTS = {"bm25": ("bm25",), "dense": ("dense",), "hybrid": ("bm25", "dense")}
+
+
+@dataclass(frozen=True)
+class RetrieverSpec:
+    name: str = "bm25"
+    fusion: str = "rrf"
+    rrf_k: float = 60.0
+    weight: float = 0.5  # BM25's share in a weighted fusion
+
+    def __str__(self) -> str:
+        if self.name != "hybrid":
+            return self.name
+        return f"hybrid:rrf:{self.rrf_k:g}" if self.fusion == "rrf" else f"hybrid:weighted:{self.weight:g}"
+
+
+def parse_retriever(text: str | RetrieverSpec | None) -> RetrieverSpec:
+    """`bm25`, `dense`, `hybrid[:rrf[:K]]` or `hybrid:weighted[:W]` -> a spec; a one-line ConfigError otherwise."""
+    if isinstance(text, RetrieverSpec):
+        return text
+    raw = (text or "bm25").strip()
+    name, *rest = raw.split(":")
+    if name not in RETRIEVERS or (name != "hybrid" and rest):
+        raise ConfigError(
+            f"retriever {raw!r}: expected bm25, dense, hybrid, hybrid:rrf[:K] or hybrid:weighted[:W] (W = BM25 weight)"
+        )
+    if not rest:
+        return RetrieverSpec(name)
+    fusion, value = rest[0], (rest[1] if len(rest) == 2 else "")
+    bad = ConfigError(f"retriever {raw!r}: expected hybrid:rrf[:K] with K >= 0 or hybrid:weighted[:W] with 0 <= W <= 1")
+    if len(rest) > 2 or fusion not in ("rrf", "weighted"):
+        raise bad
+    try:
+        number = float(value) if value else (60.0 if fusion == "rrf" else 0.5)
+    except ValueError:
+        raise bad from None
+    if not (number >= 0 if fusion == "rrf" else 0 <= number <= 1) or number != number or number == float("inf"):
+        raise bad
+    if fusion == "rrf":
+        return RetrieverSpec("hybrid", "rrf", rrf_k=number)
+    return RetrieverSpec("hybrid", "weighted", weight=number)
+
+
+def parts_present(index_dir: str | Path) -> list[str]:
+    """Which retriever parts an index directory holds ("bm25", "dense")."""
+    d = Path(index_dir)
+    return [p for p, f in (("bm25", d / "meta.json"), ("dense", d / "dense" / "meta.json")) if f.is_file()]
+
+
+def default_retriever(index_dir: str | Path) -> str:
+    """bm25 when the directory has it (today's behaviour), else dense."""
+    return "bm25" if "bm25" in parts_present(index_dir) or not parts_present(index_dir) else "dense"
+
+
+def open_retriever(
+    index_dir: str | Path,
+    retriever: str | RetrieverSpec | None = None,
+    *,
+    embedder: str | None = None,
+    backend: str = "auto",
+    **bm25_kw: Any,
+) -> Any:
+    """Open `retriever` over `index_dir`; `embedder` (dense, hybrid) must match the recorded model when given."""
+    spec = parse_retriever(retriever)
+    have = parts_present(index_dir)
+    missing = [p for p in PARTS[spec.name] if p not in have]
+    if missing:
+        raise ConfigError(
+            f"{index_dir}: retriever {spec.name} needs the {' and '.join(missing)} part{'s' * (len(missing) > 1)}, "
+            f"and this index holds "
+            f"{' and '.join(have) or 'nothing'}; build it with `rise-batch index --retriever {spec.name} --out DIR`"
+        )
+    bm25 = dense = None
+    if "bm25" in PARTS[spec.name]:
+        from rise_batch.index.search import load_index
+
+        bm25 = load_index(index_dir, backend=backend, **bm25_kw)
+    if "dense" in PARTS[spec.name]:
+        from rise_batch.index.dense import DenseIndex
+
+        dense = DenseIndex(index_dir, embedder=embedder)
+    if spec.name == "hybrid":
+        from rise_batch.index.hybrid import HybridIndex
+
+        return HybridIndex(bm25, dense, spec.fusion, spec.rrf_k, spec.weight)
+    return bm25 if bm25 is not None else dense
