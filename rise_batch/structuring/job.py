@@ -226,14 +226,16 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
         stats["transport"] = merge_stats(transport)  # this run's HTTP traffic (not that of killed earlier runs)
         stats.update(structured_output_stats(cfg, stats["transport"]))
     wall = time.monotonic() - t0
+    fresh = docs_this_run(shard_stats)
     stats.update(
         docs_total=stats.get("docs_total", 0),
+        docs_this_run=fresh,
         bad_rows=plan.n_bad_rows,
         shards=len(plan.shards),
         run_hash=plan.run_hash,
         backend=cfg.backend,
         wall_seconds=round(wall, 3),
-        docs_per_second=round(stats.get("docs_total", 0) / wall, 2) if wall > 0 else 0.0,
+        docs_per_second=round(fresh / wall, 2) if wall > 0 else 0.0,
         cost_usd=round(stats.get("cost_usd", 0.0), 6),
     )
     stats["outcomes"] = stats.get("outcomes", {}) | ({"skipped": plan.n_bad_rows} if plan.n_bad_rows else {})
@@ -242,6 +244,13 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
         stats["index"] = build_job_index(cfg, plan)
     dump_json(stats, Path(cfg.out) / "stats.json")
     return stats
+
+
+def docs_this_run(shard_stats: list[dict]) -> int:
+    """Documents this run structured. A shard an earlier run finished, and the rows an earlier run checkpointed in
+    an interrupted shard, are counted in docs_total but are not this run's work: a resumed run's docs/s counts
+    only what it measured. (Batch mode reports no per-shard skips: a shard it finishes counts whole.)"""
+    return sum(s.get("docs_total", 0) - s.get("resumed_docs", 0) for s in shard_stats if not s.get("resumed_done"))
 
 
 def build_job_index(cfg: StructureConfig, plan: RunPlan) -> str:
