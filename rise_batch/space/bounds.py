@@ -116,7 +116,7 @@ def _sweep_stale(parent: Path) -> None:
 
 
 class CallCgroup:
-    """One call's memory cgroup: made before the call, joined by its first process, removed after."""
+    """One memory cgroup: made before a call (or a long-lived sandbox), joined by its first process, removed after."""
 
     def __init__(self, support: CgroupSupport, limit_bytes: int) -> None:
         assert support.parent is not None
@@ -124,17 +124,36 @@ class CallCgroup:
         self.path = support.parent / f"{CGROUP_PREFIX}{os.getpid()}-{next(_NAMES)}"
         self.path.mkdir()
         try:
-            if self.version == 2:
-                (self.path / "memory.max").write_text(str(limit_bytes))
-                if (self.path / "memory.swap.max").exists():
-                    (self.path / "memory.swap.max").write_text("0")
-            else:
-                (self.path / "memory.limit_in_bytes").write_text(str(limit_bytes))
-                if (self.path / "memory.memsw.limit_in_bytes").exists():
-                    (self.path / "memory.memsw.limit_in_bytes").write_text(str(limit_bytes))
+            if self.version == 2 and (self.path / "memory.swap.max").exists():
+                (self.path / "memory.swap.max").write_text("0")
+            self.set_limit(limit_bytes)
         except OSError:
             self.close()
             raise
+
+    def set_limit(self, limit_bytes: int) -> None:
+        """Set the memory limit (v1: memory+swap alike, written in the order the kernel accepts: the memsw limit
+        may never be below the memory limit)."""
+        if self.version == 2:
+            (self.path / "memory.max").write_text(str(limit_bytes))
+            return
+        files = [self.path / "memory.limit_in_bytes"]
+        if (self.path / "memory.memsw.limit_in_bytes").exists():
+            files.append(self.path / "memory.memsw.limit_in_bytes")
+        try:
+            for f in files:  # lowering: memory first
+                f.write_text(str(limit_bytes))
+        except OSError:
+            for f in reversed(files):  # raising: memory+swap first
+                f.write_text(str(limit_bytes))
+
+    def usage(self) -> int:
+        """Bytes charged to the cgroup now (processes, page cache, kernel memory)."""
+        name = "memory.current" if self.version == 2 else "memory.usage_in_bytes"
+        try:
+            return int((self.path / name).read_text())
+        except (OSError, ValueError):
+            return 0
 
     @property
     def procs(self) -> str:
@@ -142,15 +161,20 @@ class CallCgroup:
 
     def oom_killed(self) -> bool:
         """Did the kernel kill a process of this call for passing the memory limit?"""
+        return self.oom_kills() > 0
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel has killed in this cgroup for passing its memory limit (a long-lived
+        sandbox compares the count before and after each call)."""
         name = "memory.events" if self.version == 2 else "memory.oom_control"
         try:
             for line in (self.path / name).read_text().splitlines():
                 key, _, value = line.partition(" ")
                 if key == "oom_kill":
-                    return int(value) > 0
+                    return int(value)
         except (OSError, ValueError):
             pass
-        return False
+        return 0
 
     def close(self, wait_s: float = 3.0) -> None:
         """Kill whatever is left in the cgroup and remove it (retried while the kernel reaps the processes)."""

@@ -16,6 +16,7 @@ import re
 import selectors
 import subprocess
 import time
+from collections.abc import Callable
 
 READ_CHUNK = 1 << 16
 _HOLD_CHARS = 256  # longest escape sequence held back at a read boundary; a longer unfinished one is cut
@@ -53,8 +54,13 @@ class Cleaner:
         return _ESCAPE.sub("", text) if _ESCAPE.search(text) else text
 
 
-def collect(proc: subprocess.Popen, deadline: float, max_chars: int) -> tuple[str, int, bool]:
-    """Read merged output until EOF and exit or the deadline -> (kept text, characters cut, timed out)."""
+def collect(
+    proc: subprocess.Popen, deadline: float, max_chars: int, kill: Callable[[], None] | None = None
+) -> tuple[str, int, bool]:
+    """Read merged output until EOF and exit or the deadline -> (kept text, characters cut, timed out).
+
+    At the deadline the process group is killed, or `kill` is called (a long-lived sandbox's call is not a
+    process of ours: its supervisor kills it)."""
     assert proc.stdout is not None
     out = proc.stdout
     clean = Cleaner()
@@ -91,7 +97,7 @@ def collect(proc: subprocess.Popen, deadline: float, max_chars: int) -> tuple[st
         except subprocess.TimeoutExpired:  # closed its output but kept running
             timed_out = True
     if timed_out:
-        kill_group(proc)
+        kill() if kill is not None else kill_group(proc)
         drain(out, clean, take, grace_s=2.0)
     take(clean.feed(b"", final=True))
     out.close()

@@ -16,6 +16,7 @@ memory cgroup, /tmp with an inode cap, and no host path in the sandbox's mountin
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import logging
 import math
@@ -24,7 +25,9 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import weakref
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import NamedTuple
@@ -32,12 +35,14 @@ from typing import NamedTuple
 from rise_batch.errors import CleanExit, ConfigError
 from rise_batch.space import bounds
 from rise_batch.space.output import collect
+from rise_batch.space.session import Session, SessionUnavailable
 
 log = logging.getLogger(__name__)
 
 MOUNT_POINT = "/workspace"
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 UNPRIVILEGED_ID = 65534  # "nobody": the host uid bwrap runs as when we are root
+MAX_ARG_STRLEN = 32 * 4096  # Linux's limit on one argument (the command is one), including its NUL
 
 
 class SandboxUnavailable(CleanExit, RuntimeError):
@@ -107,7 +112,12 @@ class Support(NamedTuple):
     bwrap: str = ""  # the bwrap found on the caller's PATH: the one probed is the one run (not SANDBOX_PATH's)
 
 
-def _bwrap_argv(bwrap: str, bind_fd: int, limits: SandboxLimits, command: str, isolated: bool) -> list[str]:
+def _bwrap_argv(
+    bwrap: str, bind_fd: int, limits: SandboxLimits, program: list[str], isolated: bool, caps: str = "--cap-drop"
+) -> list[str]:
+    """bwrap running `program`. A one-shot call drops every capability; a long-lived sandbox's supervisor keeps
+    them (`caps="--cap-add"`) inside the sandbox's user namespace to make each call's namespaces and mounts, and
+    drops them all in each command (supervisor.py)."""
     argv = [
         bwrap,
         "--unshare-all",
@@ -115,7 +125,7 @@ def _bwrap_argv(bwrap: str, bind_fd: int, limits: SandboxLimits, command: str, i
         "--disable-userns",
         "--die-with-parent",
         "--new-session",
-        "--cap-drop",
+        caps,
         "ALL",
         "--uid",
         str(UNPRIVILEGED_ID),
@@ -163,7 +173,33 @@ def _bwrap_argv(bwrap: str, bind_fd: int, limits: SandboxLimits, command: str, i
     ]
     for key, value in _sandbox_env().items():
         argv += ["--setenv", key, value]
-    return argv + ["/bin/bash", "-c", _with_limits(limits), "bash", command]
+    return argv + program
+
+
+def _one_shot(limits: SandboxLimits, command: str) -> list[str]:
+    return ["/bin/bash", "-c", _with_limits(limits), "bash", command]
+
+
+def _request(command: str, limits: SandboxLimits) -> dict:
+    """One call for a long-lived sandbox's supervisor (supervisor.py)."""
+    return {
+        "command": command,
+        "cwd": MOUNT_POINT,
+        "env": _sandbox_env(),
+        "rlimits": _rlimits(limits),
+        "tmp_bytes": limits.tmp_bytes,
+        "tmp_inodes": limits.tmp_inodes,
+    }
+
+
+def _rlimits(limits: SandboxLimits) -> dict[str, int]:
+    """The hard rlimits of `_with_limits`, in bytes as `ulimit` sets them (whole KiB), for the supervisor."""
+    return {
+        "RLIMIT_NPROC": limits.max_procs,
+        "RLIMIT_FSIZE": max(1, limits.max_file_bytes // 1024) * 1024,
+        "RLIMIT_AS": max(1, limits.address_space_bytes // 1024) * 1024,
+        "RLIMIT_CORE": 0,
+    }
 
 
 def _sandbox_env() -> dict[str, str]:
@@ -234,7 +270,12 @@ def announce(support: Support, memory_bytes: int, tmp_bytes: int, tmp_inodes: in
 
 
 class Sandbox:
-    """Runs shell commands with `root` as the only visible, read-only, directory (at /workspace)."""
+    """Runs shell commands with `root` as the only visible, read-only, directory (at /workspace).
+
+    `persistent` (the default): one long-lived bubblewrap for this sandbox, started at its first call, with each
+    command in its own namespaces inside it (session.py, supervisor.py); every call still starts from a fresh
+    /tmp, sees only its own processes and dies whole at its time cap. False, or where that sandbox cannot start:
+    a bubblewrap per call. `close()` (or dropping the object, or IDLE_EXIT_S without a call) ends it."""
 
     def __init__(
         self,
@@ -243,7 +284,12 @@ class Sandbox:
         *,
         allow_unsandboxed: bool = False,
         bwrap: str = "bwrap",
+        persistent: bool = True,
     ) -> None:
+        self.persistent = persistent
+        self._session: Session | None = None
+        self._close_session: weakref.finalize | None = None
+        self._lock = threading.Lock()
         self.root = Path(root).resolve()
         if not self.root.is_dir():
             raise FileNotFoundError(f"sandbox root is not a directory: {self.root}")
@@ -281,10 +327,75 @@ class Sandbox:
     def run(self, command: str, limits: SandboxLimits | None = None) -> RunResult:
         """Run `command` under `limits` for this call only (default: the sandbox's own); nothing is stored."""
         limits = limits or self.limits
+        start = time.monotonic()
+        if len(command.encode(errors="surrogateescape")) >= MAX_ARG_STRLEN:  # what execve would refuse
+            raise OSError(errno.E2BIG, os.strerror(errno.E2BIG))
+        if self.sandboxed and self.persistent:
+            with self._lock:  # one call at a time: the session's memory cgroup bounds one call
+                for _ in range(2):  # a session that ended (idle, killed) before the call started: a new one
+                    session = self._live_session()
+                    if session is None:
+                        break
+                    # the time cap counts from here: starting the sandbox is not the command's time
+                    deadline, request = time.monotonic() + limits.timeout_s, _request(command, limits)
+                    done = session.run(request, limits.memory_bytes, deadline, limits.max_output_chars)
+                    if done is not None:
+                        head, cut, timed_out, code, oom = done
+                        return RunResult(head, code, timed_out, cut, time.monotonic() - start, True, oom)
         return _spawn_collect(self.bwrap, self.root, command, limits, self.run_as, self.sandboxed, self.isolated)
+
+    def _live_session(self) -> Session | None:
+        """This sandbox's running session, started if needed; None (one-shot calls from now on) if it cannot."""
+        if self._session is not None and self._session.alive:
+            return self._session
+        self.close()
+        host = bounds.host_bounds()
+        if (self.run_as is not None and _setpriv() is None) or (self.run_as is None and os.geteuid() == 0):
+            # Popen would have to switch the uid before the cgroup and mount prefixes; bwrap run by root is
+            # privileged and covers parts of /proc, so a call could not mount its own /proc
+            self.persistent = False
+            return None
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            self._session = Session(
+                lambda program: _launch_argv(
+                    self.bwrap, self.root, fd, self.limits, self.run_as, self.isolated, program, caps="--cap-add"
+                ),
+                host.cgroup if host.cgroup.ok else None,
+                self.limits.memory_bytes,
+                _sandbox_env(),
+                pass_fds=() if self.isolated else (fd,),
+                check=_request("true", self.limits),
+            )
+        except (SessionUnavailable, OSError) as e:
+            _fall_back(str(e))
+            self.persistent = False
+            return None
+        finally:
+            os.close(fd)
+        self._close_session = weakref.finalize(self, self._session.close)
+        return self._session
+
+    def close(self) -> None:
+        """End the long-lived sandbox, if one runs (the next call would start another)."""
+        if self._close_session is not None:
+            self._close_session()
+        self._session = self._close_session = None
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __call__(self, command: str) -> str:
         return self.run(command).render(self.limits.timeout_s)
+
+
+@functools.cache
+def _fall_back(reason: str) -> None:
+    """Said once per reason and process: calls run one bubblewrap each, slower but with the same bounds."""
+    log.warning("the long-lived sandbox cannot start here, so every call starts its own bubblewrap: %s", reason)
 
 
 @functools.cache
@@ -302,6 +413,26 @@ def _reachable_by_others(root: Path) -> bool:
         if st.st_uid != UNPRIVILEGED_ID and st.st_mode & need != need:
             return False
     return True
+
+
+def _launch_argv(
+    bwrap: str,
+    root: str | Path,
+    fd: int,
+    limits: SandboxLimits,
+    run_as: int | None,
+    isolated: bool,
+    program: list[str],
+    caps: str = "--cap-drop",
+) -> list[str]:
+    """[private mounts] -> [drop to run_as] -> bwrap -> program (the cgroup join, if any, goes in front)."""
+    argv = _bwrap_argv(bwrap, fd, limits, program, isolated, caps)
+    setpriv = _setpriv() if run_as is not None else None
+    if setpriv:  # exec-time switch keeps Popen on vfork; user= forces a fork() of this (large) process
+        argv = [setpriv, f"--reuid={run_as}", f"--regid={run_as}", "--clear-groups", "--", *argv]
+    if isolated:
+        argv = bounds.isolate_argv(bounds.host_bounds(), Path(root), limits.tmp_bytes, limits.tmp_inodes) + argv
+    return argv
 
 
 def _spawn_collect(
@@ -322,17 +453,13 @@ def _spawn_collect(
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         if sandboxed:  # isolated, the workspace is reopened by path in the call's own mount namespace
-            argv, cwd, pass_fds = _bwrap_argv(bwrap, fd, limits, command, isolated), "/", () if isolated else (fd,)
+            argv = _launch_argv(bwrap, root, fd, limits, run_as, isolated, _one_shot(limits, command))
+            cwd, pass_fds = "/", () if isolated else (fd,)
         else:
             argv, cwd, pass_fds = ["/bin/bash", "-c", _with_limits(limits, nproc=False), "bash", command], str(root), ()
         ids: dict = {}
-        if run_as is not None:
-            if setpriv:  # exec-time switch keeps Popen on vfork; user= forces a fork() of this (large) process
-                argv = [setpriv, f"--reuid={run_as}", f"--regid={run_as}", "--clear-groups", "--", *argv]
-            else:
-                ids = {"user": run_as, "group": run_as, "extra_groups": []}
-        if sandboxed and isolated:
-            argv = bounds.isolate_argv(host, Path(root), limits.tmp_bytes, limits.tmp_inodes) + argv
+        if run_as is not None and not setpriv:
+            ids = {"user": run_as, "group": run_as, "extra_groups": []}
         if cgroup is not None:
             argv = bounds.join_argv(cgroup) + argv
         # A minimal env for bwrap itself too: /proc/1/environ inside the sandbox is bwrap's, and must not leak

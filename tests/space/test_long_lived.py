@@ -1,0 +1,113 @@
+"""The long-lived sandbox (one bubblewrap per workspace, each command in its own namespaces inside it) isolates calls
+from each other as a bubblewrap per call did, and costs less per call.
+
+Everything runs the real bubblewrap and the real supervisor; the escape table (test_security.py) and the bounds
+tests (test_call_bounds.py) run through the same long-lived sandbox, since it is the default.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+
+import pytest
+
+from rise_batch.space.sandbox import Sandbox
+from tests.space.conftest import TEST_LIMITS
+from tests.space.test_security import TOKEN, _alive_with_token, _gone_eventually
+
+
+@pytest.fixture
+def box(ws_root, bwrap_ok):
+    (ws_root / "a.txt").write_text("hello\n")
+    os.chmod(ws_root / "a.txt", 0o644)
+    with Sandbox(ws_root, TEST_LIMITS) as sandbox:
+        yield sandbox
+
+
+def _namespaces(box: Sandbox) -> dict[str, str]:
+    res = box.run("for n in user net pid mnt ipc; do echo $n $(readlink /proc/self/ns/$n); done")
+    assert res.exit_code == 0, res.render()
+    return dict(line.split(" ", 1) for line in res.output.splitlines())
+
+
+def test_calls_share_one_sandbox(box):
+    """One bubblewrap (same user and network namespace) for the workspace; pid 1 of each call is its own init."""
+    first, second = _namespaces(box), _namespaces(box)
+    assert first["user"] == second["user"] and first["net"] == second["net"], (first, second)
+    assert box.run("cat /proc/1/comm").output == "python3\n"
+
+
+def test_a_call_cannot_see_or_outlive_into_the_next(box):
+    """A daemon left by one call dies with it; the next call sees only its own processes, a fresh /tmp and IPC."""
+    res = box.run(f"(setsid bash -c 'exec -a {TOKEN} sleep 1000' &); ipcmk -M 4096 >/dev/null; touch /tmp/x; echo ok")
+    assert res.exit_code == 0 and res.output.strip() == "ok", res.render()
+    assert _gone_eventually(), f"a process of an ended call is still running: {_alive_with_token()}"
+    procs = box.run("ps -e -o pid=,comm=").output.split()
+    assert procs == ["1", "python3", "2", "ps"], procs  # the call's init and the command (bash execs ps)
+    assert box.run("ls -A /tmp /dev/shm").output == "/dev/shm:\n\n/tmp:\n"
+    assert "0x" not in box.run("ipcs -m").output
+
+
+def test_a_call_cannot_reach_the_supervisor(box):
+    """`kill -9 -1`, ptrace and /proc of pid 1 from a call leave the sandbox working for the next one."""
+    attack = (
+        "kill -9 -1; kill -9 1; cat /proc/1/environ /proc/1/fd/* 2>&1 | head -c 300; "
+        "python3 -c \"import ctypes; print('ptrace', ctypes.CDLL(None).ptrace(16, 1, 0, 0))\"; echo STILL"
+    )
+    res = box.run(attack)
+    assert "ptrace -1" in res.output and "STILL" in res.output, res.render()
+    assert "Permission denied" in res.output, res.render()
+    again = box.run("cat a.txt")
+    assert again.output == "hello\n" and again.exit_code == 0, again.render()
+
+
+def test_commands_get_the_same_privileges_and_limits_as_a_one_shot_sandbox(box, ws_root):
+    probe = "grep -e ^Cap -e NoNewPrivs -e Seccomp: /proc/self/status; ulimit -H -a; id; umask; env | sort; pwd"
+    with Sandbox(ws_root, TEST_LIMITS, persistent=False) as one_shot:
+        expected = one_shot.run(probe)
+    got = box.run(probe)
+    assert expected.exit_code == 0 and got.exit_code == 0, (expected.render(), got.render())
+    want = [line for line in expected.output.splitlines() if not line.startswith("NoNewPrivs")]
+    have = [line for line in got.output.splitlines() if not line.startswith("NoNewPrivs")]
+    assert have == want
+    assert "CapBnd:\t0000000000000000" in got.output and "NoNewPrivs:\t1" in got.output
+
+
+def test_time_cap_kills_the_call_and_the_sandbox_goes_on(box):
+    res = box.run(f"bash -c 'exec -a {TOKEN} sleep 1000' & (setsid bash -c 'exec -a {TOKEN}b sleep 1000' &); wait")
+    assert res.timed_out and res.exit_code is None, res.render()
+    assert _gone_eventually(), _alive_with_token()
+    assert box.run("echo next").output == "next\n"
+
+
+def test_a_killed_or_idle_sandbox_is_started_again(box):
+    assert box.run("true").exit_code == 0
+    session = box._session
+    assert session is not None
+    os.killpg(session.proc.pid, signal.SIGKILL)
+    session.proc.wait()
+    res = box.run("cat a.txt")
+    assert res.output == "hello\n" and res.exit_code == 0, res.render()
+    assert box._session is not session and box._session.alive
+
+
+def test_close_leaves_no_process_and_no_cgroup(box):
+    assert box.run("true").exit_code == 0
+    session = box._session
+    cgroup = session.cgroup.path if session.cgroup else None
+    box.close()
+    assert session.proc.poll() is not None
+    assert cgroup is None or not cgroup.exists()
+
+
+def test_a_call_costs_less_than_a_sandbox_per_call(box, ws_root):
+    """Interleaved, so machine load hits both alike: the long-lived sandbox's p50 is under half the one-shot's."""
+    with Sandbox(ws_root, TEST_LIMITS, persistent=False) as one_shot:
+        box.run("true")
+        long_lived, per_call = [], []
+        for _ in range(15):
+            long_lived.append(box.run("true").elapsed_s)
+            per_call.append(one_shot.run("true").elapsed_s)
+    assert statistics.median(long_lived) < statistics.median(per_call) / 2, (long_lived, per_call)
