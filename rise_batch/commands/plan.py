@@ -103,12 +103,12 @@ def _target(args: argparse.Namespace, plan: dict, output) -> dict:
     """The same sample (same seed) priced over the grid of tier rules and input cuts (structuring/plan_target.py)."""
     from rise_batch.llm.pricing import PriceTable
     from rise_batch.prompts import load_prompt
-    from rise_batch.structuring.plan import sample_docs
+    from rise_batch.structuring.plan_sample import plan_sample
     from rise_batch.structuring.plan_target import price_options, target_plan
 
-    docs, _ = sample_docs(args.corpus, args.sample, args.seed, columns=args.columns or "")
+    drawn = plan_sample(args.corpus, args.sample, args.seed, columns=args.columns or "")
     options = price_options(
-        docs,
+        drawn.docs,
         load_prompt(args.prompt),
         args.model,
         n_docs=plan["docs"],
@@ -117,5 +117,6 @@ def _target(args: argparse.Namespace, plan: dict, output) -> dict:
         max_input_chars=args.max_input_chars,
         output=output,
         structured=args.structured_output,
+        weights=drawn.weights,
     )
     return target_plan(options, args.target_usd)

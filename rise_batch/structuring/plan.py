@@ -17,14 +17,15 @@ run's checkpoint.
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from rise_batch.llm.pricing import PriceTable
 from rise_batch.llm.tokens import TokenCounter, counter_for, message_text
-from rise_batch.types import BadRow, Doc
+from rise_batch.structuring.plan_sample import plan_sample
+from rise_batch.structuring.plan_sample import sample_docs as sample_docs  # re-exported: callers import it here
+from rise_batch.types import Doc
 
 CACHE_MIN_TOKENS = 1024  # OpenAI caches a prompt prefix only from this length on
 
@@ -110,71 +111,6 @@ def estimate_doc(
     return DocEstimate(len(doc.text), True, tokens, output.tokens(len(sent)), bool(note), len(sent))
 
 
-# -- sampling ---------------------------------------------------------------------------------------------------
-def sample_docs(
-    corpus: str | Path, n: int, seed: int = 0, chunks: int = 200, columns: str = ""
-) -> tuple[list[Doc], int]:
-    """About `n` valid documents from `chunks` runs of consecutive rows at random places, and the corpus's row count.
-
-    Runs, not single rows: a Parquet row group holding no run is never decoded, so sampling a 1M-document corpus
-    reads a fraction of it. Runs are short (n / chunks rows): neighbouring rows are alike (same source, same crawl
-    stretch), and long runs made the estimate of wiki2015's total tokens swing twice as much as single rows did.
-    Rows are checked as the scan checks them (`columns` maps the fields); a sample with no valid document raises
-    the first refused row's reason ("no docid column; the rows have [id, contents]") rather than a bare "none".
-    """
-    from rise_batch.corpus.readers import CorpusError, count_rows, iter_rows, list_sources, source_format
-
-    sources = list_sources(corpus)
-    sizes = [count_rows(s) for s in sources]
-    total = sum(sizes)
-    if total == 0:
-        return [], 0
-    if n >= total:
-        runs = [(0, total)]
-    else:
-        chunks = max(1, min(chunks, n))
-        per = math.ceil(n / chunks)
-        rng = random.Random(seed)
-        starts = sorted(rng.sample(range(0, total - per + 1, per), min(chunks, (total - per) // per + 1)))
-        runs = [(s, s + per) for s in starts]
-    items: list[Doc | BadRow] = []
-    offset = 0
-    for src, size in zip(sources, sizes, strict=True):
-        wanted = [(max(lo, offset) - offset, min(hi, offset + size) - offset) for lo, hi in runs]
-        wanted = [(a, b) for a, b in wanted if a < b]
-        if wanted and source_format(src).name == "parquet":
-            items.extend(_parquet_sample(src, wanted, columns))
-        elif wanted:  # one pass over the file; rows outside the runs are not parsed
-            rows = iter_rows(src, wanted[0][0], wanted[-1][1], columns=columns)
-            items.extend(d for d in rows if any(a <= d.row < b for a, b in wanted))
-        offset += size
-    docs = [d for d in items if isinstance(d, Doc)]
-    if items and not docs:
-        bad = items[0]
-        raise CorpusError(f"{bad.source}: row {bad.row}: {bad.reason} (no valid document in the sample)")
-    return docs, total
-
-
-def _parquet_sample(src: Path, runs: list[tuple[int, int]], columns: str) -> list[Doc | BadRow]:
-    """Rows of `runs` read by row group (a group holding no sampled row is never decoded), checked like the scan."""
-    from rise_batch.corpus.readers import check_record, column_map, file_errors, open_parquet, parquet_columns
-
-    cols = column_map(columns)
-    pf = open_parquet(src)
-    wanted = parquet_columns(src, pf, cols)
-    out: list[Doc | BadRow] = []
-    first = 0
-    with file_errors(src):
-        for rg in range(pf.metadata.num_row_groups):
-            size = pf.metadata.row_group(rg).num_rows
-            rows = [r for a, b in runs for r in range(max(a, first), min(b, first + size))]
-            if rows:
-                table = pf.read_row_group(rg, columns=wanted).take([r - first for r in rows])
-                out += [check_record(rec, str(src), r, cols) for r, rec in zip(rows, table.to_pylist(), strict=True)]
-            first += size
-    return out
-
-
 # -- the plan ---------------------------------------------------------------------------------------------------
 def make_plan(
     corpus: str | Path,
@@ -194,8 +130,12 @@ def make_plan(
     prices: PriceTable | None = None,
     seed: int = 0,
     columns: str = "",
+    calibrate: bool = True,
 ) -> dict[str, Any]:
-    """Everything `rise-batch plan` prints, as a dict (n_docs: scale the sample to this many documents)."""
+    """Everything `rise-batch plan` prints, as a dict (n_docs: scale the sample to this many documents).
+
+    Totals weight each sampled document by the rows it stands for (structuring/plan_sample.py: calibrated on the
+    corpus's text bytes when the Parquet footers give them; `calibrate=False` scales simply, for comparison)."""
     from rise_batch.prompts import load_prompt
     from rise_batch.structure.propose import build_messages
     from rise_batch.structure.tier import tier_rule
@@ -203,18 +143,28 @@ def make_plan(
     prices = prices or PriceTable.load()
     prompt_text = load_prompt(prompt)
     rule = tier_rule(tier)
-    docs, rows = sample_docs(corpus, sample, seed, columns=columns)
+    drawn = plan_sample(corpus, sample, seed, columns=columns, calibrate=calibrate)
+    docs, rows = drawn.docs, drawn.rows
     if not docs:
         raise ValueError(f"{corpus}: no valid documents to sample")
     counter = counter_for(model)
     options = {"model": model, "max_input_chars": max_input_chars, "max_input_tokens": max_input_tokens}
     est = [estimate_doc(d, prompt_text, **options, tier=rule, output=output, structured=structured) for d in docs]
     total_docs = n_docs if n_docs is not None else rows
-    scale = total_docs / len(est)
+    weights = [w * total_docs / rows for w in drawn.weights]  # documents each sampled one stands for
+
+    def total(value, only_llm: bool = True) -> float:
+        return sum(w * value(e) for w, e in zip(weights, est, strict=True) if e.llm or not only_llm)
+
+    requests = total(lambda e: 1)
+    input_tokens = total(lambda e: e.input_tokens)
+    output_tokens = total(lambda e: e.output_tokens)
+    sent_chars, llm_chars, all_chars = (
+        total(lambda e: e.sent_chars),
+        total(lambda e: e.chars),
+        total(lambda e: e.chars, False),
+    )
     llm = [e for e in est if e.llm]
-    requests = len(llm) * scale
-    input_tokens = sum(e.input_tokens for e in llm) * scale
-    output_tokens = sum(e.output_tokens for e in llm) * scale
     prefix = messages_tokens(build_messages("", prompt_text)[:1], counter)
     cacheable = prefix >= CACHE_MIN_TOKENS
     cached = (prefix // 128) * 128 * max(requests - 1, 0) if cacheable else 0
@@ -237,13 +187,14 @@ def make_plan(
         "docs": total_docs,
         "corpus_rows": rows,
         "sampled_docs": len(est),
-        "llm_share": len(llm) / len(est),
-        "truncated_share": sum(e.truncated for e in llm) / len(llm) if llm else 0.0,
-        "text_cut_share": 1 - sum(e.sent_chars for e in llm) / sum(e.chars for e in llm) if llm else 0.0,
-        "llm_text_share": sum(e.sent_chars for e in llm) / sum(e.chars for e in est),
+        "sampling": drawn.method,
+        "llm_share": requests / total_docs,
+        "truncated_share": total(lambda e: e.truncated) / requests if llm else 0.0,
+        "text_cut_share": 1 - sent_chars / llm_chars if llm else 0.0,
+        "llm_text_share": sent_chars / all_chars,
         "tier": tier,
         "max_input_tokens": max_input_tokens,
-        "mean_chars": sum(e.chars for e in est) / len(est),
+        "mean_chars": all_chars / total_docs,
         "requests": round(requests),
         "input_tokens": round(input_tokens),
         "cached_input_tokens": round(cached),
@@ -289,5 +240,6 @@ def format_plan(p: dict[str, Any], mode: str = "online") -> str:
         f"  batch input files    {p['batch_files']:>16,}   (<= {p['batch_requests_per_file']:,} requests each)"
         + (f"; {p['batch_waves']} waves under the enqueued-token limit" if p["batch_waves"] else ""),
         f"  tokens: {p['token_count']}",
+        f"  sampling: {p['sampling']}",
     ]
     return "\n".join(rows)

@@ -13,6 +13,7 @@ caching is best effort), so the figures are upper bounds for a cacheable prompt.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from rise_batch.llm.pricing import PriceTable
@@ -50,8 +51,11 @@ def price_options(
     max_input_chars: int = 200_000,
     output: OutputModel = DEFAULT_OUTPUT,
     structured: bool = True,
+    weights: Sequence[float] | None = None,
 ) -> list[Option]:
-    """Every (tier threshold, input cut) of the grid, priced on `docs` and scaled to `n_docs` documents."""
+    """Every (tier threshold, input cut) of the grid, priced on `docs` and scaled to `n_docs` documents: each by
+    its weight (plan_sample's, calibrated on the corpus's text bytes; they must sum to the corpus's rows), or
+    evenly when `weights` is None."""
     opts = {"model": model, "max_input_chars": max_input_chars, "output": output, "structured": structured}
     base = [estimate_doc(d, prompt_text, **opts) for d in docs]
     by_cut: dict[int | None, list[DocEstimate]] = {}
@@ -62,8 +66,9 @@ def price_options(
         ]
     lengths = sorted(e.chars for e in base if e.llm)
     thresholds = sorted({0, *(lengths[int(q * len(lengths))] for q in TIER_QUANTILES if lengths)})
-    total_chars = sum(e.chars for e in base) or 1
-    scale = n_docs / len(docs)
+    rows = sum(weights) if weights is not None else len(docs)
+    w = [x * n_docs / rows for x in weights] if weights is not None else [n_docs / len(docs)] * len(docs)
+    total_chars = sum(x * e.chars for x, e in zip(w, base, strict=True)) or 1
 
     def usd(e: DocEstimate) -> float:
         return prices.cost(model, e.input_tokens, 0, round(e.output_tokens), batch=batch)
@@ -71,17 +76,19 @@ def price_options(
     options = []
     for cut, ests in by_cut.items():
         costs = [usd(e) if e.llm else 0.0 for e in ests]
+        llm_docs = sum(x for x, e in zip(w, ests, strict=True) if e.llm)
         for n in thresholds:
-            chosen = [(e, c) for e, c in zip(ests, costs, strict=True) if e.llm and e.chars >= n]
-            sent = sum(e.sent_chars for e, _ in chosen)
-            whole = sum(e.chars for e, _ in chosen)
+            chosen = [(x, e, c) for x, e, c in zip(w, ests, costs, strict=True) if e.llm and e.chars >= n]
+            sent = sum(x * e.sent_chars for x, e, _ in chosen)
+            whole = sum(x * e.chars for x, e, _ in chosen)
+            chosen_docs = sum(x for x, _, _ in chosen)
             options.append(
                 Option(
                     min_chars=n,
                     max_input_tokens=cut,
-                    usd=sum(c for _, c in chosen) * scale,
-                    llm_docs_share=len(chosen) / len(ests),
-                    heuristic_docs_share=(sum(e.llm for e in ests) - len(chosen)) / len(ests),
+                    usd=sum(x * c for x, _, c in chosen),
+                    llm_docs_share=chosen_docs / n_docs,
+                    heuristic_docs_share=(llm_docs - chosen_docs) / n_docs,
                     llm_text_share=sent / total_chars,
                     text_cut_share=1 - sent / whole if whole else 0.0,
                 )

@@ -85,3 +85,116 @@ def test_cli_prints_the_table_and_json(corpus, capsys) -> None:
     assert main(["plan", "--corpus", str(corpus), "--sample", "10", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["sampled_docs"] == 10 and data["usd_online"] > data["usd_batch"] > 0
+
+
+def skewed_rows(n: int, seed: int = 7) -> list[dict]:
+    """Documents with a heavy-tailed (lognormal) length, some of them digit-heavy (more tokens per byte), like a
+    web corpus: the length distribution that makes scaling a small sample up swing."""
+    import random
+
+    rng = random.Random(seed)
+    words = "the of river county album was born in and season film species village team war music".split()
+    rows = []
+    for i in range(n):
+        target = int(min(60_000, 300 + rng.lognormvariate(7.3, 1.1)))
+        digits = rng.random() < 0.3
+        lines, size = [f"Title {i}"], 0
+        while size < target:
+            line = " ".join(
+                str(rng.randrange(10**6)) if digits and rng.random() < 0.5 else rng.choice(words) for _ in range(25)
+            )
+            lines.append(line)
+            size += len(line) + 1
+        rows.append({"docid": f"d{i}", "text": "\n".join(lines)})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def skewed(tmp_path_factory):
+    from tests.conftest import write_parquet
+
+    rows = skewed_rows(1200)
+    return write_parquet(tmp_path_factory.mktemp("skewed") / "docs.parquet", rows, row_group_size=300), rows
+
+
+def test_regression_on_footer_bytes_beats_simple_scaling_over_seeds(skewed) -> None:
+    """The plan's estimate vs simple scaling of the same sample (computed here from sample_docs and estimate_doc),
+    against the whole corpus priced document by document, over 10 seeds: the regression on the text bytes the
+    Parquet footers give for free must at least halve the error."""
+    from rise_batch.prompts import load_prompt
+    from rise_batch.structuring.plan import estimate_doc
+
+    path, rows = skewed
+    truth = make_plan(path, "gpt-5.4-nano", sample=len(rows))  # every row read: no sampling error
+    assert truth["sampled_docs"] == len(rows) and truth["sampling"].startswith("every row")
+    prompt = load_prompt("structure_toc.txt")
+    plan_errors, simple_errors = [], []
+    for seed in range(10):
+        plan = make_plan(path, "gpt-5.4-nano", sample=150, seed=seed)
+        assert plan["sampling"].startswith("regression on text bytes")
+        docs, total = sample_docs(path, 150, seed=seed)
+        simple = sum(estimate_doc(d, prompt).input_tokens for d in docs) * total / len(docs)
+        plan_errors.append(plan["input_tokens"] / truth["input_tokens"] - 1)
+        simple_errors.append(simple / truth["input_tokens"] - 1)
+    rms = [math.sqrt(sum(e * e for e in errors) / len(errors)) for errors in (plan_errors, simple_errors)]
+    assert rms[0] < rms[1] / 2, (rms, plan_errors, simple_errors)
+    assert max(map(abs, plan_errors)) < max(map(abs, simple_errors)) / 1.5, (rms, plan_errors, simple_errors)
+
+
+def test_footer_byte_total_is_the_text_bytes(skewed, tmp_path) -> None:
+    from rise_batch.structuring.plan_sample import parquet_text_bytes
+    from tests.conftest import write_parquet
+
+    path, rows = skewed
+    exact = sum(len(r["text"].encode()) for r in rows)
+    assert abs(parquet_text_bytes(path) / exact - 1) < 0.005  # page headers hold min/max text: 0.35% at 1 MB chunks
+    renamed = write_parquet(tmp_path / "r.parquet", [{"id": r["docid"], "contents": r["text"]} for r in rows])
+    assert abs(parquet_text_bytes(renamed, "docid=id,text=contents") / exact - 1) < 0.005
+    assert parquet_text_bytes(write_jsonl(tmp_path / "d.jsonl", rows[:5])) is None  # no footer: no total
+
+
+def test_footers_that_disagree_with_the_sample_fall_back_to_simple_scaling(tmp_path) -> None:
+    """Long texts repeated many times are dictionary-encoded once, so the footer understates the bytes: the plan
+    must notice (the sample's mean bytes are far above the footer's) and scale simply, saying why."""
+    from tests.conftest import write_parquet
+
+    rows = skewed_rows(40)
+    dup = [{"docid": f"x{i}", "text": rows[i % 4]["text"] * 3} for i in range(400)]
+    path = write_parquet(tmp_path / "dup.parquet", dup)
+    plan = make_plan(path, "gpt-5.4-nano", sample=100, seed=1)
+    assert plan["sampling"].startswith("simple scaling") and "footer" in plan["sampling"]
+    jsonl = make_plan(write_jsonl(tmp_path / "d.jsonl", rows), "gpt-5.4-nano", sample=20)
+    assert jsonl["sampling"].startswith("simple scaling")
+
+
+def test_target_grid_uses_the_same_weights(skewed) -> None:
+    """`plan --target-usd` prices its grid with the plan's weights: a tier rule's dollars over 10 seeds err less
+    than with even weights, against the whole corpus priced document by document."""
+    from rise_batch.llm.pricing import PriceTable
+    from rise_batch.prompts import load_prompt
+    from rise_batch.structuring.plan_sample import plan_sample
+    from rise_batch.structuring.plan_target import price_options
+
+    path, rows = skewed
+    prompt, prices = load_prompt("structure_toc.txt"), PriceTable.load()
+    everything = price_options(
+        sample_docs(path, len(rows))[0], prompt, "gpt-5.4-nano", n_docs=len(rows), batch=True, prices=prices
+    )
+    truth = {(o.min_chars, o.max_input_tokens): o.usd for o in everything}
+    errors: dict[bool, list[float]] = {True: [], False: []}
+    for seed in range(10):
+        drawn = plan_sample(path, 150, seed)
+        for weighted in (True, False):
+            options = price_options(
+                drawn.docs,
+                prompt,
+                "gpt-5.4-nano",
+                n_docs=len(rows),
+                batch=True,
+                prices=prices,
+                weights=drawn.weights if weighted else None,
+            )
+            no_rule = next(o for o in options if o.min_chars == 0 and o.max_input_tokens is None)
+            errors[weighted].append(no_rule.usd / truth[(0, None)] - 1)
+    rms = {k: math.sqrt(sum(e * e for e in v) / len(v)) for k, v in errors.items()}
+    assert rms[True] < rms[False] / 2, errors
