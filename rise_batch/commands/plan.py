@@ -44,6 +44,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="USD",
         help="propose a tier rule ('chars>=N') and --max-input-tokens that meet USD at --mode, with what each gives up",
     )
+    p.add_argument(
+        "--target-margin",
+        type=float,
+        default=0.05,
+        metavar="SHARE",
+        help="with --target-usd: propose within USD less this share, for the sample's estimation error (default 0.05)",
+    )
     p.add_argument("--llm-tier", dest="tier", help="price only these documents: 'chars>=N' or a docid list file")
     p.add_argument("--reasoning-tokens", type=float, default=0.0, help="reasoning tokens per request (output)")
     p.add_argument("--tokens-per-section", type=float, help="output tokens per proposed section (default 57)")
@@ -119,4 +126,4 @@ def _target(args: argparse.Namespace, plan: dict, output) -> dict:
         structured=args.structured_output,
         weights=drawn.weights,
     )
-    return target_plan(options, args.target_usd)
+    return target_plan(options, args.target_usd, args.target_margin)

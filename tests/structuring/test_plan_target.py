@@ -49,8 +49,9 @@ def test_target_usd_proposal_meets_the_budget_on_the_fake_servers_bill(tmp_path,
     target = round(full["usd_batch"] * 0.4, 4)
     assert main(["plan", "--corpus", str(corpus), "--sample", "40", "--mode", "batch", "--target-usd", str(target),
                  "--json"]) == 0  # fmt: skip
-    proposal = json.loads(capsys.readouterr().out)["target"]["proposal"]
-    assert proposal["usd"] <= target and proposal["llm_text_share"] > 0.4
+    got = json.loads(capsys.readouterr().out)["target"]
+    proposal = got["proposal"]
+    assert got["margin"] == 0.05 and proposal["usd"] <= target * 0.95 and proposal["llm_text_share"] > 0.4
     options = {}
     if proposal["min_chars"]:
         options["tier"] = f"chars>={proposal['min_chars']}"
@@ -74,3 +75,18 @@ def test_an_unreachable_target_is_a_one_line_error(corpus, capsys) -> None:
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "the cheapest" in err and "costs $" in err
     assert main(["plan", "--corpus", str(corpus), "--max-input-tokens", "0"]) == 2
+
+
+def test_the_margin_holds_the_proposal_below_the_target_and_is_validated(corpus, capsys) -> None:
+    args = ["plan", "--corpus", str(corpus), "--sample", "20", "--mode", "batch", "--json", "--target-usd"]
+    full = make_plan(corpus, MODEL, sample=20)
+    target = str(round(full["usd_batch"] * 0.6, 4))
+    assert main([*args, target, "--target-margin", "0"]) == 0
+    loose = json.loads(capsys.readouterr().out)["target"]
+    assert main([*args, target, "--target-margin", "0.3"]) == 0
+    tight = json.loads(capsys.readouterr().out)["target"]
+    assert tight["budget_usd"] == pytest.approx(float(target) * 0.7)
+    assert tight["proposal"]["usd"] <= tight["budget_usd"] < loose["budget_usd"]
+    assert tight["proposal"]["usd"] <= loose["proposal"]["usd"]
+    assert main([*args, target, "--target-margin", "1.5"]) == 2
+    assert "--target-margin must be in [0, 1)" in capsys.readouterr().err
