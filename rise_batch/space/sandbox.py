@@ -323,6 +323,9 @@ class Sandbox:
             )
             log.warning(msg)
             print(msg, file=sys.stderr)
+        elif self.persistent:
+            with self._lock:  # now, so a trajectory's first command does not wait for it under its time cap
+                self._live_session()
 
     def run(self, command: str, limits: SandboxLimits | None = None) -> RunResult:
         """Run `command` under `limits` for this call only (default: the sandbox's own); nothing is stored."""
@@ -336,8 +339,8 @@ class Sandbox:
                     session = self._live_session()
                     if session is None:
                         break
-                    # the time cap counts from here: starting the sandbox is not the command's time
-                    deadline, request = time.monotonic() + limits.timeout_s, _request(command, limits)
+                    # from `start`: the cap may be the time left in a trajectory (tools.bash_in)
+                    deadline, request = start + limits.timeout_s, _request(command, limits)
                     done = session.run(request, limits.memory_bytes, deadline, limits.max_output_chars)
                     if done is not None:
                         head, cut, timed_out, code, oom = done
