@@ -59,16 +59,17 @@ def test_workspace_search_on_a_run_without_index_is_one_line_and_makes_no_worksp
 
 
 def test_readme_builds_the_index_its_workspace_example_searches() -> None:
-    """README's structuring example must build what its `workspace search --index runs/struct/index` example reads."""
+    """Every README `workspace search --index I --docs D` reads an index some README command builds: `structure
+    --out D ... --index` (which writes D/index) or `index ... --out I`, and docs a `structure --out D` writes."""
     readme = (ROOT / "README.md").read_text()
-    search = re.search(r"rise-batch workspace search --index (\S+) --docs (\S+)", readme)
-    assert search, "README has no workspace search example"
-    index, docs = search.groups()
+    searches = re.findall(r"rise-batch workspace search --index (\S+) --docs (\S+)", readme)
+    assert searches, "README has no workspace search example"
     structures = re.findall(r"rise-batch structure --corpus \S+ --out (\S+)([^\n]*)", readme)
-    assert any(out == docs and "--index" in rest for out, rest in structures) and index == f"{docs}/index", (
-        structures,
-        index,
-    )
+    built = {f"{out}/index" for out, rest in structures if "--index" in rest}
+    built |= set(re.findall(r"rise-batch index --corpus \S+ --out (\S+)", readme))
+    structured = {out for out, _ in structures}
+    for index, docs in searches:
+        assert index in built and docs in structured, (index, docs, sorted(built), sorted(structured))
 
 
 def test_a_mistyped_query_file_is_named(struct: Path, tmp_path: Path) -> None:
