@@ -125,7 +125,9 @@ def test_the_per_call_cap_leaves_the_sandbox_limits_unchanged(agent_world, fake_
     """The bash cap is min(the sandbox's limit, the time left), passed per call: the sandbox's limits are unchanged
     after the trajectory, and the command was still killed at the deadline, not at the sandbox's 60 s."""
     seen: list = []
-    budget = Budget(max_calls=20, wall_clock_s=2.0)
+    # 8 s, not 2: on a loaded machine the first model call and the sandbox start can take most of a short budget,
+    # and the test needs a bash call that starts with time left
+    budget = Budget(max_calls=20, wall_clock_s=8.0)
     run = _trajectory(
         agent_world, fake_server.base_url, "What is 'Anarchism'? [fake:tool-sleep=93.19]", budget, seen=seen
     )
