@@ -93,6 +93,14 @@ class Progress:
             if cost or retries or rate_limited or self.extra is not None:
                 self.bar.set_postfix_str(self._fields(), refresh=False)
 
+    def earlier(self, n: int, *, cost: float = 0.0) -> None:
+        """`n` units an earlier, interrupted run did (a resumed shard): counted in done/total and in the dollars,
+        left out of the rate and so of the ETA, which would otherwise promise minutes for hours of work left."""
+        self.already += n
+        self.cost += cost
+        if self.bar is not None:
+            self.bar.update(n)
+
     def set_stage(self, stage: str) -> None:
         self.stage = stage
         if self.bar is not None:

@@ -127,3 +127,23 @@ def test_local_ray_prints_no_token_warning_and_log_level_works(tmp_path):
     assert re.search(stamp + r"INFO ray\._private\.worker: Started a local Ray instance", err, re.M), err
     assert re.search(stamp + r"DEBUG ray\._private\.authentication\.\S+: Token authentication is enabled", err, re.M)
     assert not RAY_OWN_FORMAT.search(err), err  # one handler, one format: Ray's own handler is gone
+
+
+def test_work_of_an_earlier_run_counts_as_done_but_not_towards_the_rate():
+    """A resumed 1M job once showed '7,680 docs/s, ETA 1m10s' with ten minutes left: the shards an earlier run
+    finished arrived in an instant and were counted as this run's speed."""
+    import time
+
+    from rise_batch.progress import Progress
+
+    p = Progress("structure[llm]", 1000, enabled=False, show_cost=True)
+    p.earlier(900, cost=1.5)  # resumed shards: done before this run started
+    time.sleep(0.2)
+    p.update(10, cost=0.01)  # this run's own work: 10 docs in >= 0.2 s
+    m = LINE.match(f"rise-batch {p.line()}")
+    assert m and m["done"] == "910" and m["total"] == "1,000"
+    rate = float(m["rest"].split(" docs/s")[0].replace(",", ""))
+    assert 0 < rate <= 10 / 0.2  # only this run's 10 docs, not 910
+    assert "$1.5100" in m["rest"]
+    eta = re.search(r"ETA (\d+)s", m["rest"])
+    assert eta is None or int(eta[1]) >= 90 * 0.2 / 10  # 90 docs left at this run's rate: not seconds

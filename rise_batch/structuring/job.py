@@ -162,11 +162,16 @@ def run_shards(cfg: StructureConfig, plan: RunPlan, bar) -> tuple[list[dict], li
     def on_result(spec: ShardSpec, stats: dict) -> None:
         seen = stats.pop("transport_delta", {})  # this shard's share of its worker's retries and 429s
         results.append(stats)
-        # in process the bar counted each document (and its cost) as it finished, except a shard an earlier run did
-        whole = not local or bool(stats.get("resumed_done"))
+        # in process the bar counted each document (and its cost) as it finished; a shard an earlier run finished,
+        # and on Ray the rows an earlier run checkpointed, count as done but not towards the rate (nor the ETA)
+        if stats.get("resumed_done"):
+            bar.earlier(stats.get("docs_total", 0), cost=stats.get("cost_usd", 0.0))
+            return
+        earlier = 0 if local else stats.get("resumed_docs", 0)
+        bar.earlier(earlier)
         bar.update(
-            stats.get("docs_total", 0) if whole else 0,
-            cost=stats.get("cost_usd", 0.0) if whole else 0.0,
+            0 if local else stats.get("docs_total", 0) - earlier,
+            cost=0.0 if local else stats.get("cost_usd", 0.0),
             retries=seen.get("retries", 0),
             rate_limited=seen.get("rate_limited", 0),
         )
