@@ -3,6 +3,8 @@ runs, and `run` and `judge` label costs computed against the fake server as simu
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rise_batch.agent.job import run_trajectories
@@ -49,9 +51,10 @@ def test_matching_index_runs_and_cli_labels_simulated_cost(agent_world, fake_ser
     assert main(argv) == 0
     printed = capsys.readouterr().out
     summary = [line for line in printed.splitlines() if line.startswith("run system=")]
-    assert summary and "cost_usd=" in summary[0] and "(simulated:" in summary[0]
-    assert '"cost_simulated": true' in printed
+    assert summary and "cost_usd=" in summary[0] and "(simulated:" in summary[0] and len(summary) == 1
     assert fake_server.stats()["requests"] > 0
+    assert main([*argv, "--json"]) == 0  # the stats for scripts instead of the line (the run resumes: all done)
+    assert json.loads(capsys.readouterr().out)["cost_simulated"] is True
     main(["judge", str(out / "run"), "--model", "gpt-5.4-mini", "--base-url", fake_server.base_url, "--json"])
     printed = capsys.readouterr().out
     judged = [line for line in printed.splitlines() if "judge cost $" in line]
