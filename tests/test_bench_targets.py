@@ -1,0 +1,50 @@
+"""bench/targets.py: every figure beside its target and ratio, and nothing claimed that was not measured.
+
+Run as a user runs it (a subprocess on a results directory), on bench JSON in the shape the benchmarks write.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def targets(results: Path) -> dict[str, dict]:
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "targets.py"), "--results", str(results), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return {r["what"]: r for r in json.loads(out.stdout)}
+
+
+def test_missing_results_are_not_measured_never_met(tmp_path: Path) -> None:
+    rows = targets(tmp_path)
+    assert rows, "the table lists every target even with no results"
+    assert {r["verdict"] for r in rows.values()} == {"not measured"}
+    assert all(r["figure"] is None for r in rows.values())
+
+
+def test_figures_ratios_and_verdicts_follow_the_json(tmp_path: Path) -> None:
+    over = {"overhead_p50_ms": 6.0, "overhead_p99_ms": 30.0}
+    (tmp_path / "workspace.json").write_text(
+        json.dumps({"machine": {"loadavg_start": [0.5, 0.4, 0.3]}, "sandbox": {"true": {"long_lived": over}}})
+    )
+    (tmp_path / "trajectories.json").write_text(
+        json.dumps({"overhead": {"concurrency_16": {"share_of_wall": {"harness_model_call_overhead_plus_loop": 0.05}}}})
+    )
+    (tmp_path / "run_startup.json").write_text(json.dumps({"extra_wall_s": 4.0, "load_average": [0.1, 0.2]}))
+    rows = targets(tmp_path)
+    p50 = rows["sandbox overhead per bash call, `true`, long-lived, p50"]
+    assert (p50["figure"], p50["ratio"], p50["verdict"]) == (6.0, "0.60", "met")
+    p99 = rows["sandbox overhead per bash call, `true`, long-lived, p99"]
+    assert (p99["ratio"], p99["verdict"]) == ("2.00", "MISSED")
+    share = rows["harness share of wall, concurrency 16, 1 s latency"]
+    assert (share["figure"], share["verdict"]) == (5.0, "MISSED"), "the target is strictly below 5%"
+    assert rows["run --workers 2 extra wall over --workers 0 (6 queries)"]["verdict"] == "met"
+    assert rows["sandbox overhead per bash call, `rg`, long-lived, p50"]["verdict"] == "not measured"
