@@ -46,6 +46,8 @@ def init_ray(address: str | None, log_to_driver: bool = True) -> None:
 
         route_ray_logging()  # Ray's records through the command's one handler, its token-auth notice demoted
         target = address or os.environ.get("RAY_ADDRESS") or "local"
+        if target == "local":  # Ray starts workers at niceness 15: beside any busy process they starved (issue 14)
+            os.environ.setdefault("RAY_worker_niceness", "0")  # as `ray job submit` runs its jobs; the raylet reads it
         ray.init(address=target, log_to_driver=log_to_driver, include_dashboard=False)
 
 
