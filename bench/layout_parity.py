@@ -12,7 +12,7 @@ difference between two checkouts is a behaviour change.
 
 Workloads (every command is `python -m rise_batch.cli ...` in a subprocess with PYTHONPATH=REPO, cwd=REPO,
 PYTHONHASHSEED=0, DISABLE_TQDM=1, NUMBA_CACHE_DIR under OUT so the checkout is not written to; outputs go to
-OUT/work/, command logs to OUT/logs/):
+OUT/outputs/, command logs to OUT/logs/):
 
   preflight         `import rise_batch` must resolve inside REPO (PYTHONPATH wins over the editable install); with
                     wiki2015 on, the 2,000-document input subset is built (first rows in sorted-file order).
@@ -43,12 +43,14 @@ listed under trajectories). Digests are taken once, after the last workload, so 
 
 Normalisation (what is NOT compared, and why):
 
-  * Placeholders: the absolute paths of OUT/work, OUT, REPO and the wiki2015 directory become <WORK>, <OUT>, <REPO>,
+  * Placeholders: the absolute paths of OUT/outputs, OUT, REPO and the wiki2015 directory become <WORK>, <OUT>, <REPO>,
     <WIKI>; the fake server's `127.0.0.1:PORT` becomes <FAKE_LLM> (its port is picked free at run time). Applied to
     every JSON string, Parquet string cell and text file.
   * Timing keys, dropped recursively from JSON/JSONL and as Parquet columns: wall_seconds, shard_seconds, seconds,
     elapsed, elapsed_s, docs_per_second, created, started, finished, timestamp, timing (model_s/tool_s), t (event
     time) and pid (worker process id in events). Nothing else: tokens, costs, attempts, counts all stay.
+  * stats/shard-N.json `parts` (newer checkouts): the checkpoint parts a done marker covers; how rows split into
+    parts follows flush timing, and the parts themselves are compared merged.
   * manifest.json `plan_key.fingerprint`: a hash of the corpus files' resolved paths, sizes and mtimes (where and
     when the input was written, not what it holds; it differs between checkouts and between captures of the wiki
     subset). The content is covered by the index's content_sha256 and the digested rows and documents.
@@ -69,7 +71,7 @@ Normalisation (what is NOT compared, and why):
   * Any other file: sha256 of its bytes, with the placeholders applied when it is UTF-8 text.
   * The fake server's prompt cache answers "cached" for a system prompt it has seen before, so the FIRST request of
     each prompt is uncached, and with concurrent requests which document is first is a race. Before the structure
-    runs and before each system's `run`, a one-document warm-up (`--limit 1`, into OUT/work/warmup/) is sent, so
+    runs and before each system's `run`, a one-document warm-up (`--limit 1`, into OUT/outputs/warmup/) is sent, so
     every measured request is a cache hit and cached-token counts and costs are deterministic. The warm-ups are
     digested too (sequential, so deterministic).
   * The fake server's batch and file ids (`batch-fake000012`, `file-fake000007`, also inside the batch result
@@ -85,7 +87,7 @@ Normalisation (what is NOT compared, and why):
     `seconds`, `timings`, `repo` and `git_head` are informational too.
 
 The manifest (OUT/manifest.json) holds, per workload, each command's argv and exit code, the checks (materialize,
-in-process vs Ray, batch vs online, what the fake server received) and `files`: relative path under OUT/work ->
+in-process vs Ray, batch vs online, what the fake server received) and `files`: relative path under OUT/outputs ->
 digest. `compare` reports every differing, missing and extra file per workload, differing exit codes and checks, a
 summary line, and exits 1 on any difference.
 """
@@ -147,6 +149,10 @@ TIMING_KEYS = frozenset(
 FLOAT_DIGITS = 10  # JSON floats: sums over rows in LLM reply order differ in the last bit (see the docstring)
 # dotted paths dropped from JSON files of that name, on top of the timing keys
 SCOPED_DROPS = {"manifest.json": ("plan_key.fingerprint",)}
+# a shard's done marker lists the checkpoint parts it covers; how rows split into parts follows flush timing (every
+# flush_seconds), like the parts themselves, which are digested merged (CHECKPOINT_PART): the list is not compared
+DONE_MARKER = re.compile(r"(?:^|/)stats/shard-\d+\.json$")
+MARKER_DROPS = ("parts",)
 # JSON files that are data, not records: their keys are corpus terms ("pid", "timestamp" are words), never dropped
 DATA_JSON = frozenset({"vocab.index.json", "docids.json"})
 SORTED_JSONL = frozenset({"events.jsonl"})
@@ -266,6 +272,8 @@ def digest_json(path: Path, ph: Placeholders, drop: Iterable[str] = ()) -> str:
         return digest_bytes(raw, ph)
     records = path.name not in DATA_JSON
     drop = (*drop, *SCOPED_DROPS.get(path.name, ()))
+    if DONE_MARKER.search(path.as_posix()):
+        drop = (*drop, *MARKER_DROPS)
     return "json:" + sha(canonical(norm_json(obj, ph, drop, records=records)))
 
 
@@ -382,7 +390,7 @@ class Capture:
 
     def __init__(self, repo: Path, out: Path, wiki: Path | None) -> None:
         self.repo, self.out, self.wiki = repo, out, wiki
-        self.work, self.logs = out / "work", out / "logs"
+        self.work, self.logs = out / "outputs", out / "logs"
         self.work.mkdir(parents=True)
         self.logs.mkdir(parents=True)
         self.env = dict(os.environ)
@@ -457,13 +465,25 @@ class Capture:
 
     # -- the fake server
 
+    def allow_config(self) -> list[str]:
+        """`--allow-config` where the checkout's fake server has it (newer ones refuse /v1/_config without it)."""
+        out = subprocess.run(
+            [sys.executable, "-m", "rise_batch.cli", "fake-llm", "--help"],
+            cwd=self.repo,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+        return ["--allow-config"] if "--allow-config" in out else []
+
     def start_server(self) -> None:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         for _ in range(5):
             port = free_port()
             log = (self.logs / "fake-llm.log").open("ab")
             proc = subprocess.Popen(
-                [sys.executable, "-m", "rise_batch.cli", "fake-llm", "--port", str(port)],
+                [sys.executable, "-m", "rise_batch.cli", "fake-llm", "--port", str(port), *self.allow_config()],
                 cwd=self.repo,
                 env=self.env,
                 stdin=subprocess.DEVNULL,
@@ -770,7 +790,7 @@ def capture(args: argparse.Namespace) -> int:
     if out.exists() and any(out.iterdir()):
         if not args.force:
             raise SystemExit(f"layout_parity: {out} is not empty (a re-run would resume old outputs); use --force")
-        for name in ("work", "logs", "cache", "manifest.json"):
+        for name in ("outputs", "logs", "cache", "manifest.json"):
             p = out / name
             shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
     wiki = Path(args.wiki).resolve() if args.wiki_docs > 0 else None
