@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from rise_batch.executor.base import ItemLost, Lost, MapOptions, Stage, WorkerSpec
 from rise_batch.executor.ray import RayExecutor
+from tests.executor.test_trajectories_ray import _gone  # waits for a killed process to exit
 
 
 class Stop(BaseException):
@@ -85,14 +85,6 @@ class Run:
 
     def pid(self, name: str, attempt: int = 1) -> int:
         return int((self.dir / f"{name}.attempt{attempt}").read_text())
-
-
-def _gone(pid: int) -> bool:
-    try:
-        _, alive = psutil.wait_procs([psutil.Process(pid)], timeout=10)
-        return not alive or alive[0].status() == psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return True
 
 
 def test_items_map_to_results_and_workers_report(tmp_path, ray_local) -> None:
