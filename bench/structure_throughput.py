@@ -46,8 +46,10 @@ TARGET_DOCS_PER_S = 300.0
 # ---------------------------------------------------------------- one measurement (runs in a child process)
 
 
-def start_server(options: dict[str, Any]) -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, "-m", "rise_batch.cli", "fake-llm", "--port", "0"]
+def start_server(options: dict[str, Any], cpus: str | None = None) -> tuple[subprocess.Popen, str]:
+    """The fake server in its own process (`cpus`: pinned there with taskset, e.g. "1")."""
+    pinned = ["taskset", "-c", cpus] if cpus else []
+    cmd = [*pinned, sys.executable, "-m", "rise_batch.cli", "fake-llm", "--port", "0"]
     for k, v in options.items():
         cmd += [f"--{k.replace('_', '-')}", str(v)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=REPO)
@@ -139,7 +141,10 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     from rise_batch.config import load_structure_config
     from rise_batch.structuring.job import run_structure
 
-    server, url = start_server(spec.get("server", {}))
+    pin = spec.get("pin") or {}  # {"engine": "0", "server": "1"}: each on its own core, the engine's ceiling
+    if pin.get("engine"):
+        os.sched_setaffinity(0, {int(c) for c in pin["engine"].split(",")})  # Ray's processes inherit it
+    server, url = start_server(spec.get("server", {}), pin.get("server"))
     try:
         out = Path(spec["out"])
         if not spec.get("resume"):
@@ -313,6 +318,9 @@ def main() -> int:
     ap.add_argument("--proj-tpm", type=int, default=150_000_000)
     ap.add_argument("--proj-model", default="gpt-5.4-nano")
     ap.add_argument("--quick", action="store_true", help="small sizes, for checking the script itself")
+    ap.add_argument(
+        "--pinned", action="store_true", help="also each configuration with the engine on core 0, the server on core 1"
+    )
     ap.add_argument("--skip", default="", help="comma list of parts to skip: compare,ceiling,resume,limit")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "structure_throughput.json"))
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -339,18 +347,23 @@ def main() -> int:
         return {"name": name, "corpus": args.corpus, "out": str(SCRATCH / name), "limit": n, "config": config,
                 "expected_requests": expected, **extra}  # fmt: skip
 
-    direct = {"llm_http_backend": "direct"}
+    direct = {"llm_http_backend": "direct"}  # the default transport
     configs = [
-        ("in-process, SDK httpx (default)", {"workers": 0, "llm_http_backend": "httpx"}),
+        ("in-process, direct (default)", {"workers": 0, **direct}),
+        ("in-process, SDK httpx", {"workers": 0, "llm_http_backend": "httpx"}),
         ("in-process, SDK aiohttp", {"workers": 0, "llm_http_backend": "aiohttp"}),
-        ("in-process, direct", {"workers": 0, **direct}),
-        ("2 Ray workers, direct", {"workers": 2, **direct}),
+        ("2 Ray workers, direct (default)", {"workers": 2, **direct}),
         ("2 Ray workers, direct, 64 in flight each", {"workers": 2, "llm_concurrency": 64, **direct}),
         ("2 Ray workers, SDK httpx", {"workers": 2, "llm_http_backend": "httpx"}),
     ]
+    pinned = {"engine": "0", "server": "1"}
+    if args.pinned:  # the same on split cores: what the engine does when the server cannot take its CPU
+        configs += [(f"{name}, pinned", {**config, "pin": pinned}) for name, config in configs if "64" not in name]
     if "compare" not in skip:
         for i, (name, config) in enumerate(configs):
-            r = run_child(spec(f"compare{i}", args.compare_docs, {**UNLIMITED, **config}))
+            config = dict(config)
+            pin = config.pop("pin", None)
+            r = run_child(spec(f"compare{i}", args.compare_docs, {**UNLIMITED, **config}, pin=pin))
             r["config"] = name
             docs_per_request = r["docs"] / max(r["server_requests"], 1)
             r["cpu_ceilings_docs_per_s"] = ceilings(r["steady"], docs_per_request, not config.get("workers"))
@@ -358,7 +371,7 @@ def main() -> int:
             print_compare(r)
     if "ceiling" not in skip:  # the whole corpus, in-process and on Ray workers; the faster one is the ceiling
         runs = []
-        for name, config in (configs[2], configs[3]):
+        for name, config in (configs[0], configs[3]):
             r = run_child(spec(f"ceiling{len(runs)}", full, {**UNLIMITED, **config}))
             r["config"] = name
             one = not config.get("workers")

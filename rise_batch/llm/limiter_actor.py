@@ -164,13 +164,15 @@ def limiter_name(run_hash: str) -> str:
 def start_limiter(llm: LLMConfig, run_hash: str) -> tuple[str, Any]:
     """Create (or find) the job's limiter actor: its name (what workers look it up by) and the handle.
 
-    The driver must hold the handle for the whole job: a named actor nobody references is reclaimed.
+    The driver must hold the handle for the whole job: a named actor nobody references is reclaimed. The name is
+    registered when `.remote()` returns, so workers can look it up at once; the driver does not wait for the actor's
+    process to start (a second or more, which used to come before the structure workers were even created): it
+    starts beside them, and their first admission calls queue until it is up.
     """
     name = limiter_name(run_hash)
     handle = LimiterActor.options(name=name, namespace=NAMESPACE, get_if_exists=True).remote(
         RateLimits(rpm=llm.rpm, tpm=llm.tpm, window_s=llm.limit_window_s + WINDOW_SLACK_S, adapt=True)
     )
-    ray.get(handle.snapshot.remote())  # started before any worker looks it up
     return name, handle
 
 

@@ -6,9 +6,9 @@ raises only the project's failure types (rise_batch.llm.errors: `StatusError`, `
 `TransportConnectionError`), so one retry policy classifies every transport alike.
 
 Transports (`llm.http_backend`):
+- `direct` (the default): the project's lean aiohttp + orjson path (rise_batch.llm.direct);
 - `httpx` / `aiohttp`: the openai SDK's AsyncOpenAI on its httpx or aiohttp HTTP client (rise_batch.llm.sdk; the
-  reference path and the default);
-- `direct`: the project's lean aiohttp + orjson path (rise_batch.llm.direct).
+  reference path).
 APIs (the run config's `api`), wrappers over any transport:
 - `chat`: chat completions as they are;
 - `responses`: each chat request goes out as a Responses API request, each reply comes back chat-shaped

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rise_batch.llm.tokens import TokenCounter, counter_for, encoding_for_model
+from rise_batch.llm.tokens import ESTIMATE_CHARS, TokenCounter, counter_for, encoding_for_model
 from tests.conftest import REPO, sample_rows
 
 pytest.importorskip("bpe_openai")  # the test extra installs it; the fallback is tested in a subprocess below
@@ -43,6 +43,13 @@ def test_unknown_model_falls_back_to_chars_over_4_and_says_so_once(caplog) -> No
     assert sum("my-local-llama" in r.getMessage() for r in caplog.records) == 1
 
 
+def python(code: str) -> subprocess.CompletedProcess:
+    """`code` in a fresh interpreter (what it imports is then its own doing); it must succeed."""
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def test_without_the_package_counts_chars_over_4_and_names_the_remedy() -> None:
     code = (
         "import sys, logging; sys.modules['bpe_openai'] = None; logging.basicConfig()\n"
@@ -50,8 +57,7 @@ def test_without_the_package_counts_chars_over_4_and_names_the_remedy() -> None:
         "c = counter_for('gpt-5.4-nano'); counter_for('gpt-5.4-nano')\n"
         "print(c.name, c.count('x' * 10))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    done = python(code)
     assert done.stdout.split() == ["chars/4", "3"]
     assert done.stderr.count("pip install 'rise_batch[tokens]'") == 1
 
@@ -69,7 +75,7 @@ def test_the_limiter_estimate_is_close_and_cheaper_on_a_40kB_document() -> None:
     nano = counter_for("gpt-5.4-nano")
     doc = "\n".join(r["text"] for r in sample_rows(40))[:40_000]
     assert abs(nano.estimate(doc) / nano.count(doc) - 1) < 0.15
-    assert nano.estimate(doc[:3000]) == nano.count(doc[:3000])
+    assert nano.estimate(doc[:ESTIMATE_CHARS]) == nano.count(doc[:ESTIMATE_CHARS])  # short texts: exact
 
     def cost(f) -> float:
         t0 = time.perf_counter()
@@ -94,3 +100,21 @@ def test_cut_keeps_a_prefix_within_the_token_budget() -> None:
     for n in (50, 1000, 3000):
         assert nano.cut(doc, n) == enc.decode(enc.encode(doc)[:n])
     assert TokenCounter("chars/4").cut("abcdefghij", 2) == "abcdefgh"
+
+
+def test_the_counter_loads_the_tokenizer_alone_and_counts_as_the_package_does() -> None:
+    """The package's own import decodes cl100k_base's whole rank file in Python (bpe_openai.compat, ~1 s of CPU in
+    every worker process) before anything is counted; the counter loads the Rust extension alone. Its counts are the
+    package's (imported afterwards, in the same process: the extension initialises once and both share it)."""
+    code = (
+        "import sys\n"
+        "from rise_batch.llm.tokens import counter_for\n"
+        "c = counter_for('gpt-5.4-nano')\n"
+        "print(c.exact, 'bpe_openai.compat' in sys.modules, 'bpe_openai.registry' in sys.modules)\n"
+        "texts = ['hello world', 'tiktoken is great!', 'héllo 日本語のテキスト 🎉 done\\n' * 50]\n"
+        "from bpe_openai import get_encoding\n"
+        "enc = get_encoding('o200k_base')\n"
+        "same = all(c.count(t) == len(enc.encode(t)) for t in texts)\n"
+        "print(same, counter_for('gpt-4').count('tiktoken is great!'))\n"
+    )
+    assert python(code).stdout.split() == ["True", "False", "False", "True", "6"]
