@@ -46,13 +46,17 @@ TARGET_DOCS_PER_S = 300.0
 # ---------------------------------------------------------------- one measurement (runs in a child process)
 
 
-def start_server(options: dict[str, Any], cpus: str | None = None) -> tuple[subprocess.Popen, str]:
-    """The fake server in its own process (`cpus`: pinned there with taskset, e.g. "1")."""
+def start_server(
+    options: dict[str, Any], cpus: str | None = None, repo: str | None = None
+) -> tuple[subprocess.Popen, str]:
+    """The fake server in its own process (`cpus`: pinned there with taskset, e.g. "1"; `repo`: run that checkout's
+    server, so that engines of two checkouts compared side by side face the same server code)."""
     pinned = ["taskset", "-c", cpus] if cpus else []
     cmd = [*pinned, sys.executable, "-m", "rise_batch.cli", "fake-llm", "--port", "0"]
     for k, v in options.items():
         cmd += [f"--{k.replace('_', '-')}", str(v)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    env = os.environ | {"PYTHONPATH": repo} if repo else None
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=repo or REPO, env=env)
     line = proc.stdout.readline() if proc.stdout else ""
     m = re.search(r"(http://\S+/v1)", line)
     if not m:
@@ -144,7 +148,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     pin = spec.get("pin") or {}  # {"engine": "0", "server": "1"}: each on its own core, the engine's ceiling
     if pin.get("engine"):
         os.sched_setaffinity(0, {int(c) for c in pin["engine"].split(",")})  # Ray's processes inherit it
-    server, url = start_server(spec.get("server", {}), pin.get("server"))
+    server, url = start_server(spec.get("server", {}), pin.get("server"), spec.get("server_repo"))
     try:
         out = Path(spec["out"])
         if not spec.get("resume"):

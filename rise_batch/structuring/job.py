@@ -147,8 +147,9 @@ MAX_SHARD_ATTEMPTS = 3  # worker deaths under one shard before it is an applicat
 def run_shards(cfg: StructureConfig, plan: RunPlan, bar) -> tuple[list[dict], list[dict]]:
     """Every shard of `plan` through the executor `cfg` asks for: (per-shard stats, per-worker transport stats).
 
-    `--workers 0` runs the shards one after another in this process (the bar counts documents); otherwise
-    `workers` Ray actors each run a share of `max_shards_in_flight` shards at once (the bar counts whole shards).
+    `--workers 0` runs the shards in this process, two at once for the LLM backend, one after another for the
+    heuristic (the bar counts documents); otherwise `workers` Ray actors each run a share of `max_shards_in_flight`
+    shards at once (the bar counts whole shards).
     A --max-cost stop lets the running shards finish with their rows flushed, then raises BudgetExceeded.
     """
     from rise_batch.executor import executor_for
@@ -177,7 +178,11 @@ def run_shards(cfg: StructureConfig, plan: RunPlan, bar) -> tuple[list[dict], li
         )
 
     n = max(cfg.n_workers, 1)
-    per_worker = 1 if local else max(1, (cfg.max_shards_in_flight or 2 * n) // n)
+    if local:  # LLM: two shards at once, so one's requests go out while the other drains and writes its files (the
+        # client still holds the worker to llm.concurrency requests in flight); one lane stalled at each boundary
+        per_worker = 2 if cfg.backend == "llm" else 1
+    else:
+        per_worker = max(1, (cfg.max_shards_in_flight or 2 * n) // n)
     options = MapOptions(
         max_in_flight=n * per_worker, per_worker=per_worker, max_attempts=MAX_SHARD_ATTEMPTS, wait_ready=False
     )

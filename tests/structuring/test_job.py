@@ -120,3 +120,29 @@ def test_cli_summary_line(tmp_path, sample_path, capsys):
     assert line.startswith("structure docs_total=5 ") and f"out={out}" in line
     assert main(["structure", "--corpus", str(tmp_path / "missing"), "--out", str(out)]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_in_process_llm_shards_overlap_so_requests_never_drain_at_a_shard_boundary(tmp_path, sample_path):
+    """One lane per shard made every boundary a stall: the last replies of a shard trickled in, then its files
+    were written, then the next shard read its rows, with no request out. In process the LLM backend runs two
+    shards at once (the client still holds the worker to llm.concurrency requests in flight), so the next shard's
+    requests are already out while the previous one drains; outputs are those of a one-lane run."""
+    from rise_batch.fake_llm import FakeLLMServer
+
+    out = tmp_path / "out"
+    with FakeLLMServer(latency_ms=20) as server:
+        cfg = load_structure_config(
+            None, corpus=str(sample_path), out=str(out), backend="llm", shard_docs=30, limit=60, workers=0,
+            progress=False, llm_base_url=server.base_url, llm_concurrency=4,
+        )  # fmt: skip
+        stats = run_structure(cfg)
+        log = server.log()
+    assert stats["docs_total"] == 60 and stats["shards"] == 2
+    shard_of = {r["docid"]: r["shard"] for r in pq.read_table(out / "docmap.parquet").to_pylist()}
+    docid_of = {r["text"][:60]: r["docid"] for r in sample_rows()}
+    arrivals: dict[int, list[float]] = {0: [], 1: []}
+    for entry in log:
+        arrivals[shard_of[docid_of[entry["head"]]]].append(entry["t"])
+    assert len(arrivals[0]) >= 25 and len(arrivals[1]) >= 25  # a few sample articles are too short to send
+    assert min(arrivals[1]) < max(arrivals[0])  # shard 1 was under way before shard 0's last request
+    assert checkpoint_table(out) and all(r["tier"] == "llm" for r in checkpoint_table(out))
