@@ -166,6 +166,9 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         if cfg.n_workers:
             import ray
 
+            # as executor/ray.init_ray starts a local Ray: workers at the driver's niceness, not Ray's +15, which
+            # starved them beside any busy process (the fake server, other jobs) and so measured Ray's scheduling
+            os.environ.setdefault("RAY_worker_niceness", "0")
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         expected = spec.get("expected_requests", 0)
         window = SteadyWindow(url, server.pid, int(0.2 * expected), int(0.7 * expected)) if expected else None
