@@ -1,7 +1,8 @@
 """Index build at scale, side by side: stock bm25s in one process vs `rise-batch index --workers 2`.
 
-For each corpus, in one run on one machine: build wall time, process-tree CPU time, peak RSS of the whole process
-tree (psutil, sampled every 0.2 s, children included), index size on disk, load time, and warm latency of a
+For each corpus, in one run on one machine: build wall time, process-tree CPU time, peak memory of the whole process
+tree (children included, sampled every 0.1 s: summed PSS, each shared page counted once, beside summed RSS, which
+counts a page once per process mapping it; bench/treemem.py), index size on disk, load time, and warm latency of a
 3-sub-query top-1000 search; on wiki2015 also recall@10/100/1000 of squad_wiki's gold articles. Each step runs
 in its own subprocess so memory figures do not bleed into each other. Stock runs under a memory guard: if its
 process tree passes --stock-limit-gb it is killed and reported as such.
@@ -19,9 +20,11 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from treemem import TreeMemory  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data"  # the shared data beside the checkout
@@ -35,53 +38,45 @@ VOCAB_FILES = ("vocab.index.json", "params.index.json")
 
 
 class TreeMonitor:
-    """Peak RSS and CPU seconds of a process and all its descendants, sampled in a thread."""
+    """Peak memory and CPU seconds of a process and all its descendants, sampled every 0.1 s (bench/treemem.py).
 
-    def __init__(self, pid: int, limit_bytes: float | None = None, period: float = 0.2) -> None:
-        self.pid, self.limit, self.period = pid, limit_bytes, period
-        self.peak = 0
+    Two memory figures: summed RSS (each process's resident pages, so pages shared by the driver and its workers
+    count once per process) and summed PSS (shared pages divided among the processes that map them: the tree's
+    pages counted once). PSS is the honest one; RSS is kept beside it because older results report it."""
+
+    def __init__(self, pid: int, limit_bytes: float | None = None, period: float = 0.1) -> None:
+        self.pid, self.limit = pid, limit_bytes
         self.cpu: dict[int, float] = {}
-        self.killed = False
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
+        self.killed: str | bool = False
+        self.mem = TreeMemory([pid], period, on_sample=self._on_sample)
 
-    def _run(self) -> None:
+    def _on_sample(self, rss: int, pids: list[int]) -> None:
         import psutil
 
-        try:
-            root = psutil.Process(self.pid)
-        except psutil.NoSuchProcess:
-            return
-        while not self._stop.is_set():
+        for pid in pids:
             try:
-                procs = [root, *root.children(recursive=True)]
+                t = psutil.Process(pid).cpu_times()
+                self.cpu[pid] = t.user + t.system
             except psutil.NoSuchProcess:
-                return
-            rss = 0
-            for p in procs:
+                pass
+        # The machine is shared: stop before the kernel's OOM killer picks someone else's process.
+        low = self.limit and psutil.virtual_memory().available < MIN_AVAILABLE
+        if self.limit and (rss > self.limit or low) and not self.killed:
+            self.killed = f"machine down to {MIN_AVAILABLE / GB:.1f} GB available" if low else "limit"
+            for pid in reversed(pids):
                 try:
-                    rss += p.memory_info().rss
-                    t = p.cpu_times()
-                    self.cpu[p.pid] = t.user + t.system
+                    psutil.Process(pid).kill()
                 except psutil.NoSuchProcess:
                     pass
-            self.peak = max(self.peak, rss)
-            # The machine is shared: stop before the kernel's OOM killer picks someone else's process.
-            low = self.limit and psutil.virtual_memory().available < MIN_AVAILABLE
-            if self.limit and (rss > self.limit or low) and not self.killed:
-                self.killed = f"machine down to {MIN_AVAILABLE / GB:.1f} GB available" if low else "limit"
-                for p in reversed(procs):
-                    try:
-                        p.kill()
-                    except psutil.NoSuchProcess:
-                        pass
-            self._stop.wait(self.period)
 
     def stop(self) -> dict:
-        self._stop.set()
-        self._t.join()
-        return {"peak_rss_gb": round(self.peak / GB, 3), "cpu_s": round(sum(self.cpu.values()), 1)}
+        mem = self.mem.stop()
+        return {
+            "peak_rss_gb": mem["peak_rss_gb"],
+            "peak_pss_gb": mem["peak_pss_gb"],
+            "memory": mem,
+            "cpu_s": round(sum(self.cpu.values()), 1),
+        }
 
 
 def run_measured(cmd: list[str], limit_gb: float | None = None, log: Path | None = None) -> dict:
@@ -280,12 +275,13 @@ def ratios(r: dict) -> dict:
     return {
         "build_speedup": round(s["wall_s"] / o["wall_s"], 2),
         "peak_rss_ours_over_stock": round(o["peak_rss_gb"] / s["peak_rss_gb"], 3),
+        "peak_pss_ours_over_stock": round(o["peak_pss_gb"] / s["peak_pss_gb"], 3) if s.get("peak_pss_gb") else None,
     }
 
 
 def table(results: dict) -> str:
     rows = [
-        "| corpus | pipeline | build s | CPU s | peak RSS GB | index GB | load s | 3x top-1000 p50 / p99 ms |",
+        "| corpus | pipeline | build s | CPU s | peak PSS (RSS) GB | index GB | load s | 3x top-1000 p50 / p99 ms |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, r in results["corpora"].items():
@@ -297,7 +293,8 @@ def table(results: dict) -> str:
                 b.get("wall_s") if b.get("exit") == 0 else f"{b.get('killed') or 'failed'} after {b.get('wall_s')} s"
             )
             rows.append(
-                f"| {name} | {who} | {build} | {b.get('cpu_s')} | {b.get('peak_rss_gb')} | {b.get('index_gb', '-')} "
+                f"| {name} | {who} | {build} | {b.get('cpu_s')} | {b.get('peak_pss_gb')} ({b.get('peak_rss_gb')}) "
+                f"| {b.get('index_gb', '-')} "
                 f"| {s.get('load_s', '-')} | {lat.get('p50_ms', '-')} / {lat.get('p99_ms', '-')} |"
             )
         s = r.get("ours-numpy_search", {}).get("latency_3x_top1000", {})

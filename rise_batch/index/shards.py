@@ -3,8 +3,9 @@
 A shard runner yields (summary, fetch-postings) in the order of the shards, so the merge sees the corpus in order
 whatever the workers' speeds. Local workers write their postings to a spill directory and send back only the small
 summary, so neither the pipe nor the parent ever holds more than a few shards' postings; the merge reads them back
-one shard at a time. On Ray, postings stay in the object store until fetched. The scheduling itself is the
-executor's (`process_map`, `task_map`); this module only says what one shard is.
+one shard at a time. On Ray, postings stay in the object store until fetched, or are spilled alike
+(`RayShardRunner(spill=True)`). The scheduling itself is the executor's (`process_map`, `task_map`); this module
+only says what one shard is.
 """
 
 from __future__ import annotations
@@ -80,24 +81,48 @@ class ProcessShardRunner:
             yield summary, partial(load_postings, paths)
 
 
+def _tokenize_item_to_disk(
+    item: tuple[ShardSpec, str], settings: TokenizerSettings, on_bad_row: str
+) -> tuple[ShardSummary, list[str]]:
+    """Ray task entry point with spilling: `item` is (shard, spill base path)."""
+    return tokenize_shard_to_disk(item[0], settings, on_bad_row, item[1])
+
+
+def _load_fetched(fetch: Callable[[], list[str]]) -> ShardPostings:
+    return load_postings(fetch())
+
+
 class RayShardRunner:
     """One Ray task per shard on a cluster (`address`, or the already-initialised / a fresh local one).
 
-    At most `max_in_flight` shards are out (default: twice the cluster's CPUs).
+    At most `max_in_flight` shards are out (default: twice the cluster's CPUs). By default a shard's postings stay
+    in the object store until the merge fetches them, so the store holds every shard's postings at once (12 bytes
+    a posting: 4 GB at 1M documents, in shared memory beside the merge's own arrays). `spill=True` writes them to
+    the spill directory as the local processes do and passes only the paths: the same memory as the local build,
+    for callers whose spill directory every node can reach (the structure job's output directory must be).
     """
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, max_in_flight: int | None = None) -> None:
+    def __init__(self, address: str | None = None, max_in_flight: int | None = None, spill: bool = False) -> None:
         from rise_batch.executor.ray import init_ray
 
         init_ray(address, log_to_driver=False)
         self.max_in_flight = max_in_flight
+        self.spill = spill
 
     def map(
         self, shards: Sequence[ShardSpec], settings: TokenizerSettings, on_bad_row: str, spill_dir: Path
     ) -> Iterator[tuple[ShardSummary, Fetch]]:
         from rise_batch.executor.ray import task_map
 
-        del spill_dir  # postings live in the object store
-        yield from task_map(tokenize_shard, shards, settings, on_bad_row, max_in_flight=self.max_in_flight)
+        if not self.spill:  # postings live in the object store
+            yield from task_map(tokenize_shard, shards, settings, on_bad_row, max_in_flight=self.max_in_flight)
+            return
+        spill_dir = spill_dir.resolve()  # the tasks' working directory need not be ours
+        spill_dir.mkdir(parents=True, exist_ok=True)
+        items = [(spec, str(spill_dir / f"shard-{i:06d}")) for i, spec in enumerate(shards)]
+        for summary, fetch in task_map(
+            _tokenize_item_to_disk, items, settings, on_bad_row, max_in_flight=self.max_in_flight
+        ):
+            yield summary, partial(_load_fetched, fetch)

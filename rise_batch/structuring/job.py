@@ -280,7 +280,7 @@ def build_job_index(cfg: StructureConfig, plan: RunPlan) -> str:
     if cfg.n_workers > 0:
         from rise_batch.index.shards import RayShardRunner
 
-        runner = RayShardRunner(cfg.ray_address)
+        runner = RayShardRunner(cfg.ray_address, spill=True)  # OUT is shared by every worker: postings spill there
     build_index(
         cfg.corpus,
         out,

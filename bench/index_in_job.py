@@ -1,0 +1,148 @@
+"""The index build's memory inside the structure job vs on its own, side by side, for one or two checkouts.
+
+For each checkout (this one, and `--before DIR`, e.g. a `git worktree add /tmp/before <commit>`), in turn:
+  * standalone: `rise-batch index --corpus C --workers 2` (its local process runner);
+  * in the job: `jobs/structure_corpus.py --index` resumed over a finished heuristic structure run of C (every
+    shard is already done, so the job starts its Ray actors, skips the shards and builds OUT/index, which is what
+    the 1M pipeline's resubmitted index stage did), on a local Ray, or with `--submit` through `ray job submit` to
+    a private `ray start --head` (whose whole process tree is measured: raylet, workers, the job's driver).
+Each run's process tree is sampled every 0.1 s (bench/treemem.py): peak summed PSS and RSS, and who held what at
+the PSS peak; the job's figures are also given for its index stage alone (while OUT/.index.tmp-* exists). The
+index files' digests (all but meta.json, which records timings) must be equal across every run, or it exits 1.
+
+    nice -n 10 python bench/index_in_job.py --corpus bench/scratch/syn200k --struct bench/scratch/h4/s200k \\
+        --before /tmp/h4-before                                  # writes bench/results/index_in_job.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from treemem import TreeMemory  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def digests(index_dir: Path) -> dict[str, str]:
+    """sha256 of every index file but meta.json (it records the build's timings, runner and shard count)."""
+    out = {}
+    for f in sorted(index_dir.iterdir()):
+        if f.name != "meta.json":
+            h = hashlib.sha256()
+            with open(f, "rb") as fh:
+                while chunk := fh.read(1 << 24):
+                    h.update(chunk)
+            out[f.name] = h.hexdigest()
+    return out
+
+
+def measured(cmd: list[str], code: Path, out_dir: Path, log: Path, env: dict | None = None, roots=None) -> dict:
+    """Run `cmd` from checkout `code`; peaks of its tree (or of `roots()`), the index stage apart."""
+    env = dict(env or os.environ, PYTHONPATH=str(code), PYTHONHASHSEED="0", DISABLE_TQDM="1")
+
+    def phase() -> str:
+        return "index" if any(out_dir.parent.glob(f".{out_dir.name}.tmp-*")) else "other"
+
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    with open(log, "a") as fh:
+        p = subprocess.Popen(cmd, cwd=code, env=env, stdout=fh, stderr=subprocess.STDOUT)
+        mon = TreeMemory(roots or [p.pid], 0.1, phase=phase)
+        rc = p.wait()
+    res = mon.stop() | {"wall_s": round(time.perf_counter() - t0, 1), "exit": rc, "cmd": " ".join(cmd)}
+    res["loadavg_1m_start_end"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
+    if rc != 0:
+        raise SystemExit(f"{cmd} exited {rc}; see {log}")
+    return res
+
+
+def run_checkout(tag: str, code: Path, a: argparse.Namespace, head) -> dict:
+    py = sys.executable
+    corpus, struct = a.corpus.resolve(), a.struct.resolve()
+    log = a.scratch / f"{tag}.log"
+    standalone = a.scratch / f"standalone-{tag}"
+    res: dict = {"code": str(code)}
+    cmd = [py, "-m", "rise_batch.cli", "index", "--corpus", str(corpus), "--out", str(standalone)]
+    cmd += ["--workers", "2", "--shard-docs", str(a.shard_docs), "--overwrite", "--no-progress"]
+    res["standalone"] = measured(cmd, code, standalone, log)
+    res["standalone"]["digests"] = digests(standalone)
+    shutil.rmtree(standalone)
+    shutil.rmtree(struct / "index", ignore_errors=True)
+    job = ["python", "jobs/structure_corpus.py", "--corpus", str(corpus), "--out", str(struct)]
+    job += ["--backend", "heuristic", "--workers", "2", "--shard-docs", str(a.shard_docs), "--index"]
+    job += ["--no-progress"]
+    if head is None:
+        res["in_job"] = measured([py, *job[1:]], code, struct / "index", log)
+    else:
+        # the job's driver numbers the vocabulary: the same string-hash seed as the standalone build, through Ray
+        seed = json.dumps({"env_vars": {"PYTHONHASHSEED": "0"}})
+        sub = [a.ray, "job", "submit", "--address", head.dashboard, "--working-dir", "."]
+        sub += ["--runtime-env-json", seed, "--", *job]
+        res["in_job"] = measured(sub, code, struct / "index", log, env=head.env, roots=lambda: [head.proc.pid])
+    res["in_job"]["digests"] = digests(struct / "index")
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--corpus", type=Path, required=True)
+    ap.add_argument("--struct", type=Path, required=True, help="a finished heuristic structure run of --corpus")
+    ap.add_argument("--shard-docs", type=int, default=1000, help="the structure run's --shard-docs")
+    ap.add_argument("--before", type=Path, help="another checkout to measure the same way, first")
+    ap.add_argument("--submit", action="store_true", help="ray job submit to a private ray start --head")
+    ap.add_argument("--scratch", type=Path, default=REPO / "bench" / "scratch" / "index_in_job")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "index_in_job.json")
+    a = ap.parse_args()
+    a.ray = shutil.which("ray") or "ray"
+    a.scratch.mkdir(parents=True, exist_ok=True)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    head = None
+    if a.submit:
+        from pipeline_probe import RayHead
+
+        head = RayHead(cpus=2, object_store_gb=2.0, log=a.scratch / "ray_head.log")
+    results: dict = {"corpus": str(a.corpus), "struct": str(a.struct), "submit": a.submit, "runs": {}}
+    try:
+        for tag, code in (("before", a.before), ("after", REPO)):
+            if code is not None:
+                results["runs"][tag] = run_checkout(tag, code.resolve(), a, head)
+                print(tag, json.dumps(summary(results["runs"][tag])), flush=True)
+    finally:
+        if head is not None:
+            head.stop()
+    every = [r[k]["digests"] for r in results["runs"].values() for k in ("standalone", "in_job")]
+    results["identical_index_files"] = all(d == every[0] for d in every)
+    results["summary"] = {tag: summary(r) for tag, r in results["runs"].items()}
+    a.out.write_text(json.dumps(results, indent=2))
+    print(json.dumps(results["summary"], indent=1))
+    print(f"index files identical across all runs: {results['identical_index_files']}; wrote {a.out}")
+    sys.exit(0 if results["identical_index_files"] else 1)
+
+
+def summary(r: dict) -> dict:
+    s, j = r["standalone"], r["in_job"]
+    ji = j.get("phases", {}).get("index", {})
+    return {
+        "standalone_pss_gb": s["peak_pss_gb"],
+        "standalone_rss_gb": s["peak_rss_gb"],
+        "job_index_stage_pss_gb": ji.get("peak_pss_gb"),
+        "job_index_stage_rss_gb": ji.get("peak_rss_gb"),
+        "job_whole_pss_gb": j["peak_pss_gb"],
+        "job_over_standalone_pss": round(ji["peak_pss_gb"] / s["peak_pss_gb"], 3) if ji else None,
+        "standalone_wall_s": s["wall_s"],
+        "job_wall_s": j["wall_s"],
+        "load": [s["loadavg_1m_start_end"], j["loadavg_1m_start_end"]],
+    }
+
+
+if __name__ == "__main__":
+    main()
