@@ -34,6 +34,7 @@ from pipeline_prep import squad_queries  # noqa: E402
 from pipeline_probe import start_fake_llm  # noqa: E402
 from workspace import query_triples  # noqa: E402
 
+from rise_batch.agent.loop import thread_clock  # noqa: E402
 from rise_batch.index.retriever import open_retriever  # noqa: E402
 from rise_batch.space.sandbox import Sandbox, SandboxLimits  # noqa: E402
 from rise_batch.space.tools import search_into  # noqa: E402
@@ -72,10 +73,11 @@ class SpaceProbe:
         self.index.search(q, 1000)
         search_ms = (time.perf_counter() - t0) * 1000
         with Workspace(self.scratch / f"p{self.n}", self.store) as ws:
-            t0 = time.perf_counter()
+            c0, t0 = thread_clock(), time.perf_counter()
             res = search_into(self.index, ws, q, 1000)
-            call_ms = (time.perf_counter() - t0) * 1000
+            call_ms, c1 = (time.perf_counter() - t0) * 1000, thread_clock()
             docs = len(ws)
+        thread = {"call_thread_cpu_ms": c1[0] - c0[0], "call_thread_runq_ms": c1[1] - c0[1]} if c0 and c1 else {}
         t0 = time.perf_counter()
         run = self.sandbox.run("true")
         true_ms = (time.perf_counter() - t0) * 1000
@@ -86,6 +88,7 @@ class SpaceProbe:
             "search_link_ms": call_ms,
             "ws_docs": docs,
             **{f"call_{k}": v for k, v in (res.phases or {}).items()},
+            **thread,
             "sandbox_true_ms": true_ms,
             **{f"true_{k}": v for k, v in (run.phases or {}).items()},
         }
@@ -145,6 +148,14 @@ def actor_memory(root_pid: int, index_dir: Path) -> list[dict]:
     return out
 
 
+def spy(pid: int, seconds: int, out: Path) -> subprocess.Popen:
+    """py-spy on one actor: every thread, idle ones too (a thread waiting for the GIL or a core is what the tail
+    is made of), raw collapsed stacks, without pausing the process."""
+    cmd = ["py-spy", "record", "-r", "200", "-f", "raw", "--idle", "--nonblocking", "--threads", "-d", str(seconds)]
+    cmd += ["-o", str(out), "--pid", str(pid)]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+
 def start_run(args, queries: Path, base_url: str, out: Path, log: Path, pythonpath: str) -> subprocess.Popen:
     cmd = ["nice", "-n", "10", sys.executable, "-m", "rise_batch.cli", "run", "--queries", str(queries)]
     cmd += ["--docs", str(args.docs), "--index", str(args.index), "--out", str(out), "--system", "rise"]
@@ -166,6 +177,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--latency-ms", type=int, default=300)
     ap.add_argument("--idle-rounds", type=int, default=60)
+    ap.add_argument("--py-spy", type=int, default=0, help="record each trajectory actor this many seconds (raw)")
     ap.add_argument("--scratch", type=Path, default=REPO / "bench" / "scratch" / "search_load")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "search_load.json")
     args = ap.parse_args()
@@ -204,12 +216,17 @@ def main() -> None:
     sampler = threading.Thread(target=sample_memory, daemon=True)
     sampler.start()
     t0 = time.monotonic()
+    spies: list[subprocess.Popen] = []
     while proc.poll() is None:
         # rounds only while trajectories run: from the first trajectory file on
         if any((run_dir / "trajectories").glob("*.json")) or time.monotonic() - t0 > 600:
+            if args.py_spy and not spies:
+                spies = [spy(a["pid"], args.py_spy, args.scratch / f"py-spy-{a['pid']}.txt") for a in mem.values()]
             loaded.append(probe.round())
         else:
             time.sleep(0.5)
+    for s in spies:
+        s.wait()
     stop.set()
     sampler.join()
     res["run_wall_s"] = round(time.monotonic() - t0, 1)

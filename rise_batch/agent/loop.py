@@ -202,7 +202,7 @@ def _quiet(task: asyncio.Task) -> None:
         task.exception()  # retrieved, so asyncio does not log "exception was never retrieved"
 
 
-def _thread_clock() -> tuple[float, float] | None:
+def thread_clock() -> tuple[float, float] | None:
     """(ms on a CPU, ms waiting in a run queue for one) of the calling thread so far, by the kernel's scheduler
     accounting; None where /proc has no schedstat. Wall time beyond the two was spent blocked: on the GIL, a lock,
     I/O, a page fault or a child process."""
@@ -220,15 +220,16 @@ def _timed_call(
     """tools.call in a tool thread -> (its result, phases led by queue_ms: how long the call waited for a free
     thread; the thread's CPU and run-queue time over the call, which say whether a slow call lacked a core)."""
     queue_ms = round((time.perf_counter() - queued) * 1000, 2)
-    before = _thread_clock()
+    before = thread_clock()
     # a command tool caps its own time limit at `remaining` (tools.call's timeout_s), so the sandbox kills the
     # command at the deadline and no process outlives the budget
     result = tools.call(name, arguments, timeout_s=remaining)
-    after = _thread_clock()
+    after = thread_clock()
     thread = None
     if before is not None and after is not None:
         thread = {"cpu_ms": round(after[0] - before[0], 2), "runq_ms": round(after[1] - before[1], 2)}
-    return result._replace(phases={"queue_ms": queue_ms, **(result.phases or {})}), thread
+    # "ended" is replaced by resume_ms in _call_tool, once the event loop has the result
+    return result._replace(phases={"queue_ms": queue_ms, **(result.phases or {}), "ended": time.perf_counter()}), thread
 
 
 async def _call_tool(
@@ -239,9 +240,12 @@ async def _call_tool(
     call = functools.partial(_timed_call, tools, name, arguments, remaining, time.perf_counter())
     loop = asyncio.get_running_loop()
     try:
-        return await asyncio.wait_for(loop.run_in_executor(executor, call), remaining + TOOL_SLACK_S)
+        result, thread = await asyncio.wait_for(loop.run_in_executor(executor, call), remaining + TOOL_SLACK_S)
     except TimeoutError:
         return None
+    phases = dict(result.phases or {})  # resume_ms: the finished call waited this long for the event loop
+    phases["resume_ms"] = round((time.perf_counter() - phases.pop("ended")) * 1000, 2)
+    return result._replace(phases=phases), thread
 
 
 async def run_agent(
