@@ -148,6 +148,16 @@ def actor_memory(root_pid: int, index_dir: Path) -> list[dict]:
     return out
 
 
+def page_cache_mb(index_dir: Path) -> float | None:
+    """MB of the index's files resident in the page cache (util-linux fincore), the one copy the actors map."""
+    files = [str(f) for f in sorted(index_dir.iterdir()) if f.is_file()]
+    try:
+        out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", *files], capture_output=True)
+    except FileNotFoundError:
+        return None
+    return round(sum(int(x) for x in out.stdout.split()) / MB, 1) if out.returncode == 0 else None
+
+
 def spy(pid: int, seconds: int, out: Path) -> subprocess.Popen:
     """py-spy on one actor: every thread, idle ones too (a thread waiting for the GIL or a core is what the tail
     is made of), raw collapsed stacks, without pausing the process."""
@@ -199,6 +209,7 @@ def main() -> None:
     res["probe_idle"] = summarise_rounds(idle)
     print("idle:", json.dumps(res["probe_idle"]), flush=True)
 
+    res["index_page_cache_mb_before"] = page_cache_mb(args.index)
     fake, base_url = start_fake_llm(args.latency_ms, args.scratch / "fake_llm.log")
     run_dir = args.scratch / "run"
     proc = start_run(args, queries, base_url, run_dir, args.scratch / "run.log", os.environ.get("PYTHONPATH", ""))
@@ -238,6 +249,7 @@ def main() -> None:
     res["trajectory_tools"] = tool_phases(run_dir / "events.jsonl")
     res["trajectories"] = len(list((run_dir / "trajectories").glob("*.json")))
     res["actor_memory_peak"] = sorted(mem.values(), key=lambda r: r["pid"])
+    res["index_page_cache_mb_after"] = page_cache_mb(args.index)
     res["index_files_mb"] = round(sum(f.stat().st_size for f in args.index.iterdir()) / MB, 1)
     print("loaded:", json.dumps(res["probe_loaded"]))
     print("tools:", json.dumps(res["trajectory_tools"], indent=1))
