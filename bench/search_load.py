@@ -36,6 +36,8 @@ from workspace import query_triples  # noqa: E402
 
 from rise_batch.agent.loop import thread_clock  # noqa: E402
 from rise_batch.index.retriever import open_retriever  # noqa: E402
+from rise_batch.space import tools  # noqa: E402
+from rise_batch.space.fileview import prefetch_heads  # noqa: E402
 from rise_batch.space.sandbox import Sandbox, SandboxLimits  # noqa: E402
 from rise_batch.space.tools import search_into  # noqa: E402
 from rise_batch.space.workspace import DocStore, Workspace  # noqa: E402
@@ -55,6 +57,10 @@ def pcts(xs: list[float]) -> dict:
     return {"n": len(xs), "p50_ms": round(at(50), 2), "p90_ms": round(at(90), 2), "p99_ms": round(at(99), 2)}
 
 
+def _no_prefetch(paths: list[str]) -> None:
+    """The search call without the previews' prefetch: the code before it, for the A/B rounds."""
+
+
 class SpaceProbe:
     """Rounds of: search alone, the search tool call into a fresh workspace, `true` in the long-lived sandbox."""
 
@@ -66,9 +72,11 @@ class SpaceProbe:
         bash_ws.add(list(store.relpath)[:3000])
         self.bash_ws, self.sandbox = bash_ws, Sandbox(bash_ws.files_dir, SandboxLimits())
 
-    def round(self) -> dict:
+    def round(self, no_prefetch: bool = False) -> dict:
+        """One round; `no_prefetch`: the search call as before the previews' prefetch (issue 14), for A/B."""
         q = self.triples[self.n % len(self.triples)]
         self.n += 1
+        tools.prefetch_heads = _no_prefetch if no_prefetch else prefetch_heads
         t0 = time.perf_counter()
         self.index.search(q, 1000)
         search_ms = (time.perf_counter() - t0) * 1000
@@ -83,6 +91,7 @@ class SpaceProbe:
         true_ms = (time.perf_counter() - t0) * 1000
         assert run.exit_code == 0, run
         return {
+            "variant": "no_prefetch" if no_prefetch else "prefetch",
             "load": os.getloadavg()[0],
             "search_ms": search_ms,
             "search_link_ms": call_ms,
@@ -99,6 +108,9 @@ class SpaceProbe:
 
 
 def summarise_rounds(rounds: list[dict]) -> dict:
+    variants = {r["variant"] for r in rounds}
+    if len(variants) > 1:  # A/B rounds: each variant apart, interleaved under the same load
+        return {v: summarise_rounds([r for r in rounds if r["variant"] == v]) for v in sorted(variants)}
     keys = [k for k in rounds[0] if k.endswith("_ms")] if rounds else []
     loads = [r["load"] for r in rounds]
     out: dict = {k: pcts([r[k] for r in rounds if k in r]) for k in keys}
@@ -187,6 +199,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--latency-ms", type=int, default=300)
     ap.add_argument("--idle-rounds", type=int, default=60)
+    ap.add_argument("--ab-prefetch", action="store_true", help="alternate rounds without the previews' prefetch")
     ap.add_argument("--py-spy", type=int, default=0, help="record each trajectory actor this many seconds (raw)")
     ap.add_argument("--scratch", type=Path, default=REPO / "bench" / "scratch" / "search_load")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "search_load.json")
@@ -205,7 +218,7 @@ def main() -> None:
     probe = SpaceProbe(index, store, args.scratch / "ws", seed=1)
     for _ in range(3):
         probe.round()  # warm: numba, the index pages the queries touch
-    idle = [probe.round() for _ in range(args.idle_rounds)]
+    idle = [probe.round(args.ab_prefetch and i % 2 == 1) for i in range(args.idle_rounds)]
     res["probe_idle"] = summarise_rounds(idle)
     print("idle:", json.dumps(res["probe_idle"]), flush=True)
 
@@ -233,7 +246,7 @@ def main() -> None:
         if any((run_dir / "trajectories").glob("*.json")) or time.monotonic() - t0 > 600:
             if args.py_spy and not spies:
                 spies = [spy(a["pid"], args.py_spy, args.scratch / f"py-spy-{a['pid']}.txt") for a in mem.values()]
-            loaded.append(probe.round())
+            loaded.append(probe.round(args.ab_prefetch and len(loaded) % 2 == 1))
         else:
             time.sleep(0.5)
     for s in spies:
@@ -256,7 +269,7 @@ def main() -> None:
     print("actors:", json.dumps(res["actor_memory_peak"]))
     for name, (t50, t99) in TARGETS.items():
         for when in ("probe_idle", "probe_loaded"):
-            row = res[when].get(f"{name}_ms", {})
+            row = res[when].get("prefetch", res[when]).get(f"{name}_ms", {})
             print(f"{name:>13} {when:>13}: p50 {row.get('p50_ms')} (<= {t50}) p99 {row.get('p99_ms')} (<= {t99}) ms")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=1))

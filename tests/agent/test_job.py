@@ -160,7 +160,11 @@ def test_tool_events_split_each_call_into_phases(agent_world, fake_server):
     run_trajectories(run_config(out / "run", _queries(agent_world, out, 2), fake_server.base_url, system="rise"))
     events = [json.loads(line) for line in (out / "run" / "events.jsonl").read_text().splitlines()]
     calls = [e for e in events if e["event"] == "tool_call"]
-    want = {"search": {"search_ms", "link_ms", "preview_ms"}, "bash": {"lock_ms", "start_ms", "exec_ms"}, "read": set()}
+    want = {
+        "search": {"search_ms", "prefetch_ms", "link_ms", "preview_ms"},
+        "bash": {"lock_ms", "start_ms", "exec_ms"},
+        "read": set(),
+    }
     assert {e["tool"] for e in calls} >= {"search", "bash"}
     for e in calls:
         phases = e["phases"]
