@@ -48,7 +48,8 @@ Normalisation (what is NOT compared, and why):
     every JSON string, Parquet string cell and text file.
   * Timing keys, dropped recursively from JSON/JSONL and as Parquet columns: wall_seconds, shard_seconds, seconds,
     elapsed, elapsed_s, docs_per_second, created, started, finished, timestamp, timing (model_s/tool_s), t (event
-    time) and pid (worker process id in events). Nothing else: tokens, costs, attempts, counts all stay.
+    time), pid (worker process id in events), and a tool_call event's phases and thread (ms). Nothing else:
+    tokens, costs, attempts, counts all stay.
   * stats/shard-N.json `parts` (newer checkouts): the checkpoint parts a done marker covers; how rows split into
     parts follows flush timing, and the parts themselves are compared merged.
   * manifest.json `plan_key.fingerprint`: a hash of the corpus files' resolved paths, sizes and mtimes (where and
@@ -144,6 +145,8 @@ TIMING_KEYS = frozenset(
         "timing",
         "t",
         "pid",
+        "phases",  # events.jsonl tool_call: ms per phase of the call (issue 14)
+        "thread",  # events.jsonl tool_call: the tool thread's CPU and run-queue ms
     }
 )
 FLOAT_DIGITS = 10  # JSON floats: sums over rows in LLM reply order differ in the last bit (see the docstring)

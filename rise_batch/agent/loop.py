@@ -202,18 +202,50 @@ def _quiet(task: asyncio.Task) -> None:
         task.exception()  # retrieved, so asyncio does not log "exception was never retrieved"
 
 
-async def _call_tool(
-    tools: ToolSet, name: str, arguments: str, remaining: float, executor: Executor | None
-) -> ToolResult | None:
-    """Run one (blocking) tool call in a thread, bounded by the time left; None when the deadline came first."""
+def thread_clock() -> tuple[float, float] | None:
+    """(ms on a CPU, ms waiting in a run queue for one) of the calling thread so far, by the kernel's scheduler
+    accounting; None where /proc has no schedstat. Wall time beyond the two was spent blocked: on the GIL, a lock,
+    I/O, a page fault or a child process."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            on_cpu, waiting = f.read().split()[:2]
+        return int(on_cpu) / 1e6, int(waiting) / 1e6
+    except (OSError, ValueError):
+        return None
+
+
+def _timed_call(
+    tools: ToolSet, name: str, arguments: str, remaining: float, queued: float
+) -> tuple[ToolResult, dict[str, float] | None]:
+    """tools.call in a tool thread -> (its result, phases led by queue_ms: how long the call waited for a free
+    thread; the thread's CPU and run-queue time over the call, which say whether a slow call lacked a core)."""
+    queue_ms = round((time.perf_counter() - queued) * 1000, 2)
+    before = thread_clock()
     # a command tool caps its own time limit at `remaining` (tools.call's timeout_s), so the sandbox kills the
     # command at the deadline and no process outlives the budget
-    call = functools.partial(tools.call, name, arguments, timeout_s=remaining)
+    result = tools.call(name, arguments, timeout_s=remaining)
+    after = thread_clock()
+    thread = None
+    if before is not None and after is not None:
+        thread = {"cpu_ms": round(after[0] - before[0], 2), "runq_ms": round(after[1] - before[1], 2)}
+    # "ended" is replaced by resume_ms in _call_tool, once the event loop has the result
+    return result._replace(phases={"queue_ms": queue_ms, **(result.phases or {}), "ended": time.perf_counter()}), thread
+
+
+async def _call_tool(
+    tools: ToolSet, name: str, arguments: str, remaining: float, executor: Executor | None
+) -> tuple[ToolResult, dict[str, float] | None] | None:
+    """Run one (blocking) tool call in a thread, bounded by the time left -> (result, the thread's CPU and run-queue
+    ms), or None when the deadline came first."""
+    call = functools.partial(_timed_call, tools, name, arguments, remaining, time.perf_counter())
     loop = asyncio.get_running_loop()
     try:
-        return await asyncio.wait_for(loop.run_in_executor(executor, call), remaining + TOOL_SLACK_S)
+        result, thread = await asyncio.wait_for(loop.run_in_executor(executor, call), remaining + TOOL_SLACK_S)
     except TimeoutError:
         return None
+    phases = dict(result.phases or {})  # resume_ms: the finished call waited this long for the event loop
+    phases["resume_ms"] = round((time.perf_counter() - phases.pop("ended")) * 1000, 2)
+    return result._replace(phases=phases), thread
 
 
 async def run_agent(
@@ -301,17 +333,19 @@ async def _turns(client, tools, budget, run, ctx, params, executor, emit, clock,
                 return run.end("wall_clock")
             name, raw = call.function.name, call.function.arguments or ""
             t1 = clock()
-            result = await _call_tool(tools, name, raw, remaining, executor)
+            timed = await _call_tool(tools, name, raw, remaining, executor)
             run.tool_s += clock() - t1
             run.tool_calls[name] += 1
-            if result is None:
+            if timed is None:
                 text = "[tool call abandoned: the trajectory's time budget ran out]"
                 run.steps.append({"tool": name, "arguments": _arguments(raw), "output": text})
                 return run.end("wall_clock")
+            result, thread = timed
             run.retrieved.update(dict.fromkeys(result.retrieved))
             run.surfaced.update(dict.fromkeys(result.surfaced))
             run.steps.append({"tool": name, "arguments": _arguments(raw), "output": result.text[:STEP_OUTPUT_CHARS]})
-            emit({"event": "tool_call", "tool": name, "error": result.error, "seconds": round(clock() - t1, 4)})
+            event = {"event": "tool_call", "tool": name, "error": result.error, "seconds": round(clock() - t1, 4)}
+            emit(event | {"phases": result.phases, "thread": thread})  # ms; phases: tools.ToolResult.phases
             ctx.add(run.model_calls, call.id, result.text)
         if deadline - clock() <= 0:
             return run.end("wall_clock")

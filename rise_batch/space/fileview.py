@@ -121,6 +121,27 @@ def read_head(path: Path, n_bytes: int = SNIPPET_HEAD_BYTES) -> str:
         return f.read(n_bytes).decode("utf-8", errors="ignore")
 
 
+def prefetch_heads(paths: list[str], n_bytes: int = SNIPPET_HEAD_BYTES) -> None:
+    """Ask the kernel to start reading these files' heads now (POSIX_FADV_WILLNEED), all at once, so that the
+    previews read them from the page cache. At 1M documents most files are not cached: read one by one, a
+    search's 30 previews waited for 30 disk reads in a row (py-spy: a fifth of a search call's wall time under the
+    trajectory load). Best effort: a file that cannot be opened is left to the preview to report."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            advise(fd, 0, n_bytes, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
 def snippet_line(path: Path) -> str:
     """One line for a search preview."""
     try:

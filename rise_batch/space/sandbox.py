@@ -87,6 +87,10 @@ class RunResult(NamedTuple):
     elapsed_s: float
     sandboxed: bool
     memory_exceeded: bool = False  # the kernel killed a process of the call at its memory limit
+    # ms per phase, measured: the long-lived sandbox's lock_ms (waiting for the sandbox: its lock, a session
+    # (re)start), start_ms (the call started inside it) and exec_ms (the command until its end and output);
+    # a one-shot bubblewrap has only oneshot_ms (its start and the command are one process chain)
+    phases: dict[str, float] | None = None
 
     def render(self, timeout_s: float | None = None) -> str:
         """The text an agent sees: the output, a note of what was cut, then how the command ended."""
@@ -341,11 +345,16 @@ class Sandbox:
                         break
                     # from `start`: the cap may be the time left in a trajectory (tools.bash_in)
                     deadline, request = start + limits.timeout_s, _request(command, limits)
+                    ready = time.monotonic()
                     done = session.run(request, limits.memory_bytes, deadline, limits.max_output_chars)
                     if done is not None:
-                        head, cut, timed_out, code, oom = done
-                        return RunResult(head, code, timed_out, cut, time.monotonic() - start, True, oom)
-        return _spawn_collect(self.bwrap, self.root, command, limits, self.run_as, self.sandboxed, self.isolated)
+                        head, cut, timed_out, code, oom, started = done
+                        end = time.monotonic()
+                        phases = {"lock_ms": ready - start, "start_ms": started - ready, "exec_ms": end - started}
+                        phases = {k: round(v * 1000, 2) for k, v in phases.items()}
+                        return RunResult(head, code, timed_out, cut, end - start, True, oom, phases)
+        res = _spawn_collect(self.bwrap, self.root, command, limits, self.run_as, self.sandboxed, self.isolated)
+        return res._replace(phases={"oneshot_ms": round((time.monotonic() - start) * 1000, 2)})
 
     def _live_session(self) -> Session | None:
         """This sandbox's running session, started if needed; None (one-shot calls from now on) if it cannot."""

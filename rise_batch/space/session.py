@@ -181,15 +181,18 @@ class Session:
         return _Call(self, os.fdopen(r, "rb", buffering=0)), oom_before
 
     def run(self, request: dict, memory_bytes: int, deadline: float, max_chars: int):
-        """(output, cut chars, timed out, exit code, memory exceeded), or None when the call could not start."""
+        """(output, cut chars, timed out, exit code, memory exceeded, monotonic time the call had started inside
+        the sandbox), or None when the call could not start. The start time splits the sandbox's overhead from
+        the command's own time."""
         with self.lock:
             begun = self.start_call(request, memory_bytes)
             if begun is None:
                 return None
+            started = time.monotonic()
             call, oom_before = begun
             head, cut, timed_out = collect(call, deadline, max_chars, kill=call.kill)  # type: ignore[arg-type]
             oom = self.cgroup is not None and self.cgroup.oom_kills() > oom_before
-            return head, cut, timed_out, None if timed_out else call.returncode, oom
+            return head, cut, timed_out, None if timed_out else call.returncode, oom, started
 
     def close(self) -> None:
         """End the session: its supervisor sees the socket close and kills any call; then bwrap and the cgroup go."""

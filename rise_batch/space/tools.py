@@ -15,6 +15,7 @@ import inspect
 import json
 import logging
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -24,6 +25,7 @@ from rise_batch.space.fileview import (
     MAX_READ_LINES,
     PathRefused,
     leading_text,
+    prefetch_heads,
     read_numbered,
     resolve_inside,
     snippet_line,
@@ -46,6 +48,9 @@ class ToolResult(NamedTuple):
     surfaced: tuple[str, ...] = ()  # docids the model was shown
     retrieved: tuple[str, ...] = ()  # docids this call added to the search union
     error: bool = False
+    # where the call's time went, in ms per phase (search: search/link/preview; bash: the sandbox's phases), for
+    # the run's event log only: a loaded run's tail cannot be split from whole-call times (issue 14)
+    phases: dict[str, float] | None = None
 
 
 class SearchIndex(Protocol):
@@ -215,7 +220,9 @@ def bash_in(
         res = sandbox.run(command, limits)
     except OSError as e:  # e.g. E2BIG: a command longer than the kernel's argument limit
         return ToolResult(f"error: could not start the command: {e.strerror or e}", error=True)
-    return ToolResult(res.render(limits.timeout_s), surfaced=tuple(surfaced_in(res.output, lookup)))
+    return ToolResult(
+        res.render(limits.timeout_s), surfaced=tuple(surfaced_in(res.output, lookup)), phases=res.phases or None
+    )
 
 
 def score_text(score: float) -> str:
@@ -231,7 +238,13 @@ def search_into(index: SearchIndex, ws: Workspace, queries: Any, k: int = 1000, 
     if not subs:
         return ToolResult(f"error: give at least one non-empty query. {note}".strip(), error=True)
     before = len(ws)
+    t0 = time.perf_counter()
     hits_list = index.search(subs, k)
+    search_s, link_s, preview_s = time.perf_counter() - t0, 0.0, 0.0
+    # the previews' files start coming from disk while the union is linked (the same inodes as the corpus files)
+    rel, src = ws.store.relpath, f"{ws.store.corpus_dir}/"
+    prefetch_heads([src + rel[d] for hits in hits_list for d in hits.docids[:preview] if d in rel])
+    prefetch_s = time.perf_counter() - t0 - search_s
     out = [f"Searched {len(subs)} quer{'y' if len(subs) == 1 else 'ies'} (top {k} each)."]
     if note:
         out.append(f"Note: {note}.")
@@ -240,7 +253,10 @@ def search_into(index: SearchIndex, ws: Workspace, queries: Any, k: int = 1000, 
     missing = 0
     call = ws.new_call()
     for i, (q, hits) in enumerate(zip(subs, hits_list, strict=True), 1):
+        t0 = time.perf_counter()
         added = ws.add(hits.docids, call)
+        t1 = time.perf_counter()
+        link_s += t1 - t0
         new_all += added.new
         missing += len(added.missing)
         out.append(f'\nQuery {i}: "{q}" -- {len(hits.docids):,} matched, {len(added.new):,} new')
@@ -252,13 +268,16 @@ def search_into(index: SearchIndex, ws: Workspace, queries: Any, k: int = 1000, 
             surfaced[docid] = None
             out.append(f"  {rank:>2}. [{score_text(score)}] {arrival.relpath}")
             out.append(f"      {snippet_line(ws.files_dir / arrival.relpath)}")
+        preview_s += time.perf_counter() - t1
     if missing:
         out.append(f"\n[{missing} retrieved documents have no file in the docs directory and were skipped]")
     out.append(
         f"\nWorkspace: {len(ws):,} documents (+{len(ws) - before:,} this call). "
         "Explore it with bash (rg, grep, ls, ...) and read."
     )
-    return ToolResult("\n".join(out), surfaced=tuple(surfaced), retrieved=tuple(new_all))
+    phases = {"search_ms": search_s, "prefetch_ms": prefetch_s, "link_ms": link_s, "preview_ms": preview_s}
+    phases = {name: round(s * 1000, 2) for name, s in phases.items()}
+    return ToolResult("\n".join(out), surfaced=tuple(surfaced), retrieved=tuple(new_all), phases=phases)
 
 
 class RiseTools(ToolSet):

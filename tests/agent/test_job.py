@@ -149,3 +149,28 @@ def test_cli_run(agent_world, fake_server, capsys):
     assert "run system=retrieval-agent" in printed and "answered:2" in printed
     assert main([*argv, "0"]) == 2  # validated at the edge
     assert main(["run", "--queries", str(queries), "--system", "nope", "--docs", "x", "--out", "y"]) == 2
+
+
+def test_tool_events_split_each_call_into_phases(agent_world, fake_server):
+    """Every tool_call event of a RISE run says where its time went (issue 14: a 1M run's p99 could not be split):
+    the wait for a tool thread, per tool the BM25 search, the linking and the previews, or the sandbox's lock, the
+    call's start inside the long-lived bubblewrap and the command itself, then the wait for the event loop; each
+    phase is measured, never derived, and together they fit inside the call the loop timed."""
+    out = run_dir("phases")
+    run_trajectories(run_config(out / "run", _queries(agent_world, out, 2), fake_server.base_url, system="rise"))
+    events = [json.loads(line) for line in (out / "run" / "events.jsonl").read_text().splitlines()]
+    calls = [e for e in events if e["event"] == "tool_call"]
+    want = {
+        "search": {"search_ms", "prefetch_ms", "link_ms", "preview_ms"},
+        "bash": {"lock_ms", "start_ms", "exec_ms"},
+        "read": set(),
+    }
+    assert {e["tool"] for e in calls} >= {"search", "bash"}
+    for e in calls:
+        phases = e["phases"]
+        assert set(phases) == want[e["tool"]] | {"queue_ms", "resume_ms"}, e
+        assert all(isinstance(v, float) and v >= 0 for v in phases.values()), e
+        assert sum(phases.values()) <= e["seconds"] * 1000 + 1.0, e  # rounding: 0.1 ms per phase at most
+        thread = e["thread"]  # the tool thread's time on a CPU and waiting for one, by the kernel's accounting
+        assert set(thread) == {"cpu_ms", "runq_ms"} and min(thread.values()) >= 0, e
+        assert thread["cpu_ms"] + thread["runq_ms"] <= e["seconds"] * 1000 + 1.0, e

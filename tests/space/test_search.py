@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -160,3 +164,33 @@ def test_sample_walk_for_the_demo(indexed, ws_root, capsys, bwrap_ok):
     )
     out = capsys.readouterr().out
     assert 'Query 1: "anarchism"' in out and relpaths["enwiki-12"] in out and out.rstrip().endswith("[exit code: 0]")
+
+
+def _resident_pages(path: Path) -> int:
+    out = subprocess.run(["fincore", "--noheadings", "--output", "PAGES", str(path)], capture_output=True, text=True)
+    return int(out.stdout.split()[0])
+
+
+@pytest.mark.skipif(shutil.which("fincore") is None, reason="needs util-linux fincore to see the page cache")
+def test_search_starts_reading_the_previews_files_before_it_links(indexed, ws, tmp_path):
+    """At 1M documents most corpus files are not in the page cache, and the previews read theirs one by one
+    (issue 14). search_into asks the kernel for the preview files' heads before linking: a preview file dropped
+    from the page cache is read back in by the prefetch alone (the test reads nothing itself)."""
+    from rise_batch.space.fileview import SNIPPET_HEAD_BYTES, prefetch_heads
+
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"x" * (4 * SNIPPET_HEAD_BYTES))
+    fd = os.open(big, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    if _resident_pages(big) != 0:
+        pytest.skip("this file system keeps dropped pages (e.g. tmpfs)")
+    prefetch_heads([str(big)])
+    deadline = time.monotonic() + 5
+    while _resident_pages(big) == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert 0 < _resident_pages(big) * os.sysconf("SC_PAGE_SIZE") <= 2 * SNIPPET_HEAD_BYTES  # the head, not all
+
+    res = search_into(indexed[2], ws, ["anarchism"], k=5)
+    assert res.phases and res.phases["prefetch_ms"] >= 0 and "1. [" in res.text

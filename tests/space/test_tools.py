@@ -197,3 +197,13 @@ def test_resolve_inside_never_leaves_the_root(docs, path):
         return
     assert os.path.commonpath([os.path.realpath(files), str(real)]) == os.path.realpath(files)
     assert real.is_file() and not rel.startswith("/") and ".." not in rel.split("/")
+
+
+def test_bash_result_times_the_sandbox_apart_from_the_command(rise):
+    """A bash call's phases separate the sandbox's part (the lock, starting the call inside the long-lived
+    bubblewrap) from the command's run, so the overhead can be measured under load (issue 14)."""
+    tools, _ = rise
+    quick, slow = tools.call("bash", {"command": "true"}), tools.call("bash", {"command": "sleep 0.3"})
+    assert set(quick.phases) == set(slow.phases) == {"lock_ms", "start_ms", "exec_ms"}
+    assert slow.phases["exec_ms"] >= 290 and quick.phases["exec_ms"] < 290
+    assert all(v >= 0 for v in quick.phases.values())

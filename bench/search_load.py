@@ -1,0 +1,280 @@
+"""1M search, search+link and the sandbox UNDER the trajectory load, each phase apart, and memory per actor.
+
+Issue 14's rows for the interaction space are targets under load, and the 1M pipeline run only logged whole tool
+calls. This benchmark runs the trajectory stage alone (`rise-batch run`, RISE at K=1000, the fake agent at a
+realistic latency, N Ray workers) over a structured corpus and its index, and meanwhile, in this process, probes
+in rounds: BM25 search alone (3 SQuAD sub-queries x top-1000), the whole search tool call into a fresh workspace
+(search + hardlinking the union + previews, each phase timed), and `true` in a long-lived sandbox over a 3,000-file
+workspace (its lock, start and exec phases). The same probe runs first with no trajectory load, so every figure
+has its idle twin from the same run, and each round records the 1-minute load average (the machine is shared).
+
+From the run's events.jsonl it reports each tool's phases (queue for a tool thread, search, link, preview; lock,
+start, exec) p50/p90/p99 as the trajectories themselves saw them. Every few seconds it samples each trajectory
+actor (the `ray::TrajectoryWorker` processes below the run): RSS, PSS, and the resident/proportional size of its
+mappings of the index's files (from /proc/PID/smaps), which says how much of the index the actors share through
+the page cache.
+
+    python bench/search_load.py --docs DOCS --index INDEX [--trajectories 200] [--out bench/results/search_load.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pipeline_prep import squad_queries  # noqa: E402
+from pipeline_probe import start_fake_llm  # noqa: E402
+from workspace import query_triples  # noqa: E402
+
+from rise_batch.agent.loop import thread_clock  # noqa: E402
+from rise_batch.index.retriever import open_retriever  # noqa: E402
+from rise_batch.space import tools  # noqa: E402
+from rise_batch.space.fileview import prefetch_heads  # noqa: E402
+from rise_batch.space.sandbox import Sandbox, SandboxLimits  # noqa: E402
+from rise_batch.space.tools import search_into  # noqa: E402
+from rise_batch.space.workspace import DocStore, Workspace  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"
+MB = 1024**2
+TARGETS = {"search": (20.0, 30.0), "search_link": (100.0, 200.0), "sandbox_true": (10.0, 15.0)}  # p50, p99 ms
+
+
+def pcts(xs: list[float]) -> dict:
+    """p50/p90/p99 (nearest rank) of milliseconds, with the count: the one summary every row uses."""
+    if not xs:
+        return {"n": 0}
+    xs = sorted(xs)
+    at = lambda p: xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]  # noqa: E731
+    return {"n": len(xs), "p50_ms": round(at(50), 2), "p90_ms": round(at(90), 2), "p99_ms": round(at(99), 2)}
+
+
+def _no_prefetch(paths: list[str]) -> None:
+    """The search call without the previews' prefetch: the code before it, for the A/B rounds."""
+
+
+class SpaceProbe:
+    """Rounds of: search alone, the search tool call into a fresh workspace, `true` in the long-lived sandbox."""
+
+    def __init__(self, index, store: DocStore, scratch: Path, seed: int) -> None:
+        self.index, self.store, self.scratch = index, store, scratch
+        self.triples = query_triples(2000, seed)
+        self.n = 0
+        bash_ws = Workspace(scratch / "bash3000", store)
+        bash_ws.add(list(store.relpath)[:3000])
+        self.bash_ws, self.sandbox = bash_ws, Sandbox(bash_ws.files_dir, SandboxLimits())
+
+    def round(self, no_prefetch: bool = False) -> dict:
+        """One round; `no_prefetch`: the search call as before the previews' prefetch (issue 14), for A/B."""
+        q = self.triples[self.n % len(self.triples)]
+        self.n += 1
+        tools.prefetch_heads = _no_prefetch if no_prefetch else prefetch_heads
+        t0 = time.perf_counter()
+        self.index.search(q, 1000)
+        search_ms = (time.perf_counter() - t0) * 1000
+        with Workspace(self.scratch / f"p{self.n}", self.store) as ws:
+            c0, t0 = thread_clock(), time.perf_counter()
+            res = search_into(self.index, ws, q, 1000)
+            call_ms, c1 = (time.perf_counter() - t0) * 1000, thread_clock()
+            docs = len(ws)
+        thread = {"call_thread_cpu_ms": c1[0] - c0[0], "call_thread_runq_ms": c1[1] - c0[1]} if c0 and c1 else {}
+        t0 = time.perf_counter()
+        run = self.sandbox.run("true")
+        true_ms = (time.perf_counter() - t0) * 1000
+        assert run.exit_code == 0, run
+        return {
+            "variant": "no_prefetch" if no_prefetch else "prefetch",
+            "load": os.getloadavg()[0],
+            "search_ms": search_ms,
+            "search_link_ms": call_ms,
+            "ws_docs": docs,
+            **{f"call_{k}": v for k, v in (res.phases or {}).items()},
+            **thread,
+            "sandbox_true_ms": true_ms,
+            **{f"true_{k}": v for k, v in (run.phases or {}).items()},
+        }
+
+    def close(self) -> None:
+        self.sandbox.close()
+        self.bash_ws.close()
+
+
+def summarise_rounds(rounds: list[dict]) -> dict:
+    variants = {r["variant"] for r in rounds}
+    if len(variants) > 1:  # A/B rounds: each variant apart, interleaved under the same load
+        return {v: summarise_rounds([r for r in rounds if r["variant"] == v]) for v in sorted(variants)}
+    keys = [k for k in rounds[0] if k.endswith("_ms")] if rounds else []
+    loads = [r["load"] for r in rounds]
+    out: dict = {k: pcts([r[k] for r in rounds if k in r]) for k in keys}
+    out["ws_docs_mean"] = round(sum(r["ws_docs"] for r in rounds) / max(len(rounds), 1), 1)
+    out["loadavg_1m"] = {"mean": round(sum(loads) / max(len(loads), 1), 2), "max": max(loads, default=0)}
+    return out
+
+
+def tool_phases(events: Path) -> dict:
+    """Per tool: the whole call and each recorded phase, p50/p90/p99 over every call of the run."""
+    by: dict[str, dict[str, list[float]]] = {}
+    for line in events.read_text().splitlines():
+        e = json.loads(line)
+        if e.get("event") != "tool_call":
+            continue
+        d = by.setdefault(e["tool"], {})
+        d.setdefault("call_ms", []).append(e["seconds"] * 1000)
+        for k, v in (e.get("phases") or {}).items():
+            d.setdefault(k, []).append(v)
+    return {tool: {k: pcts(v) for k, v in d.items()} for tool, d in sorted(by.items())}
+
+
+def actor_memory(root_pid: int, index_dir: Path) -> list[dict]:
+    """RSS, PSS and the index mappings' Rss/Pss (MB) of every trajectory actor below `root_pid`."""
+    import psutil
+
+    out = []
+    try:
+        procs = psutil.Process(root_pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return out
+    prefix = str(index_dir.resolve())
+    for p in procs:
+        try:
+            if "TrajectoryWorker" not in " ".join(p.cmdline()):
+                continue
+            row = {"pid": p.pid, "rss_mb": 0.0, "pss_mb": 0.0, "index_rss_mb": 0.0, "index_pss_mb": 0.0}
+            for m in p.memory_maps(grouped=True):
+                row["rss_mb"] += m.rss / MB
+                row["pss_mb"] += m.pss / MB
+                if m.path.startswith(prefix):
+                    row["index_rss_mb"] += m.rss / MB
+                    row["index_pss_mb"] += m.pss / MB
+            out.append({k: round(v, 1) if isinstance(v, float) else v for k, v in row.items()})
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
+
+
+def page_cache_mb(index_dir: Path) -> float | None:
+    """MB of the index's files resident in the page cache (util-linux fincore), the one copy the actors map."""
+    files = [str(f) for f in sorted(index_dir.iterdir()) if f.is_file()]
+    try:
+        out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", *files], capture_output=True)
+    except FileNotFoundError:
+        return None
+    return round(sum(int(x) for x in out.stdout.split()) / MB, 1) if out.returncode == 0 else None
+
+
+def spy(pid: int, seconds: int, out: Path) -> subprocess.Popen:
+    """py-spy on one actor: every thread, idle ones too (a thread waiting for the GIL or a core is what the tail
+    is made of), raw collapsed stacks, without pausing the process."""
+    cmd = ["py-spy", "record", "-r", "200", "-f", "raw", "--idle", "--nonblocking", "--threads", "-d", str(seconds)]
+    cmd += ["-o", str(out), "--pid", str(pid)]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+
+def start_run(args, queries: Path, base_url: str, out: Path, log: Path, pythonpath: str) -> subprocess.Popen:
+    cmd = ["nice", "-n", "10", sys.executable, "-m", "rise_batch.cli", "run", "--queries", str(queries)]
+    cmd += ["--docs", str(args.docs), "--index", str(args.index), "--out", str(out), "--system", "rise"]
+    cmd += ["--k", "1000", "--workers", str(args.workers), "--concurrency", str(args.concurrency)]
+    cmd += ["--limit", str(args.trajectories), "--wall-clock-s", "900", "--base-url", base_url]
+    cmd += ["--model", "gpt-5.4-mini", "--no-progress"]
+    env = os.environ | {"PYTHONPATH": pythonpath}
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)  # noqa: SIM115
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", type=Path, required=True, help="structured docs dir (corpus/ + docmap.parquet)")
+    ap.add_argument("--index", type=Path, required=True, help="its BM25 index")
+    ap.add_argument("--corpus", type=Path, help="the raw derived corpus (to find the queries' gold documents)")
+    ap.add_argument("--queries", type=Path, help="use this query file instead")
+    ap.add_argument("--trajectories", type=int, default=200)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--latency-ms", type=int, default=300)
+    ap.add_argument("--idle-rounds", type=int, default=60)
+    ap.add_argument("--ab-prefetch", action="store_true", help="alternate rounds without the previews' prefetch")
+    ap.add_argument("--py-spy", type=int, default=0, help="record each trajectory actor this many seconds (raw)")
+    ap.add_argument("--scratch", type=Path, default=REPO / "bench" / "scratch" / "search_load")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "search_load.json")
+    args = ap.parse_args()
+    shutil.rmtree(args.scratch, ignore_errors=True)
+    args.scratch.mkdir(parents=True)
+    if args.queries:  # a query file as is (e.g. squad_wiki's own over wiki2015 itself)
+        queries, qinfo = args.queries, {"file": str(args.queries)}
+    else:  # SQuAD questions with their gold re-found in a derived corpus, as bench/pipeline_1m.py asks them
+        squad, wiki = SHARED / "squad_wiki" / "queries.jsonl", SHARED / "wiki2015"
+        queries, qinfo = squad_queries(args.corpus, squad, wiki, args.scratch / "q.jsonl", args.trajectories)
+    t = time.perf_counter()
+    index, store = open_retriever(args.index), DocStore(args.docs)
+    res: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "queries": qinfo, "open_s": 0.0}
+    res["open_s"] = round(time.perf_counter() - t, 1)
+    probe = SpaceProbe(index, store, args.scratch / "ws", seed=1)
+    for _ in range(3):
+        probe.round()  # warm: numba, the index pages the queries touch
+    idle = [probe.round(args.ab_prefetch and i % 2 == 1) for i in range(args.idle_rounds)]
+    res["probe_idle"] = summarise_rounds(idle)
+    print("idle:", json.dumps(res["probe_idle"]), flush=True)
+
+    res["index_page_cache_mb_before"] = page_cache_mb(args.index)
+    fake, base_url = start_fake_llm(args.latency_ms, args.scratch / "fake_llm.log")
+    run_dir = args.scratch / "run"
+    proc = start_run(args, queries, base_url, run_dir, args.scratch / "run.log", os.environ.get("PYTHONPATH", ""))
+    loaded: list[dict] = []
+    mem: dict[int, dict] = {}
+    stop = threading.Event()
+
+    def sample_memory() -> None:
+        while not stop.wait(3.0):
+            for row in actor_memory(proc.pid, args.index):
+                best = mem.get(row["pid"])
+                if best is None or row["pss_mb"] > best["pss_mb"]:
+                    mem[row["pid"]] = row
+
+    sampler = threading.Thread(target=sample_memory, daemon=True)
+    sampler.start()
+    t0 = time.monotonic()
+    spies: list[subprocess.Popen] = []
+    while proc.poll() is None:
+        # rounds only while trajectories run: from the first trajectory file on
+        if any((run_dir / "trajectories").glob("*.json")) or time.monotonic() - t0 > 600:
+            if args.py_spy and not spies:
+                spies = [spy(a["pid"], args.py_spy, args.scratch / f"py-spy-{a['pid']}.txt") for a in mem.values()]
+            loaded.append(probe.round(args.ab_prefetch and len(loaded) % 2 == 1))
+        else:
+            time.sleep(0.5)
+    for s in spies:
+        s.wait()
+    stop.set()
+    sampler.join()
+    res["run_wall_s"] = round(time.monotonic() - t0, 1)
+    res["run_exit"] = proc.returncode
+    fake.terminate()
+    fake.wait()
+    probe.close()
+    res["probe_loaded"] = summarise_rounds(loaded)
+    res["trajectory_tools"] = tool_phases(run_dir / "events.jsonl")
+    res["trajectories"] = len(list((run_dir / "trajectories").glob("*.json")))
+    res["actor_memory_peak"] = sorted(mem.values(), key=lambda r: r["pid"])
+    res["index_page_cache_mb_after"] = page_cache_mb(args.index)
+    res["index_files_mb"] = round(sum(f.stat().st_size for f in args.index.iterdir()) / MB, 1)
+    print("loaded:", json.dumps(res["probe_loaded"]))
+    print("tools:", json.dumps(res["trajectory_tools"], indent=1))
+    print("actors:", json.dumps(res["actor_memory_peak"]))
+    for name, (t50, t99) in TARGETS.items():
+        for when in ("probe_idle", "probe_loaded"):
+            row = res[when].get("prefetch", res[when]).get(f"{name}_ms", {})
+            print(f"{name:>13} {when:>13}: p50 {row.get('p50_ms')} (<= {t50}) p99 {row.get('p99_ms')} (<= {t99}) ms")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(res, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
