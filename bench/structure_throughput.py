@@ -46,10 +46,13 @@ TARGET_DOCS_PER_S = 300.0
 # ---------------------------------------------------------------- one measurement (runs in a child process)
 
 
-def start_server(options: dict[str, Any]) -> tuple[subprocess.Popen, str]:
+def start_server(options: dict[str, Any], cpus: str | None = None) -> tuple[subprocess.Popen, str]:
+    """`rise-batch fake-llm` with `options` as flags; `cpus` pins it (taskset -c, every thread) to those cores."""
     cmd = [sys.executable, "-m", "rise_batch.cli", "fake-llm", "--port", "0"]
     for k, v in options.items():
         cmd += [f"--{k.replace('_', '-')}", str(v)]
+    if cpus:
+        cmd = ["taskset", "-c", cpus, *cmd]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=REPO)
     line = proc.stdout.readline() if proc.stdout else ""
     m = re.search(r"(http://\S+/v1)", line)
@@ -139,7 +142,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     from rise_batch.config import load_structure_config
     from rise_batch.structuring.job import run_structure
 
-    server, url = start_server(spec.get("server", {}))
+    server, url = start_server(spec.get("server", {}), spec.get("server_cpus"))
     try:
         out = Path(spec["out"])
         if not spec.get("resume"):
