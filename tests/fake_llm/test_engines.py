@@ -218,3 +218,17 @@ def test_cli_engine_flag() -> None:
     assert refused.returncode == 2 and "--engine" in refused.stderr
     with pytest.raises(ValueError, match="engine"):
         FakeLLMServer(engine="fibers")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_first_request_does_not_pay_for_loading_the_tokenizer(engine: str) -> None:
+    """Loading o200k_base costs ~0.6 s of CPU. A started server has it loaded, so its first answer costs what any
+    answer costs (milliseconds): measured as the server process's CPU time, which a busy machine barely moves."""
+    import psutil
+
+    with cli_server("--engine", engine) as (proc, base):
+        server = psutil.Process(proc.pid)
+        before = sum(server.cpu_times()[:2])
+        assert http(base + "/chat/completions", chat_body("The first request of all."))[0] == 200
+        first = sum(server.cpu_times()[:2]) - before
+        assert first < 0.2, f"the first request cost {first:.2f} s of server CPU"
