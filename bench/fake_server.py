@@ -21,8 +21,10 @@ import argparse
 import http.client
 import json
 import os
+import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -136,8 +138,35 @@ def structure_round(engine: str, docs: int, name: str, config: dict[str, Any], c
     }
 
 
-def trajectory_round(engine: str, root: Path, docs: Path, titles: list, concurrency: int) -> dict[str, Any]:
-    server = tj.FakeServer(1000.0, engine=engine)
+class BeforeServer(tj.FakeServer):
+    """`rise-batch fake-llm` of another checkout (the code before a change), at 1 s latency, its default engine."""
+
+    def __init__(self, repo: str) -> None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "rise_batch.cli",
+            "fake-llm",
+            "--port",
+            "0",
+            "--allow-config",
+            "--latency-ms",
+            "1000",
+        ]
+        env = os.environ | {"PYTHONPATH": repo}
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=repo)
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        found = re.search(r"(http://\S+/v1)", line)
+        if not found:
+            self.proc.kill()
+            raise RuntimeError(f"fake-llm of {repo} did not start: {line!r}")
+        self.base_url = found.group(1)
+
+
+def trajectory_round(
+    engine: str, root: Path, docs: Path, titles: list, concurrency: int, before: str | None
+) -> dict[str, Any]:
+    server = BeforeServer(before) if engine == "before" and before else tj.FakeServer(1000.0, engine=engine)
     try:
         load = os.getloadavg()[0]
         row = tj.throughput(root, docs, titles, server, [concurrency], 1.0)[0]
@@ -174,6 +203,7 @@ def main() -> int:
     ap.add_argument("--docs", type=int, default=3000, help="wiki2015 documents per structuring round")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds per engine")
     ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--before", help="a checkout of the code before the change: its server joins the trajectory rounds")
     ap.add_argument("--skip", default="", help="comma list: structure,trajectories")
     ap.add_argument("--out", default=str(st.REPO / "bench" / "results" / "fake_server.json"))
     args = ap.parse_args()
@@ -229,10 +259,11 @@ def main() -> int:
             docs, titles = tj.build_world(root)
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
             rows = []
+            servers = (*ENGINES, "before") if args.before else ENGINES
             for i in range(args.rounds):
-                for engine in ENGINES if i % 2 == 0 else ENGINES[::-1]:
+                for engine in servers if i % 2 == 0 else servers[::-1]:
                     t0 = time.monotonic()
-                    rows.append(trajectory_round(engine, root, docs, titles, args.concurrency))
+                    rows.append(trajectory_round(engine, root, docs, titles, args.concurrency, args.before))
                     r = rows[-1]
                     late = r["model_call_late_ms"]
                     print(
