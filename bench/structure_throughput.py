@@ -148,7 +148,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     pin = spec.get("pin") or {}  # {"engine": "0", "server": "1"}: each on its own core, the engine's ceiling
     if pin.get("engine"):
         os.sched_setaffinity(0, {int(c) for c in pin["engine"].split(",")})  # Ray's processes inherit it
-    server, url = start_server(spec.get("server", {}), pin.get("server"), spec.get("server_repo"))
+    cpus = pin.get("server") or spec.get("server_cpus")  # bench/fake_server.py pins the server alone
+    server, url = start_server(spec.get("server", {}), cpus, spec.get("server_repo"))
     try:
         out = Path(spec["out"])
         if not spec.get("resume"):

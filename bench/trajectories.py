@@ -80,7 +80,7 @@ def build_world(root: Path) -> tuple[Path, list[tuple[str, str]]]:
 class FakeServer:
     """`rise-batch fake-llm` in its own process."""
 
-    def __init__(self, latency_ms: float) -> None:
+    def __init__(self, latency_ms: float, engine: str | None = None) -> None:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -92,6 +92,7 @@ class FakeServer:
                 "--allow-config",
                 "--latency-ms",
                 str(latency_ms),
+                *(["--engine", engine] if engine else []),
             ],
             stdout=subprocess.PIPE,
             text=True,

@@ -56,6 +56,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "truncated-once answer the judge's re-ask properly",
     )
     p.add_argument("--max-body-bytes", type=int, default=None, help="larger requests get a 413 (default 256 MiB)")
+    p.add_argument(
+        "--engine",
+        choices=("asyncio", "threads"),
+        default="asyncio",
+        help="HTTP engine: asyncio (default; one event loop, the least CPU per request) or threads (the standard "
+        "library's ThreadingHTTPServer, one thread per connection); both serve the same routes and faults",
+    )
     for flag, kind, text in _FAULT_FLAGS:
         p.add_argument(flag, type=kind, default=None, help=text)
     p.set_defaults(func=run)
@@ -74,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     from rise_batch.fake_llm import FakeLLMServer
     from rise_batch.fake_llm.chat import default_responders
 
-    limits: dict[str, object] = {"allow_config": args.allow_config}
+    limits: dict[str, object] = {"allow_config": args.allow_config, "engine": args.engine}
     if args.max_body_bytes is not None:
         limits["max_body_bytes"] = args.max_body_bytes
     responders = default_responders(args.judge_reply)  # bad settings: ValueError, exit 2

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from rise_batch.fake_llm.agent import AgentResponder
 from rise_batch.fake_llm.faults import choose_fault, latency_s
-from rise_batch.fake_llm.http import BadRequest, HttpRequest, HttpResponse, error_body, json_response
+from rise_batch.fake_llm.http import BadRequest, HttpRequest, HttpResponse, Steps, error_body, json_response
 from rise_batch.fake_llm.judge import JudgeResponder
 from rise_batch.fake_llm.request import ChatRequest, Responder
 from rise_batch.fake_llm.schema import format_type, response_format_error
@@ -88,8 +88,11 @@ def retry_after_headers(style: str, seconds: float) -> dict[str, str]:
 
 def complete(
     state: ServerState, request: ChatRequest, responders: list[Responder]
-) -> tuple[int, dict[str, Any], dict[str, str], dict[str, Any]]:
-    """Answer one chat completion: (status, JSON body, extra headers, log fields)."""
+) -> Steps[tuple[int, dict[str, Any], dict[str, str], dict[str, Any]]]:
+    """Answer one chat completion: (status, JSON body, extra headers, log fields).
+
+    A generator: it yields each wait (latency, hang) in seconds and is sent back whether the server stopped during
+    it, so the HTTP engine decides how to wait (a thread sleeps on the stop event; asyncio awaits a timer)."""
     cfg = state.config
     attempt = state.begin(request.key)
     try:
@@ -100,7 +103,7 @@ def complete(
         if refused is not None:  # checked first, as the API validates parameters before it does anything else
             log["fault"] = "response-format"
             return 400, error_body(refused, "invalid_request_error", "invalid_parameter"), {}, log
-        wait = state.admit(counter_for(request.model).request(request.body, exact=False))
+        wait = state.admit(lambda: counter_for(request.model).request(request.body, exact=False))
         if wait > 0:
             retry_after = max(wait, cfg.retry_after_ms / 1000.0)
             log["fault"] = "rate-limit"
@@ -113,7 +116,7 @@ def complete(
             )
         fault = choose_fault(cfg, request.key, attempt)
         log["fault"] = fault
-        if state.stop.wait(latency_s(cfg, request.key, attempt)):
+        if (yield latency_s(cfg, request.key, attempt)):
             return 503, error_body("fake-llm is shutting down", "server_error"), {}, log
         if fault == "429":
             headers = retry_after_headers(cfg.retry_after_style, cfg.retry_after_ms / 1000.0)
@@ -122,7 +125,7 @@ def complete(
             return 500, error_body("The server had an error (fake)", "server_error"), {}, log
         if fault == "400":
             return 400, error_body("Invalid request (fake)", "invalid_request_error"), {}, log
-        if fault == "hang" and state.stop.wait(cfg.hang_s):
+        if fault == "hang" and (yield cfg.hang_s):
             return 503, error_body("fake-llm is shutting down", "server_error"), {}, log
         responder = next(r for r in responders if r.matches(request))
         message = responder.respond(request)
@@ -168,10 +171,11 @@ class RouteHost(Protocol):
     def add_route(self, method: str, pattern: str, handler: RouteHandler, *, first: bool = False) -> None: ...
 
 
-RouteHandler = Callable[[RouteHost, HttpRequest, "re.Match[str]"], HttpResponse]
+# A route answers at once (HttpResponse) or, when it must wait (latency, hangs), as a generator of waits (Steps).
+RouteHandler = Callable[[RouteHost, HttpRequest, "re.Match[str]"], "HttpResponse | Steps[HttpResponse]"]
 
 
-def chat_completions(server: RouteHost, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
+def chat_completions(server: RouteHost, request: HttpRequest, _: re.Match[str]) -> Steps[HttpResponse]:
     """`POST /v1/chat/completions`: key check, parse, answer, log. The Responses route reuses it whole."""
     arrived = time.time()
     entry: dict[str, Any] = {"t": arrived, "path": request.path}
@@ -184,6 +188,6 @@ def chat_completions(server: RouteHost, request: HttpRequest, _: re.Match[str]) 
     except BadRequest as e:
         server.state.record({**entry, "status": 400, "fault": "bad-request"})
         return json_response(400, error_body(str(e), "invalid_request_error"))
-    status, body, headers, fields = complete(server.state, chat, server.responders)
+    status, body, headers, fields = yield from complete(server.state, chat, server.responders)
     server.state.record({**entry, **fields, "status": status, "elapsed_s": round(time.time() - arrived, 4)})
     return json_response(status, body, headers)

@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from rise_batch.fake_llm.chat import RouteHost, chat_completions
-from rise_batch.fake_llm.http import BadRequest, HttpRequest, HttpResponse, json_response
+from rise_batch.fake_llm.http import BadRequest, HttpRequest, HttpResponse, Steps, json_response
 
 
 def to_chat_request(body: Any) -> dict[str, Any]:
@@ -108,11 +108,11 @@ def to_responses_reply(chat: dict[str, Any], reasoning: bool) -> dict[str, Any]:
     }
 
 
-def _responses(server: RouteHost, request: HttpRequest, match: re.Match[str]) -> HttpResponse:
+def _responses(server: RouteHost, request: HttpRequest, match: re.Match[str]) -> Steps[HttpResponse]:
     body = request.json()
     chat = to_chat_request(body)
     inner = request._replace(body=json.dumps(chat).encode())
-    response = chat_completions(server, inner, match)
+    response = yield from chat_completions(server, inner, match)
     if response.status != 200:
         return response
     reply = to_responses_reply(json.loads(response.body), reasoning="reasoning_effort" in chat)

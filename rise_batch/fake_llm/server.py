@@ -1,4 +1,4 @@
-"""The HTTP side of the fake OpenAI-compatible server: stdlib threads, a route table, admin endpoints.
+"""The fake OpenAI-compatible server: a route table, admin endpoints, and an HTTP engine that serves them.
 
 Routes are data (`FakeLLMServer.add_route`), so later surfaces of the API (files, batches, responses) are new
 handler modules registering routes, not edits to the request loop. Admin endpoints under `/v1/_...` let a test or a
@@ -8,28 +8,32 @@ Left running on a shared machine, the server must not be a toy anyone can reconf
 that change behaviour (`_config`, `_batch_config`, `_reset`) answer 403 unless the server was started with
 `allow_config=True` (`--allow-config`), and a request body over `max_body_bytes` is refused with a 413 before it is
 read. In-process callers change settings with `configure()` directly.
+
+Two engines serve the same routes through the same `dispatch`: `asyncio` (the default: one event loop, a wait is a
+timer, ~half the CPU per request of threads) and `threads` (the standard library's ThreadingHTTPServer).
 """
 
 from __future__ import annotations
 
-import functools
 import re
-import threading
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Generator
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
 from rise_batch.fake_llm import batch, responses
 from rise_batch.fake_llm.chat import RouteHandler, chat_completions, default_responders
+from rise_batch.fake_llm.engine_asyncio import AsyncioEngine
+from rise_batch.fake_llm.engine_threads import ThreadEngine
 from rise_batch.fake_llm.faults import FaultConfig
-from rise_batch.fake_llm.http import BadRequest, HttpRequest, HttpResponse, error_body, json_response
+from rise_batch.fake_llm.http import BadRequest, HttpRequest, HttpResponse, Steps, error_body, json_response
 from rise_batch.fake_llm.request import Responder
 from rise_batch.fake_llm.state import ServerState
-from rise_batch.llm.simulated import SIMULATED_HEADER
+from rise_batch.llm.tokens import counter_for
 
 ADMIN_WRITES = frozenset({"/v1/_config", "/v1/_batch_config", "/v1/_reset"})  # they change how the server answers
 MAX_BODY_BYTES = 256 * 2**20  # above the Batch API's 200 MB input file, so a real batch upload still fits
+ENGINES: dict[str, Callable[..., AsyncioEngine | ThreadEngine]] = {"asyncio": AsyncioEngine, "threads": ThreadEngine}
+# One model per tokenizer encoding (o200k_base, cl100k_base): loaded before serving, as a real API has them loaded.
+WARM_MODELS = ("gpt-5.4-nano", "gpt-4")
 
 
 class FakeLLMServer:
@@ -44,10 +48,13 @@ class FakeLLMServer:
         log_limit: int = 1_000_000,
         allow_config: bool = False,
         max_body_bytes: int = MAX_BODY_BYTES,
+        engine: str = "asyncio",
         **faults: Any,
     ) -> None:
         if not isinstance(max_body_bytes, int) or max_body_bytes <= 0:
             raise ValueError(f"max_body_bytes must be a positive integer, got {max_body_bytes!r}")
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
         self.allow_config, self.max_body_bytes = allow_config, max_body_bytes
         self.state = ServerState(FaultConfig().updated(faults), log_limit)
         self.responders = responders if responders is not None else default_responders()
@@ -56,10 +63,9 @@ class FakeLLMServer:
             self.add_route(method, pattern, handler)
         for install in ROUTE_MODULES:
             install(self)
-        self._httpd = _HTTPServer((host, port), _Handler)
-        self._httpd.fake = self
-        self.host, self.port = host, self._httpd.server_address[1]
-        self._thread: threading.Thread | None = None
+        self.engine = engine
+        self._engine = ENGINES[engine](self, host, port)
+        self.host, self.port = host, self._engine.port
 
     @property
     def base_url(self) -> str:
@@ -72,18 +78,19 @@ class FakeLLMServer:
         self.routes.insert(0, route) if first else self.routes.append(route)
 
     def start(self) -> FakeLLMServer:
-        serve = functools.partial(self._httpd.serve_forever, poll_interval=0.05)  # a short poll: stop() is quick
-        self._thread = threading.Thread(target=serve, name="fake-llm", daemon=True)
-        self._thread.start()
+        """Serve from a background thread. The token counters are built first: loading an encoding takes ~0.6 s of
+        CPU, which the first requests (the 16 first model calls of a benchmark) would otherwise wait for."""
+        for model in WARM_MODELS:
+            counter_for(model)
+        self._engine.start()
         return self
 
     def stop(self) -> None:
-        self.state.stop.set()
-        if self._thread is not None:
-            self._httpd.shutdown()
-            self._thread.join()
-            self._thread = None
-        self._httpd.server_close()
+        self.state.stop.set()  # first: requests waiting on latency or a hang answer 503 at once
+        self._engine.stop()
+
+    def stopped(self) -> bool:
+        return self.state.stop.is_set()
 
     def __enter__(self) -> FakeLLMServer:
         return self.start()
@@ -104,6 +111,17 @@ class FakeLLMServer:
         self.state.reset()
 
     def dispatch(self, request: HttpRequest) -> HttpResponse:
+        """The answer to `request`, waiting (latency, hangs) on this thread: the thread engine's way."""
+        steps = self.steps(request)
+        try:
+            wait = next(steps)
+            while True:
+                wait = steps.send(self.state.stop.wait(wait))
+        except StopIteration as done:
+            return done.value
+
+    def steps(self, request: HttpRequest) -> Steps[HttpResponse]:
+        """The answer to `request` as a generator of the waits before it (see `http.Steps`)."""
         if request.path in ADMIN_WRITES and not self.allow_config:
             message = f"{request.path} is disabled: start the server with --allow-config (allow_config=True)"
             return json_response(403, error_body(message, "permission_error"))
@@ -115,7 +133,10 @@ class FakeLLMServer:
             path_matched = True
             if method == request.method:
                 try:
-                    return handler(self, request, match)
+                    answer = handler(self, request, match)
+                    if isinstance(answer, Generator):
+                        answer = yield from answer
+                    return answer
                 except BadRequest as e:
                     return json_response(400, error_body(str(e), "invalid_request_error"))
         if path_matched:
@@ -164,56 +185,3 @@ DEFAULT_ROUTES: list[tuple[str, str, RouteHandler]] = [
 ]
 # Further surfaces of the API register their own routes: files + batches, then POST /v1/responses.
 ROUTE_MODULES: tuple[Callable[[FakeLLMServer], None], ...] = (batch.install, responses.install)
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False  # hung handlers end with the stop event, never block shutdown
-    request_queue_size = 1024
-    fake: FakeLLMServer
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive: clients reuse connections as they do with the real API
-    disable_nagle_algorithm = True  # headers and body go out without waiting for delayed ACKs
-    server: _HTTPServer
-
-    def _serve(self) -> None:
-        split = urlsplit(self.path)
-        response = self._refuse_body()
-        if response is None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            request = HttpRequest(self.command, split.path, dict(parse_qsl(split.query)), self.headers, body)
-            response = self.server.fake.dispatch(request)
-        try:
-            self.send_response(response.status)
-            self.send_header("Content-Type", response.content_type)
-            self.send_header("Content-Length", str(len(response.body)))
-            self.send_header(SIMULATED_HEADER, "fake-llm")  # costs priced from these replies are not real money
-            for name, value in response.headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(response.body)
-        except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout on a hang)
-            self.close_connection = True
-
-    def _refuse_body(self) -> HttpResponse | None:
-        """A 400 for an unreadable Content-Length, a 413 for one over the limit: the body is never read, so the
-        connection is closed after the answer (its unread bytes would otherwise be taken for the next request)."""
-        raw = self.headers.get("Content-Length") or "0"
-        limit = self.server.fake.max_body_bytes
-        if not raw.strip().isdigit():
-            response = json_response(400, error_body(f"bad Content-Length {raw!r}", "invalid_request_error"))
-        elif int(raw) > limit:
-            message = f"request body of {int(raw)} bytes is over this server's limit of {limit} (--max-body-bytes)"
-            response = json_response(413, error_body(message, "invalid_request_error"))
-        else:
-            return None
-        self.close_connection = True
-        return response._replace(headers={"Connection": "close"})
-
-    do_GET = do_POST = do_DELETE = _serve
-
-    def log_message(self, format: str, *args: Any) -> None:  # the request log replaces stderr chatter
-        pass

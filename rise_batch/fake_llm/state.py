@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from typing import Any
 
 from rise_batch.fake_llm.faults import FaultConfig
@@ -66,10 +67,13 @@ class ServerState:
         with self.lock:
             self.in_flight -= 1
 
-    def admit(self, tokens: int) -> float:
-        """Server-side rate limits: 0 when the request is admitted (and counted), else seconds until it would be."""
+    def admit(self, prompt_tokens: Callable[[], int]) -> float:
+        """Server-side rate limits: 0 when the request is admitted (and counted), else seconds until it would be.
+        `prompt_tokens` is called only under a tokens-per-minute limit: counting a document is most of the server's
+        own CPU per request, wasted when nothing reads the count."""
         now = time.monotonic()
         with self.lock:
+            tokens = prompt_tokens() if self._tokens else 0
             wait = max(
                 self._requests.wait(now, 1) if self._requests else 0.0,
                 self._tokens.wait(now, tokens) if self._tokens else 0.0,

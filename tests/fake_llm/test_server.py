@@ -158,6 +158,25 @@ def test_server_side_rpm_limit_and_ratelimit_headers() -> None:
         assert server.stats()["by_fault"] == {"rate-limit": 1}
 
 
+def test_server_side_tpm_limit_counts_each_admitted_request() -> None:
+    """The window takes each request's prompt estimate (the limiter's own estimate of the same body), refuses the
+    one that would go over, and counts nothing for it; the requests limit stays off."""
+    from rise_batch.llm.tokens import counter_for
+
+    bodies = [chat_body("Some words of a document. " * n) for n in (40, 40, 400)]
+    sizes = [counter_for(b["model"]).request(b, exact=False) for b in bodies]
+    limit = sizes[0] + sizes[1] + sizes[2] // 2
+    with FakeLLMServer(tpm_limit=limit, retry_after_ms=10) as server:
+        url = server.base_url + "/chat/completions"
+        answers = [http(url, b) for b in bodies]
+        assert [a[0] for a in answers] == [200, 200, 429]
+        remaining = [int(a[2]["x-ratelimit-remaining-tokens"]) for a in answers[:2]]
+        assert remaining == [limit - sizes[0], limit - sizes[0] - sizes[1]]
+        assert "x-ratelimit-remaining-requests" not in answers[0][2]
+        assert float(answers[2][2]["retry-after"]) > 50
+        assert http(url, chat_body("Tiny."))[0] == 200  # fits in what is left: the refused one was not counted
+
+
 def test_admin_endpoints() -> None:
     with FakeLLMServer(allow_config=True) as server:
         check_admin_endpoints(server)
