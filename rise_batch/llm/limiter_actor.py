@@ -164,13 +164,15 @@ def limiter_name(run_hash: str) -> str:
 def start_limiter(llm: LLMConfig, run_hash: str) -> tuple[str, Any]:
     """Create (or find) the job's limiter actor: its name (what workers look it up by) and the handle.
 
-    The driver must hold the handle for the whole job: a named actor nobody references is reclaimed.
+    The driver must hold the handle for the whole job: a named actor nobody references is reclaimed. A named
+    actor is registered by the time `.remote()` returns, so workers find it by name while its process is still
+    starting (their first calls wait for it); the driver does not wait for that start, which on a busy machine
+    held every worker's start back by seconds (issue 14).
     """
     name = limiter_name(run_hash)
     handle = LimiterActor.options(name=name, namespace=NAMESPACE, get_if_exists=True).remote(
         RateLimits(rpm=llm.rpm, tpm=llm.tpm, window_s=llm.limit_window_s + WINDOW_SLACK_S, adapt=True)
     )
-    ray.get(handle.snapshot.remote())  # started before any worker looks it up
     return name, handle
 
 
