@@ -34,7 +34,7 @@ WIKI = REPO.parent / "shared" / "data" / "wiki2015"
 BURN = "while 1: pass"
 
 
-def prepare(root: Path, docs_n: int, n_queries: int) -> tuple[Path, Path]:
+def prepare(root: Path, corpus: Path, docs_n: int, n_queries: int) -> tuple[Path, Path]:
     """The structured docs with their index, and the query file (the scripted agent answers each with its title)."""
     sys.path.insert(0, str(Path(__file__).parent))
     import pyarrow.parquet as pq
@@ -45,7 +45,14 @@ def prepare(root: Path, docs_n: int, n_queries: int) -> tuple[Path, Path]:
 
     docs = root / "docs"
     cfg = load_structure_config(
-        None, corpus=str(WIKI), out=str(docs), backend="heuristic", workers=0, index=True, progress=False, limit=docs_n
+        None,
+        corpus=str(corpus),
+        out=str(docs),
+        backend="heuristic",
+        workers=0,
+        index=True,
+        progress=False,
+        limit=docs_n,
     )
     run_structure(cfg)
     dm = pq.read_table(docs / "docmap.parquet", columns=["docid", "relpath"]).to_pylist()
@@ -100,7 +107,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     res |= {"busy_processes": args.busy, "codes": codes, "runs": []}
     server = None
     try:
-        docs, queries = prepare(root, args.docs, args.queries)
+        docs, queries = prepare(root, args.corpus, args.docs, args.queries)
         server = FakeServer(50.0)
         for rep in range(args.reps):
             for mode in args.modes.split(","):
@@ -152,6 +159,7 @@ def main() -> int:
     ap.add_argument("--queries", type=int, default=6)
     ap.add_argument("--budget-s", type=float, default=8.0)
     ap.add_argument("--docs", type=int, default=4858)
+    ap.add_argument("--corpus", type=Path, default=WIKI)
     ap.add_argument("--scratch", default=str(REPO / "bench" / "scratch"))
     ap.add_argument("--out", type=Path, default=RESULTS / "run_startup_compare.json")
     args = ap.parse_args()
