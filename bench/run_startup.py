@@ -8,8 +8,9 @@ measured wall. "Busy" is two CPU-bound processes (`while 1: pass`) at the bench'
 Several checkouts can be compared in one go (`--code NAME=PATH`, e.g. the code before a change in a `git worktree`):
 the runs are interleaved (rep 1: every checkout idle and busy, then rep 2, ...), so the machine's load drifts over
 all of them alike; each figure is recorded with the 1-minute load average before it. The docs and the index are
-built once (by this checkout) and shared. A run that fails or misses a trajectory file stops the bench; each run's
-stop reasons are recorded (a query that hits its 8 s budget under load ends early, which shortens that run).
+built once (by this checkout) and shared. A run that fails is recorded with its last error line and left out of the
+figures (never timed); a missing trajectory file stops the bench; each run's stop reasons are recorded (a query
+that hits its 8 s budget under load ends early, which shortens that run).
 
     python bench/run_startup.py [--reps 3] [--modes idle,busy] [--code before=/tmp/h3-before] [--out FILE]
 """
@@ -70,8 +71,10 @@ def run_once(code: Path, docs: Path, queries: Path, out: Path, workers: int, bud
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=code, env=env)
     wall = time.monotonic() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"run_startup: `rise-batch run --workers {workers}` ({code}) failed: {proc.stderr[-600:]}")
+    if proc.returncode != 0:  # recorded, never timed: under heavy load Ray's node start can time out (30 s)
+        shutil.rmtree(out, ignore_errors=True)
+        why = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:] or ["?"]
+        return {"failed": why[0][-300:], "wall_s": round(wall, 2), "load_1m": round(load, 2)}
     trajs = [json.loads(t.read_text()) for t in (out / "trajectories").glob("*.json")]
     if len(trajs) != len(queries.read_text().splitlines()):
         raise SystemExit(f"run_startup: `--workers {workers}` ({code}) wrote {len(trajs)} trajectories")
@@ -94,6 +97,38 @@ class Burners:
         for p in self.procs:
             p.kill()
             p.wait()
+
+
+EXIT_PROBE = """
+import time, ray
+from rise_batch.executor.ray import init_ray
+init_ray(None)
+@ray.remote
+class Probe:
+    def ping(self):
+        return 1
+ray.get([Probe.remote().ping.remote() for _ in range(2)])
+print(time.monotonic(), flush=True)
+"""
+
+
+def measure_exit(codes: dict[str, str], reps: int) -> dict[str, list[dict]]:
+    """The exit alone: from a command's last statement (a local Ray with 2 actors up) to its process's end.
+
+    CLOCK_MONOTONIC is system-wide on Linux, so the child's last timestamp and the parent's are comparable."""
+    out: dict[str, list[dict]] = {name: [] for name in codes}
+    for _ in range(reps):
+        for name, code in codes.items():
+            env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"PYTHONPATH": code}
+            load = os.getloadavg()[0]
+            proc = subprocess.run([sys.executable, "-c", EXIT_PROBE], capture_output=True, text=True, env=env)
+            end = time.monotonic()
+            if proc.returncode != 0:
+                raise SystemExit(f"run_startup: exit probe ({code}) failed: {proc.stderr[-600:]}")
+            last = float(proc.stdout.split()[-1])
+            out[name].append({"exit_s": round(end - last, 2), "load_1m": round(load, 2)})
+            print(json.dumps({"code": name, **out[name][-1]}), flush=True)
+    return out
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -119,7 +154,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                         for w in (0, 2):
                             r = run_once(Path(code), docs, queries, root / "out", w, args.budget_s, server.base_url)
                             row[f"workers_{w}"] = r
-                        row["extra_s"] = round(row["workers_2"]["wall_s"] - row["workers_0"]["wall_s"], 2)
+                        failed = any("failed" in row[f"workers_{w}"] for w in (0, 2))
+                        extra = row["workers_2"]["wall_s"] - row["workers_0"]["wall_s"]
+                        row["extra_s"] = None if failed else round(extra, 2)
                         print(json.dumps(row), flush=True)
                         res["runs"].append(row)
                 finally:
@@ -137,14 +174,17 @@ def summary(runs: list[dict]) -> dict[str, dict]:
     """Per (checkout, mode): the extra wall of every rep, its median, and the load averages they were measured at."""
     out: dict[str, dict] = {}
     for r in runs:
-        empty: dict[str, list] = {"extra_s": [], "workers_0_s": [], "workers_2_s": [], "load": []}
+        empty: dict[str, Any] = {"extra_s": [], "workers_0_s": [], "workers_2_s": [], "load": [], "failed": 0}
         s = out.setdefault(f"{r['code']}/{r['mode']}", empty)
+        if r["extra_s"] is None:
+            s["failed"] += 1
+            continue
         s["extra_s"].append(r["extra_s"])
         s["workers_0_s"].append(r["workers_0"]["wall_s"])
         s["workers_2_s"].append(r["workers_2"]["wall_s"])
         s["load"] += [r["workers_0"]["load_1m"], r["workers_2"]["load_1m"]]
     for s in out.values():
-        s["extra_median_s"] = round(statistics.median(s["extra_s"]), 2)
+        s["extra_median_s"] = round(statistics.median(s["extra_s"]), 2) if s["extra_s"] else None
     return out
 
 
@@ -162,7 +202,14 @@ def main() -> int:
     ap.add_argument("--corpus", type=Path, default=WIKI)
     ap.add_argument("--scratch", default=str(REPO / "bench" / "scratch"))
     ap.add_argument("--out", type=Path, default=RESULTS / "run_startup_compare.json")
+    ap.add_argument("--exit-only", action="store_true", help="measure only the exit of a local Ray with 2 actors")
     args = ap.parse_args()
+    if args.exit_only:
+        codes = dict(c.split("=", 1) for c in args.code) | {args.name: str(REPO)}
+        res = {"exit": measure_exit(codes, args.reps)}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(res, indent=2))
+        return 0
     Path(args.scratch).mkdir(parents=True, exist_ok=True)
     res = measure(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
