@@ -16,7 +16,7 @@ that hits its 8 s budget under load ends early, which shortens that run).
 its process (Ray's shutdown included), for each checkout in turn.
 
     python bench/run_startup.py [--reps 3] [--modes idle,busy] [--code before=/tmp/h3-before] [--out FILE]
-    python bench/run_startup.py --exit-only --reps 4 --code before=/tmp/h3-before --out results/run_startup_exit.json
+    python bench/run_startup.py --exit-only --code before=/tmp/h3-before --out bench/results/run_startup_exit.json
 """
 
 from __future__ import annotations
