@@ -166,8 +166,8 @@ def start_limiter(llm: LLMConfig, run_hash: str) -> tuple[str, Any]:
 
     The driver must hold the handle for the whole job: a named actor nobody references is reclaimed. A named
     actor is registered by the time `.remote()` returns, so workers find it by name while its process is still
-    starting (their first calls wait for it); the driver does not wait for that start, which on a busy machine
-    held every worker's start back by seconds (issue 14).
+    starting (their first calls wait for it); the driver does not wait for that start, which held the workers'
+    start back by a worker process's start (0.3 s at load 5, longer on a busier machine; issue 14).
     """
     name = limiter_name(run_hash)
     handle = LimiterActor.options(name=name, namespace=NAMESPACE, get_if_exists=True).remote(
