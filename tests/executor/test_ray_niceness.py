@@ -33,11 +33,16 @@ ray.shutdown()
 """
 
 
-def test_local_ray_actors_run_at_the_commands_niceness() -> None:
+def run_with_own_ray(code: str) -> subprocess.CompletedProcess:
+    """`python -c code` with no RAY_* variables and its own RAY_TMPDIR: a local Ray of its own, as a command's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     with tempfile.TemporaryDirectory(prefix="rnice", dir="/tmp") as tmp:  # short: Ray's socket paths live under it
         env["RAY_TMPDIR"] = tmp
-        out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=240)
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
+
+
+def test_local_ray_actors_run_at_the_commands_niceness() -> None:
+    out = run_with_own_ray(PROBE)
     assert out.returncode == 0, out.stderr[-2000:]
     driver, actor = map(int, out.stdout.split()[-2:])
     assert actor == driver, f"actor niceness {actor}, driver {driver}: Ray's workers start deprioritised"
