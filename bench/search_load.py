@@ -184,6 +184,10 @@ def start_run(args, queries: Path, base_url: str, out: Path, log: Path, pythonpa
     cmd += ["--k", "1000", "--workers", str(args.workers), "--concurrency", str(args.concurrency)]
     cmd += ["--limit", str(args.trajectories), "--wall-clock-s", "900", "--base-url", base_url]
     cmd += ["--model", "gpt-5.4-mini", "--no-progress"]
+    if args.bash_nice is not None:  # the agent's commands' niceness over the harness (RunConfig.bash_nice)
+        config = out.parent / f"{out.name}.bash_nice.yaml"
+        config.write_text(f"run:\n  bash_nice: {args.bash_nice}\n")
+        cmd += ["--config", str(config)]
     env = os.environ | {"PYTHONPATH": pythonpath}
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)  # noqa: SIM115
 
@@ -196,6 +200,7 @@ def main() -> None:
     ap.add_argument("--queries", type=Path, help="use this query file instead")
     ap.add_argument("--trajectories", type=int, default=200)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--bash-nice", type=int, help="the run's bash_nice (default: the run's own, 10)")
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--latency-ms", type=int, default=300)
     ap.add_argument("--idle-rounds", type=int, default=60)

@@ -55,7 +55,8 @@ def test_figures_ratios_and_verdicts_follow_the_json(tmp_path: Path) -> None:
 def test_rows_read_todays_bench_shapes(tmp_path: Path) -> None:
     """The default transport's row is `direct`'s, the index peak is PSS when measured, the loaded 1M probes and the
     interleaved start-up medians have rows: a renamed configuration must read "not measured", never an old figure."""
-    row = {"docs": 3000, "server_requests": 3000, "docs_per_second": 310.0, "steady": {"engine_cpu_ms_per_request": 1.9}}
+    steady = {"engine_cpu_ms_per_request": 1.9}
+    row = {"docs": 3000, "server_requests": 3000, "docs_per_second": 310.0, "steady": steady}
     (tmp_path / "structure_throughput.json").write_text(
         json.dumps({"compare": [{**row, "config": "in-process, direct (default)"}]})
     )

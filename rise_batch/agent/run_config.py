@@ -50,6 +50,7 @@ class RunConfig:
     keep_workspaces: bool = False
     bash_timeout_s: float = 60.0
     bash_max_output_chars: int = 4000
+    bash_nice: int = 10  # the agent's commands run this much nicer than the harness (0: as nice); see SandboxLimits
     grace_s: float = 30.0  # watchdog: a trajectory still running at budget + grace is cancelled ...
     kill_grace_s: float = 15.0  # ... and its actor killed and replaced if it has not returned after this
     max_attempts: int = 3  # runs of a query whose worker died before it is recorded as failed
@@ -71,6 +72,8 @@ class RunConfig:
             raise ConfigError(f"system {self.system} searches: give the BM25 index dir (index / --index)")
         check_limit("bash_timeout_s", self.bash_timeout_s)  # NaN and inf too: they pass a `<= 0` test
         check_limit("bash_max_output_chars", self.bash_max_output_chars, integer=True)
+        if not isinstance(self.bash_nice, int) or isinstance(self.bash_nice, bool) or not 0 <= self.bash_nice <= 19:
+            raise ConfigError(f"bash_nice must be a whole number from 0 to 19, got {self.bash_nice!r}")
         positive = {"k": self.k, "concurrency": self.concurrency, "max_attempts": self.max_attempts}
         for name, value in positive.items():
             if value <= 0:

@@ -82,7 +82,9 @@ class WorkerContext:
         self.params: dict[str, Any] = {}
         if cfg.api == "responses":
             self.params["prompt_cache_key"] = f"rise-batch:{self.system.name}:{config_hash}"
-        self.limits = SandboxLimits(timeout_s=cfg.bash_timeout_s, max_output_chars=cfg.bash_max_output_chars)
+        self.limits = SandboxLimits(
+            timeout_s=cfg.bash_timeout_s, max_output_chars=cfg.bash_max_output_chars, nice=cfg.bash_nice
+        )
         self.executor = ThreadPoolExecutor(max_workers=2 * cfg.concurrency + 4, thread_name_prefix="tool")
         self.events = EventLog(self.run_dir / EVENTS)
         self.ws_root = cfg.workspace_dir

@@ -72,11 +72,18 @@ class SandboxLimits:
     address_space_bytes: int = 4 << 30  # RLIMIT_AS per process
     memory_bytes: int = 2 << 30  # the call's cgroup memory limit
     tmp_inodes: int = 16384  # files and directories in /tmp (and /dev/shm): each costs kernel memory
+    # the command's niceness (0 = the harness's own): the agent's commands yield the CPU to the harness's tool
+    # plumbing (search, linking, model calls) on a loaded machine. Each call is its own session, which the kernel's
+    # autogroup scheduling makes a group as heavy as a whole trajectory actor; so the session's autogroup is niced too.
+    nice: int = 10
 
     def __post_init__(self) -> None:
         check_limit("timeout_s", self.timeout_s)
         for f in fields(self)[1:]:
-            check_limit(f.name, getattr(self, f.name), integer=True)
+            if f.name != "nice":
+                check_limit(f.name, getattr(self, f.name), integer=True)
+        if not isinstance(self.nice, int) or isinstance(self.nice, bool) or not 0 <= self.nice <= 19:
+            raise ConfigError(f"nice must be a whole number from 0 to 19, got {self.nice!r}")
 
 
 class RunResult(NamedTuple):
@@ -193,6 +200,7 @@ def _request(command: str, limits: SandboxLimits) -> dict:
         "rlimits": _rlimits(limits),
         "tmp_bytes": limits.tmp_bytes,
         "tmp_inodes": limits.tmp_inodes,
+        "nice": limits.nice,
     }
 
 
@@ -218,7 +226,12 @@ def _with_limits(limits: SandboxLimits, nproc: bool = True) -> str:
     return (
         "ulimit -H -S " + (f"-u {limits.max_procs} " if nproc else "") + f"-f {max(1, limits.max_file_bytes // 1024)} "
         f"-v {max(1, limits.address_space_bytes // 1024)} -c 0 || exit 125; "
-        'exec /bin/bash -c "$1"'
+        + (
+            f"echo {limits.nice} > /proc/self/autogroup 2>/dev/null; "  # best effort: see supervisor.lower_priority
+            f'exec /usr/bin/nice -n {limits.nice} /bin/bash -c "$1"'
+            if limits.nice
+            else 'exec /bin/bash -c "$1"'
+        )
     )
 
 

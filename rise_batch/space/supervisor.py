@@ -9,8 +9,10 @@ on a busy machine); started once per workspace, a call costs three forks and one
 own bwrap it still gets here, per call: for every command the supervisor forks a helper that unshares a mount, IPC
 and PID namespace and forks the call's init (pid 1 of the new PID namespace). The init mounts a fresh /proc (it
 shows only this call's processes) and fresh size- and inode-capped tmpfs mounts on /tmp and /dev/shm (state does
-not survive the call), then forks the command: new session, oom_score_adj 1000, the same hard rlimits as the
-one-shot sandbox, every capability dropped (bounding, ambient, effective, permitted, inheritable) and
+not survive the call), then forks the command: its own process group in the sandbox's session (the session is
+niced as a scheduling group and the command below the supervisor, so agents' commands yield the CPU to the
+harness), oom_score_adj 1000, the same hard rlimits as the one-shot sandbox, every capability dropped (bounding,
+ambient, effective, permitted, inheritable) and
 no_new_privs, stdin /dev/null, stdout and stderr the host's pipe, no other descriptor, then `exec /bin/bash -c`.
 When the command exits, the init exits with its status (128 + signal when killed) and the kernel kills whatever
 is left in the PID namespace; killing the init (the time cap) does the same. The supervisor lives in the outer
@@ -30,6 +32,7 @@ import select
 import signal
 import socket
 import sys
+import time
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 0x4000, 1 << 18
@@ -72,14 +75,34 @@ def _fail(out_fd: int, code: int, message: str) -> None:
         os._exit(code)
 
 
+def nice_session_group(nice: int) -> None:
+    """Nice this sandbox's session as a scheduling group (its autogroup), once per sandbox: with autogroup scheduling
+    (the kernel's default on desktops and many servers) a process's niceness only weighs against its own session,
+    so the sandbox's session as a whole must yield to the trajectory actors. Raising it needs no privilege, but an
+    unprivileged process may change an autogroup only once per 100 ms machine-wide: a few retries, then leave it
+    (the commands' own niceness still holds where autogroups do not apply, e.g. inside a cpu cgroup)."""
+    for attempt in range(4):
+        try:
+            with open("/proc/self/autogroup", "w") as f:
+                f.write(str(nice))
+            return
+        except FileNotFoundError:
+            return  # a kernel without autogroup
+        except OSError:  # EAGAIN: another process changed an autogroup in the last 100 ms
+            if attempt < 3:
+                time.sleep(0.1)
+
+
 def _exec_command(libc, req: dict, out_fd: int) -> None:
-    """The command's process: its own session, rlimits, no capabilities, only fds 0-2, then bash -c."""
+    """The command's process: its own process group, niceness, rlimits, no capabilities, only fds 0-2, then bash -c."""
     try:
-        os.setsid()
+        os.setpgid(0, 0)  # its own process group, in the sandbox's session: a session per call would be its own
+        # autogroup, as heavy for the scheduler as a whole trajectory actor (see nice_session_group)
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write("1000")  # the memory cgroup's OOM killer takes the command, never the supervisor
         for name, value in req["rlimits"].items():
             resource.setrlimit(getattr(resource, name), (value, value))
+        os.nice(req.get("nice", 0))  # below the supervisor, within the sandbox's niced session
         drop_capabilities(libc)
     except (OSError, ValueError) as e:
         _fail(out_fd, LIMITS_FAILED, f"cannot set the call's limits: {e}")
@@ -149,6 +172,7 @@ def serve(sock: socket.socket, idle_s: float) -> None:
     libc = _libc()
     _check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
     sock.send(json.dumps({"hello": os.getpid()}).encode())
+    group_nice = 0
     while True:
         if not select.select([sock], [], [], idle_s)[0]:
             return  # idle: the host starts a new sandbox for its next call
@@ -158,6 +182,9 @@ def serve(sock: socket.socket, idle_s: float) -> None:
         req = json.loads(msg)
         if not fds:
             continue  # a kill for a call that already ended
+        if req.get("nice", 0) != group_nice:  # the first call (limits are per sandbox in practice): once
+            group_nice = req.get("nice", 0)
+            nice_session_group(group_nice)
         init = _start_call(libc, sock, req, fds[0])
         sock.send(json.dumps({"started": init > 0}).encode())
         pidfd = os.pidfd_open(init) if init > 0 else -1

@@ -63,6 +63,9 @@ def test_config_hash_covers_what_changes_a_trajectory():
         ("bash_timeout_s", "-1"),
         ("bash_max_output_chars", "-5"),
         ("bash_max_output_chars", ".nan"),
+        ("bash_nice", "20"),
+        ("bash_nice", "-1"),
+        ("bash_nice", "2.5"),
     ],
 )
 def test_bad_sandbox_limits_in_a_run_config_are_refused(tmp_path, key, value):

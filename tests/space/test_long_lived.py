@@ -7,12 +7,14 @@ tests (test_call_bounds.py) run through the same long-lived sandbox, since it is
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import statistics
 
 import pytest
 
+from rise_batch.errors import ConfigError
 from rise_batch.space.sandbox import Sandbox
 from tests.space.conftest import TEST_LIMITS
 from tests.space.test_security import TOKEN, _alive_with_token, _gone_eventually
@@ -111,3 +113,30 @@ def test_a_call_costs_less_than_a_sandbox_per_call(box, ws_root):
             long_lived.append(box.run("true").elapsed_s)
             per_call.append(one_shot.run("true").elapsed_s)
     assert statistics.median(long_lived) < statistics.median(per_call) / 2, (long_lived, per_call)
+
+
+NICE_PROBE = "read -a s < /proc/self/stat; echo nice ${s[18]}; cat /proc/self/autogroup 2>/dev/null || echo no-group"
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_commands_yield_the_cpu_to_the_harness(ws_root, bwrap_ok, persistent):
+    """An agent's command runs at the limits' niceness above the harness's, and so does its session's autogroup (the
+    group the kernel weighs it in where autogroups apply): on a loaded machine the harness's search and model calls
+    are not starved by `rg`. nice=0 leaves both as they were."""
+    base = os.nice(0)
+    for nice, want in ((10, min(19, base + 10)), (0, base)):
+        limits = dataclasses.replace(TEST_LIMITS, nice=nice)
+        with Sandbox(ws_root, limits, persistent=persistent) as box:
+            res = box.run(NICE_PROBE)
+        assert res.exit_code == 0, res.render()
+        first, group = res.output.splitlines()
+        assert first == f"nice {want}", (nice, res.output)
+        if group != "no-group" and persistent:  # a one-shot sandbox tries once (the kernel allows an unprivileged
+            # autogroup change every 100 ms machine-wide); the long-lived one retries, once per sandbox
+            assert group.endswith(f" nice {nice}"), (nice, res.output)
+
+
+def test_the_niceness_is_checked():
+    for bad in (-1, 20, 2.5, True):
+        with pytest.raises(ConfigError, match="nice must be a whole number from 0 to 19"):
+            dataclasses.replace(TEST_LIMITS, nice=bad)
