@@ -230,19 +230,24 @@ class AgentResponder:
 
     def __init__(self, default: str = "answer", stop: threading.Event | None = None) -> None:
         self.default = markers(f"[fake:{default}]") if default and default != "answer" else {}
-        self.stop = stop or threading.Event()  # set it to end hangs and sleeps early
+        self.stop = stop or threading.Event()  # once set, scripted hangs and sleeps are no longer waited
 
     def matches(self, request: ChatRequest) -> bool:
         return bool(request.body.get("tools"))
+
+    def delay_s(self, request: ChatRequest) -> float:
+        """How long this request waits before its answer (`hang`, `sleep`): yielded to the HTTP engine as a wait
+        (chat.complete), never slept here, since the asyncio engine answers every request on one thread."""
+        if self.stop.is_set():
+            return 0.0
+        behaviour = {**self.default, **markers(_question(request))}
+        hang = float(behaviour["hang"] or 600) if "hang" in behaviour else 0.0
+        return hang + (float(behaviour["sleep"]) if behaviour.get("sleep") else 0.0)
 
     def respond(self, request: ChatRequest) -> dict[str, Any]:
         question = _question(request)
         behaviour = {**self.default, **markers(question)}
         turn = sum(1 for m in request.messages if m.get("role") == "assistant")
-        if "hang" in behaviour:
-            self.stop.wait(float(behaviour["hang"] or 600))
-        if behaviour.get("sleep"):
-            self.stop.wait(float(behaviour["sleep"]))
         if "error" in behaviour and turn == int(behaviour["error"] or 0):
             raise BadRequest("fake-llm: scripted invalid request for this query")
         if "overflow" in behaviour:

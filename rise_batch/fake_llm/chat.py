@@ -128,6 +128,10 @@ def complete(
         if fault == "hang" and (yield cfg.hang_s):
             return 503, error_body("fake-llm is shutting down", "server_error"), {}, log
         responder = next(r for r in responders if r.matches(request))
+        delay = getattr(responder, "delay_s", None)  # a responder's own scripted wait (the agent's hang, sleep)
+        wait_s = delay(request) if delay is not None else 0.0
+        if wait_s > 0 and (yield wait_s):
+            return 503, error_body("fake-llm is shutting down", "server_error"), {}, log
         message = responder.respond(request)
         content = message.get("content") or ""
         if fault == "malformed":

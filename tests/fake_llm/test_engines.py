@@ -232,3 +232,32 @@ def test_the_first_request_does_not_pay_for_loading_the_tokenizer(engine: str) -
         assert http(base + "/chat/completions", chat_body("The first request of all."))[0] == 200
         first = sum(server.cpu_times()[:2]) - before
         assert first < 0.2, f"the first request cost {first:.2f} s of server CPU"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_agents_scripted_hang_holds_only_its_own_request(engine: str) -> None:
+    """`[fake:hang=S]` in an agent's question is a wait the engine schedules, not a sleep inside the responder: on the
+    asyncio engine a sleeping responder held the event loop, so every other trajectory's model call waited too."""
+    from rise_batch.fake_llm.agent import AgentResponder
+    from rise_batch.fake_llm.chat import FallbackResponder
+
+    tools = [{"type": "function", "function": {"name": "read", "parameters": {"type": "object", "properties": {}}}}]
+
+    def agent_body(question: str) -> dict[str, Any]:
+        return {"model": "gpt-5.4-mini", "messages": [{"role": "user", "content": question}], "tools": tools}
+
+    server = FakeLLMServer(engine=engine, responders=[AgentResponder(), FallbackResponder()]).start()
+    try:
+        hung: list[int] = []
+        asker = threading.Thread(
+            target=lambda: hung.append(http(server.base_url + "/chat/completions", agent_body("q [fake:hang=30]"))[0])
+        )
+        asker.start()
+        while server.stats()["in_flight"] < 1:
+            time.sleep(0.01)
+        status, _, _ = http(server.base_url + "/chat/completions", agent_body("Another trajectory's question."))
+        assert status == 200 and asker.is_alive() and not hung, "the second request waited for the hang"
+    finally:
+        server.stop()
+        asker.join(timeout=20)
+    assert hung == [503], "stopping the server ends the hang"
