@@ -200,17 +200,20 @@ def rows(results: Path) -> list[dict]:
         add(what, dig(pl, "tool_latency_under_load", "bash", p), "ms", "bound", target, traj_load, src)
 
     src = "search_load_1m.json"  # bench/search_load.py: probes during 200 RISE trajectories over the 1M corpus
-    loaded = dig(sl, "probe_loaded")
-    for key, label, targets in (
-        ("search_ms", "1M search 3x top-1000", (20, 30)),
-        ("search_link_ms", "1M search + hardlink union", (100, 200)),
-        ("sandbox_true_ms", "sandbox `true`, whole call", (10, 15)),
-    ):
-        for p, target in zip(("p50_ms", "p99_ms"), targets, strict=True):
-            what = f"{label} {p[:3]} under the trajectory load (probe)"
-            add(what, dig(loaded, key, p), "ms", "<=", target, dig(loaded, "loadavg_1m", "mean"), src)
+    for probe, when in (("probe_idle", "with no trajectories"), ("probe_loaded", "under the trajectory load")):
+        rounds = dig(sl, probe)
+        for key, label, targets in (
+            ("search_ms", "1M search 3x top-1000", (20, 30)),
+            ("search_link_ms", "1M search + hardlink union", (100, 200)),
+            ("sandbox_true_ms", "sandbox `true`, whole call", (10, 15)),
+        ):
+            for p, target in zip(("p50_ms", "p99_ms"), targets, strict=True):
+                what = f"{label} {p[:3]} {when} (probe)"
+                add(what, dig(rounds, key, p), "ms", "<=", target, dig(rounds, "loadavg_1m", "mean"), src)
 
     src = "workspace.json"
+    if (sandbox_only := load(results, "workspace_sandbox.json")) is not None:  # `workspace.py --sandbox-only --out`
+        ws, src = (ws or {}) | {"sandbox": sandbox_only.get("sandbox")}, "workspace_sandbox.json"
     sb_load = dig(ws, "sandbox", "loadavg_start")
     # `true` does nothing, so its whole call in the sandbox is the overhead; the "overhead" rows subtract an
     # unsandboxed run, which itself starts a shell per call (slower than the long-lived sandbox: it can go negative)
@@ -229,6 +232,7 @@ def rows(results: Path) -> list[dict]:
                 sb_load,
                 src,
             )
+    src = "workspace.json"
     one_m = dig(ws, "1M") if dig(ws, "1M", "search_tool_total_ms") else None
     for p, target in (("p50_ms", 100), ("p99_ms", 200)):
         add(
