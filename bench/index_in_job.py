@@ -11,7 +11,7 @@ the PSS peak; the job's figures are also given for its index stage alone (while 
 index files' digests (all but meta.json, which records timings) must be equal across every run, or it exits 1.
 
     nice -n 10 python bench/index_in_job.py --corpus bench/scratch/syn200k --struct bench/scratch/h4/s200k \\
-        --before /tmp/h4-before                                  # writes bench/results/index_in_job.json
+        --before ../before                                     # writes bench/results/index_in_job.json
 """
 
 from __future__ import annotations

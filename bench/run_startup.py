@@ -15,8 +15,8 @@ that hits its 8 s budget under load ends early, which shortens that run).
 `--exit-only` times just the exit: from a command's last statement, with a local Ray and 2 actors up, to the end of
 its process (Ray's shutdown included), for each checkout in turn.
 
-    python bench/run_startup.py [--reps 3] [--modes idle,busy] [--code before=/tmp/h3-before] [--out FILE]
-    python bench/run_startup.py --exit-only --code before=/tmp/h3-before --out bench/results/run_startup_exit.json
+    python bench/run_startup.py [--reps 3] [--modes idle,busy] [--code before=../before] [--out FILE]
+    python bench/run_startup.py --exit-only --code before=../before --out bench/results/run_startup_exit.json
 """
 
 from __future__ import annotations
