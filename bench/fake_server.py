@@ -21,10 +21,8 @@ import argparse
 import http.client
 import json
 import os
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -138,35 +136,13 @@ def structure_round(engine: str, docs: int, name: str, config: dict[str, Any], c
     }
 
 
-class BeforeServer(tj.FakeServer):
-    """`rise-batch fake-llm` of another checkout (the code before a change), at 1 s latency, its default engine."""
-
-    def __init__(self, repo: str) -> None:
-        cmd = [
-            sys.executable,
-            "-m",
-            "rise_batch.cli",
-            "fake-llm",
-            "--port",
-            "0",
-            "--allow-config",
-            "--latency-ms",
-            "1000",
-        ]
-        env = os.environ | {"PYTHONPATH": repo}
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=repo)
-        line = self.proc.stdout.readline() if self.proc.stdout else ""
-        found = re.search(r"(http://\S+/v1)", line)
-        if not found:
-            self.proc.kill()
-            raise RuntimeError(f"fake-llm of {repo} did not start: {line!r}")
-        self.base_url = found.group(1)
-
-
 def trajectory_round(
     engine: str, root: Path, docs: Path, titles: list, concurrency: int, before: str | None
 ) -> dict[str, Any]:
-    server = BeforeServer(before) if engine == "before" and before else tj.FakeServer(1000.0, engine=engine)
+    if engine == "before" and before:  # that checkout's server, its default engine
+        server = tj.FakeServer(1000.0, repo=before)
+    else:
+        server = tj.FakeServer(1000.0, engine=engine)
     try:
         load = os.getloadavg()[0]
         row = tj.throughput(root, docs, titles, server, [concurrency], 1.0)[0]

@@ -1,13 +1,13 @@
 """Issue 14's performance targets, each figure beside its target and its ratio, read from the bench JSON files.
 
 Every figure comes from a file in bench/results/ written by the benchmark that measured it (structure_throughput,
-index_scale, workspace, trajectories, pipeline_1m, and run_startup, which this script measures itself with
---measure-run-startup). A figure whose file or field is missing is printed as "not measured", never guessed, so the
-table cannot claim a target it has no measurement for. Each row carries the load average its benchmark recorded:
+index_scale, workspace, trajectories, pipeline_1m, search_load, run_startup). A figure whose file or field is
+missing is printed as "not measured", never guessed, so the table cannot claim a target it has no measurement for.
+Each row carries the load average its benchmark recorded:
 wall-clock figures on a busy 2-core machine are not comparable with idle ones.
 
     python bench/targets.py [--results bench/results] [--json]
-    python bench/targets.py --measure-run-startup   # `rise-batch run --workers 2` vs `--workers 0`, 6 queries
+    python bench/run_startup.py --out bench/results/run_startup_compare.json   # `run --workers 2` vs `--workers 0`
 
 index_scale_1m.json, when present, supplies the 1M corpus (index_scale.py --skip-wiki --out it), so the wiki2015
 and 1M runs can be made at different times without one overwriting the other.
@@ -20,12 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -246,7 +241,7 @@ def rows(results: Path) -> list[dict]:
         )
 
     # bench/run_startup.py (interleaved reps, idle and beside 2 CPU-bound processes) when present, else the single
-    # pair `--measure-run-startup` times
+    # pair an older `targets.py --measure-run-startup` wrote
     rc = load(results, "run_startup_compare.json")
     for mode in ("idle", "busy"):
         row = dig(rc, "summary", f"after/{mode}")
@@ -322,95 +317,11 @@ def table(rs: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def measure_run_startup(results: Path, n_queries: int, budget_s: float, docs_n: int) -> dict:
-    """Wall of `rise-batch run` with --workers 0 and 2 over the same queries; the difference is Ray's start-up cost.
-
-    Each run is its own `rise-batch run` process (as a user types it), so Ray's start, the actors' imports, the index
-    load in each actor and numba's compile are all inside the measured wall; the scripted fake server answers at
-    50 ms so the trajectories themselves are short and equal in both runs.
-    """
-    sys.path.insert(0, str(Path(__file__).parent))
-    from trajectories import FakeServer, write_queries  # the same scripted agent server as the trajectory bench
-
-    from rise_batch.config import load_structure_config
-    from rise_batch.structuring.job import run_structure
-
-    root = Path(tempfile.mkdtemp(prefix="rise-bench-startup-"))
-    os.chmod(root, 0o755)
-    cfg = load_structure_config(
-        None,
-        corpus=str(WIKI),
-        out=str(root / "docs"),
-        backend="heuristic",
-        workers=0,
-        index=True,
-        progress=False,
-        limit=docs_n,
-    )
-    run_structure(cfg)
-    import pyarrow.parquet as pq
-
-    dm = pq.read_table(root / "docs" / "docmap.parquet", columns=["docid", "relpath"]).to_pylist()
-    titles = [(r["docid"], Path(r["relpath"]).stem.replace("_", " ")) for r in dm]
-    queries = write_queries(root / "q.jsonl", titles, n_queries)
-    server = FakeServer(50.0)
-    res: dict[str, Any] = {"docs": len(dm), "queries": n_queries, "wall_clock_s": budget_s, "latency_ms": 50.0}
-    try:
-        for workers in (0, 2):
-            cmd = [
-                sys.executable,
-                "-m",
-                "rise_batch.cli",
-                "run",
-                "--queries",
-                str(queries),
-                "--docs",
-                str(root / "docs"),
-                "--index",
-                str(root / "docs" / "index"),
-                "--out",
-                str(root / f"run{workers}"),
-                "--workers",
-                str(workers),
-                "--wall-clock-s",
-                str(budget_s),
-                "--base-url",
-                server.base_url,
-                "--model",
-                "gpt-5.4-mini",
-                "--no-progress",
-            ]
-            load_before = os.getloadavg()[0]
-            t0 = time.monotonic()
-            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-            wall = time.monotonic() - t0
-            if proc.returncode != 0:
-                raise SystemExit(f"targets: error: `rise-batch run --workers {workers}` failed: {proc.stderr[-400:]}")
-            res[f"workers_{workers}_wall_s"] = round(wall, 2)
-            trajs = [json.loads(t.read_text()) for t in (root / f"run{workers}" / "trajectories").glob("*.json")]
-            res[f"workers_{workers}_stop_reasons"] = sorted(t.get("stop_reason") for t in trajs)
-            res[f"workers_{workers}_trajectory_s"] = sorted(t.get("elapsed_s") for t in trajs)
-            res.setdefault("load_average", []).append(round(load_before, 2))
-    finally:
-        server.close()
-        shutil.rmtree(root, ignore_errors=True)
-    res["extra_wall_s"] = round(res["workers_2_wall_s"] - res["workers_0_wall_s"], 2)
-    (results / "run_startup.json").write_text(json.dumps(res, indent=2))
-    return res
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--results", type=Path, default=RESULTS)
     ap.add_argument("--json", action="store_true", help="the rows as JSON instead of the markdown table")
-    ap.add_argument("--measure-run-startup", action="store_true", help="measure run --workers 2 vs 0 first")
-    ap.add_argument("--startup-queries", type=int, default=6)
-    ap.add_argument("--startup-budget-s", type=float, default=8.0)
-    ap.add_argument("--startup-docs", type=int, default=4858)
     args = ap.parse_args()
-    if args.measure_run_startup:
-        r = measure_run_startup(args.results, args.startup_queries, args.startup_budget_s, args.startup_docs)
-        print(f"run startup: {r}", flush=True)
     rs = rows(args.results)
     if args.json:
         print(json.dumps([r | dict(zip(("ratio", "verdict"), verdict(r), strict=True)) for r in rs], indent=2))

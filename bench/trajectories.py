@@ -78,9 +78,9 @@ def build_world(root: Path) -> tuple[Path, list[tuple[str, str]]]:
 
 
 class FakeServer:
-    """`rise-batch fake-llm` in its own process."""
+    """`rise-batch fake-llm` in its own process (`repo`: that checkout's server, e.g. the code before a change)."""
 
-    def __init__(self, latency_ms: float, engine: str | None = None) -> None:
+    def __init__(self, latency_ms: float, engine: str | None = None, repo: str | None = None) -> None:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -96,6 +96,8 @@ class FakeServer:
             ],
             stdout=subprocess.PIPE,
             text=True,
+            env=os.environ | {"PYTHONPATH": repo} if repo else None,
+            cwd=repo,
         )
         line = self.proc.stdout.readline()
         m = re.search(r"(http://\S+/v1)", line)
