@@ -62,3 +62,19 @@ def ray_local():
         ray.init(address="local", num_cpus=2, include_dashboard=False)  # never a `ray start` cluster of this machine
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def two_nodes():
+    """A real 2-node Ray cluster (tests/two_nodes.py), shared by the session's cluster tests; a test that kills
+    node B calls `restart_b()` when it is done."""
+    from tests.two_nodes import TwoNodes, can_run
+
+    why = can_run()
+    if why:
+        pytest.skip(why)
+    cluster = TwoNodes()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
