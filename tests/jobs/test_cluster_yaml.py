@@ -43,3 +43,27 @@ def test_example_job_configs_parse():
         cfg = build_section(StructureConfig, data, "")
         cfg.llm.validate()
         assert cfg.backend in ("heuristic", "llm"), path
+
+
+def test_ray_up_copies_no_outputs_to_the_nodes(tmp_path: Path) -> None:
+    """The file mount of the working dir is an rsync with the filter Ray builds from cluster.yaml: run that exact
+    rsync over a copy of the checkout holding outputs, and none of them reaches the 'node'."""
+    import shutil
+    import subprocess
+
+    from ray.autoscaler._private.command_runner import SSHCommandRunner
+
+    rsync = shutil.which("rsync")
+    assert rsync, "rsync is what `ray up` copies the working dir with (.ci/system-deps installs it)"
+    cfg = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    src, dst = tmp_path / "checkout", tmp_path / "node"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", "runs", "demo_out", "results", "*.egg-info"))
+    (src / ".git").mkdir()
+    for out in ("runs/struct/manifest.json", "demo_out/docmap.parquet", "bench/results/x.json"):
+        (src / out).parent.mkdir(parents=True, exist_ok=True)
+        (src / out).write_text("{}")
+    args = SSHCommandRunner._create_rsync_filter_args(None, cfg)
+    subprocess.run([rsync, "-a", *args, f"{src}/", f"{dst}/"], check=True)
+    assert (dst / "rise_batch" / "cli.py").exists() and (dst / "cluster.yaml").exists()
+    travelled = [p for p in ("runs", "demo_out", "bench/results", ".git") if (dst / p).exists()]
+    assert travelled == []
