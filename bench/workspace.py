@@ -123,7 +123,7 @@ def bench_search(index, store: DocStore, ws_parent: Path, triples: list[list[str
         c_link.append((time.process_time() - c2) * 1000)
         for h in hits:
             for d in h.docids[:10]:
-                snippet_line(ws.files_dir / store.relpath[d])
+                snippet_line(ws.files, store.relpath[d])
         t4 = time.perf_counter()
         ws.close()
         t5 = time.perf_counter()
