@@ -207,9 +207,32 @@ class Workspace:
                 lines.append(orjson.dumps({"docid": docid, "relpath": rel, "call": call, "seq": seq, "time": now}))
         finally:
             if lines:
-                with open(self.path / MANIFEST, "ab") as f:
-                    f.write(b"\n".join(lines) + b"\n")
+                self._record(lines, new)
         return AddResult(new, present, missing, refused)
+
+    def _record(self, lines: list[bytes], docids: list[str]) -> None:
+        """Append the arrivals' lines in one write; if that fails (a full disk), the manifest is cut back to its
+        last whole line and the files placed by this call are removed: no file is ever without its line."""
+        path = self.path / MANIFEST
+        data = b"\n".join(lines) + b"\n"
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                if os.write(fd, data) != len(data):
+                    raise OSError(errno.ENOSPC, "short write (disk full?)", str(path))
+            except OSError:
+                os.ftruncate(fd, size)
+                for docid in docids:
+                    rel = self.arrivals.pop(docid).relpath
+                    self.by_relpath.pop(rel, None)
+                    try:
+                        os.unlink(self._dst + rel)
+                    except FileNotFoundError:
+                        pass
+                raise
+        finally:
+            os.close(fd)
 
     def _place(self, fd: int, st: os.stat_result, rel: str) -> None:
         # Plain strings: pathlib's joins cost as much as the link syscall itself at 3,000 links per search.
