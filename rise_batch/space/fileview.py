@@ -86,7 +86,7 @@ def scan_lines(fd: int, offset: int, limit: int, keep: int, ahead: int = SCAN_AH
     `ahead` bytes are read, so neither a long tail nor a one-line gigabyte costs more than that."""
     lines: list[tuple[bytes, int]] = []
     idx, end = 0, offset + limit  # idx: the line the next byte belongs to
-    cur, extra = bytearray(), 0
+    cur, extra, crs = bytearray(), 0, 0  # the line being kept: its first bytes, characters beyond, trailing \r's
     open_line, scanned, started = False, 0, False
     while True:
         chunk = os.read(fd, READ_CHUNK)
@@ -113,24 +113,33 @@ def scan_lines(fd: int, offset: int, limit: int, keep: int, ahead: int = SCAN_AH
                     cur += chunk[pos : min(stop, pos + room)]
                 if stop - pos > max(room, 0):
                     extra += len(chunk[pos + max(room, 0) : stop].translate(None, _CONTINUATION))
+                if stop > pos:
+                    tail = len(chunk[pos:stop]) - len(chunk[pos:stop].rstrip(b"\r"))
+                    crs = crs + tail if tail == stop - pos else tail
                 if nl < 0:
                     break
-                lines.append((bytes(cur), extra))
-                cur, extra, idx, pos = bytearray(), 0, idx + 1, nl + 1
+                lines.append(_kept(cur, extra, crs))
+                cur, extra, crs, idx, pos = bytearray(), 0, 0, idx + 1, nl + 1
             else:
                 idx, pos = idx + chunk.count(b"\n", pos), n
         if started:
             scanned += n
             if scanned >= ahead:
                 if idx < end and open_line:  # stopped inside a line being shown
-                    lines.append((bytes(cur), extra))
+                    lines.append(_kept(cur, extra, 0))
                     return _Window(lines, None, True)
                 return _Window(lines, None, False)
     if open_line:  # the last line has no newline
         if offset <= idx < end:
-            lines.append((bytes(cur), extra))
+            lines.append(_kept(cur, extra, crs))
         idx += 1
     return _Window(lines, idx, False)
+
+
+def _kept(cur: bytearray, extra: int, crs: int) -> tuple[bytes, int]:
+    """A line's kept bytes and the characters beyond them, not counting the trailing \r's a shown line drops
+    (when every byte beyond is one of them, the kept bytes are the whole line)."""
+    return bytes(cur), (0 if crs >= extra else extra - crs)
 
 
 def read_numbered(
