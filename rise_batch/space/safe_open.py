@@ -166,35 +166,37 @@ def read_from(fd: int, st: os.stat_result, max_bytes: int | None = None) -> byte
         os.close(rfd)
 
 
-def link_from(fd: int, st: os.stat_result, dst: str) -> None:
-    """Hardlink the file `fd` refers to at `dst` (never the path it was found at). OSError as link(2) raises it:
-    EXDEV, EPERM (protected_hardlinks), EMLINK (the link limit), EEXIST, ENOENT (dst's directory is missing)."""
+def link_from(fd: int, st: os.stat_result, dst: str, dir_fd: int = _AT_FDCWD) -> None:
+    """Hardlink the file `fd` refers to at `dst` (relative to `dir_fd`), never the path it was found at. OSError as
+    link(2) raises it: EXDEV, EPERM (protected_hardlinks), EMLINK (the link limit), EEXIST, ENOENT (no such dir)."""
     k = _K or _kernel()
     target = dst.encode("utf-8", "surrogateescape")
     if k.empty_path is not False:
-        if k.linkat(fd, b"", _AT_FDCWD, target, _AT_EMPTY_PATH) == 0:
+        if k.linkat(fd, b"", dir_fd, target, _AT_EMPTY_PATH) == 0:
             k.empty_path = True
             return
         err = ctypes.get_errno()
         # AT_EMPTY_PATH without CAP_DAC_READ_SEARCH is ENOENT, as is a missing directory: tell them apart once
-        if not (err == errno.ENOENT and k.empty_path is None and os.path.isdir(os.path.dirname(dst))):
+        if not (err == errno.ENOENT and k.empty_path is None and _dir_exists(dir_fd, os.path.dirname(dst))):
             raise OSError(err, os.strerror(err), dst)
         k.empty_path = False
-    if k.linkat(_AT_FDCWD, f"/proc/self/fd/{fd}".encode(), _AT_FDCWD, target, _AT_SYMLINK_FOLLOW) != 0:
+    if k.linkat(_AT_FDCWD, f"/proc/self/fd/{fd}".encode(), dir_fd, target, _AT_SYMLINK_FOLLOW) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), dst)
-    made = os.lstat(dst)
+    made = os.lstat(dst, dir_fd=_py_dir_fd(dir_fd))
     if (made.st_ino, made.st_dev) != (st.st_ino, st.st_dev):  # the kernel follows fd links to the file itself
-        os.unlink(dst)
+        os.unlink(dst, dir_fd=_py_dir_fd(dir_fd))
         raise OSError(errno.EIO, "the link made is not the file checked", dst)
 
 
-def copy_from(fd: int, st: os.stat_result, dst: str, mode: int = 0o444) -> None:
-    """Copy the checked file to a new `dst` (never an existing name: it may be a hardlink to a corpus file), at
-    most its fstat size, made `mode` only once complete; on any failure (a full disk) no partial file is left."""
+def copy_from(fd: int, st: os.stat_result, dst: str, dir_fd: int = _AT_FDCWD, mode: int = 0o444) -> None:
+    """Copy the checked file to a new `dst` (relative to `dir_fd`; never an existing name, which may be a hardlink
+    to a corpus file), at most its fstat size, made `mode` only once complete; on any failure (a full disk) no
+    partial file is left."""
+    where = _py_dir_fd(dir_fd)
     src = reopen(fd)
     try:
-        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=where)
         try:
             done = 0
             while done < st.st_size:
@@ -205,11 +207,22 @@ def copy_from(fd: int, st: os.stat_result, dst: str, mode: int = 0o444) -> None:
             os.fchmod(out, mode)
         except BaseException:
             os.close(out)
-            os.unlink(dst)
+            os.unlink(dst, dir_fd=where)
             raise
         os.close(out)
     finally:
         os.close(src)
+
+
+def _py_dir_fd(dir_fd: int) -> int | None:
+    return None if dir_fd == _AT_FDCWD else dir_fd
+
+
+def _dir_exists(dir_fd: int, rel: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(rel or ".", dir_fd=_py_dir_fd(dir_fd)).st_mode)
+    except OSError:
+        return False
 
 
 class Below:

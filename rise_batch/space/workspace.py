@@ -227,7 +227,7 @@ class Workspace:
                     rel = self.arrivals.pop(docid).relpath
                     self.by_relpath.pop(rel, None)
                     try:
-                        os.unlink(self._dst + rel)
+                        os.unlink(rel, dir_fd=self.files.fd())
                     except FileNotFoundError:
                         pass
                 raise
@@ -236,25 +236,25 @@ class Workspace:
 
     def _place(self, fd: int, st: os.stat_result, rel: str) -> None:
         # Plain strings: pathlib's joins cost as much as the link syscall itself at 3,000 links per search.
-        dst = self._dst + rel
         for attempt in range(3):
             try:
-                self._put(fd, st, dst)
+                self._put(fd, st, rel)
                 return
             except FileNotFoundError:  # the parent directory is new
                 if attempt:
                     raise
                 self._make_parents(rel)
             except FileExistsError:  # left by a run that died before writing its manifest line
-                if self._is_placed(dst, st):
+                if self._is_placed(rel, st):
                     return
-                os.unlink(dst)  # ours, and not this file (a copy cut short, an older version): placed again
-        raise FileExistsError(errno.EEXIST, "cannot place the document", dst)
+                os.unlink(rel, dir_fd=self.files.fd())  # ours, not this file (a copy cut short, an older version)
+        raise FileExistsError(errno.EEXIST, "cannot place the document", self._dst + rel)
 
-    def _put(self, fd: int, st: os.stat_result, dst: str) -> None:
+    def _put(self, fd: int, st: os.stat_result, rel: str) -> None:
+        # relative to the workspace's files/ held open: no walk from / for each of ~3,000 links
         if self._link_ok:
             try:
-                link_from(fd, st, dst)
+                link_from(fd, st, rel, self.files.fd())
                 return
             except OSError as e:
                 if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
@@ -262,13 +262,12 @@ class Workspace:
                 self._notice(e)
                 if e.errno != errno.EMLINK:  # at the link limit only this file is copied; the others still link
                     self._link_ok = False
-        copy_from(fd, st, dst)  # a new name only (an existing one may be a corpus hardlink); 0444 once complete
+        copy_from(fd, st, rel, self.files.fd())  # to a new name only (an existing one may be a corpus hardlink)
         self.copied += 1
 
-    @staticmethod
-    def _is_placed(dst: str, st: os.stat_result) -> bool:
-        """Is the file at `dst` this document: its hardlink, or a whole copy (copies are made 0444 at the end)?"""
-        have = os.lstat(dst)
+    def _is_placed(self, rel: str, st: os.stat_result) -> bool:
+        """Is the file at `rel` this document: its hardlink, or a whole copy (copies are made 0444 at the end)?"""
+        have = os.lstat(rel, dir_fd=self.files.fd())
         if (have.st_ino, have.st_dev) == (st.st_ino, st.st_dev):
             return True
         return (
