@@ -17,40 +17,22 @@ time and the p50 per document, with the load average around the run (the machine
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workspace import DATA, SCRATCH, materialize_docs, pct  # noqa: E402
+from workspace import DATA, SCRATCH, load_module_at, materialize_docs, pct  # noqa: E402
 
 from rise_batch.space import safe_open  # noqa: E402
 from rise_batch.space.workspace import Workspace  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def load_before(rev: str):
-    """rise_batch/space/workspace.py as of `rev`, imported from `git show` under another module name."""
-    src = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{rev}:rise_batch/space/workspace.py"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    path = Path(tempfile.mkdtemp(prefix="rise-doc-link-")) / "workspace_before.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location("workspace_before", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
 
 
 def main() -> None:
@@ -65,7 +47,7 @@ def main() -> None:
 
     args.scratch.mkdir(parents=True, exist_ok=True)
     store = materialize_docs(args.corpus, args.scratch / "wiki2015_docs")
-    before = load_before(args.before)
+    before = load_module_at(args.before, "rise_batch/space/workspace.py", "workspace_before")
     old_store = before.DocStore(store.dir, store.relpath)
     k = safe_open._kernel()
 

@@ -87,6 +87,8 @@ def open_path(dir_fd: int, rel: str) -> int:
     """An O_PATH descriptor of `rel` below `dir_fd`, reached without following any link: a link on the way is
     ELOOP, `..` out is EXDEV, a final symlink is opened as itself (for the caller's fstat to refuse)."""
     k = _K or _kernel()
+    if "\x00" in rel:  # C would read the name only up to it
+        raise OSError(errno.EINVAL, "a NUL character in the path", rel)
     if k.openat2 is not False:
         fd = k.syscall(k.nr, dir_fd, rel.encode("utf-8", "surrogateescape"), k.how_ref, k.how_size)
         if fd >= 0:

@@ -296,19 +296,25 @@ class Workspace:
                 pass
 
     def _notice(self, e: OSError) -> None:
-        why = {
-            errno.EXDEV: "different file systems",
-            errno.EMLINK: "a file at the file system's hardlink limit; such files are copied, the others linked",
-        }.get(e.errno or 0, "the kernel refused a hardlink (not our file?)")
         key = (os.stat(self.store.corpus_dir).st_dev, os.stat(self.files_dir).st_dev, e.errno or 0)
-        if key not in _FALLBACK_NOTICES:
-            _FALLBACK_NOTICES.add(key)
+        if key in _FALLBACK_NOTICES:
+            return
+        _FALLBACK_NOTICES.add(key)
+        if e.errno == errno.EMLINK:
             log.warning(
-                "workspace %s: cannot hardlink from %s (%s); copying files instead (slower, and takes space)",
+                "workspace %s: %s is at its file system's hardlink limit; copying it (and any other file at the "
+                "limit) instead of linking",
                 self.path,
-                self.store.corpus_dir,
-                why,
+                f"{self.store.corpus_dir}/{e.filename}",
             )
+            return
+        why = "different file systems" if e.errno == errno.EXDEV else "the kernel refused a hardlink (not our file?)"
+        log.warning(
+            "workspace %s: cannot hardlink from %s (%s); copying files instead (slower, and takes space)",
+            self.path,
+            self.store.corpus_dir,
+            why,
+        )
 
     def __len__(self) -> int:
         return len(self.arrivals)
