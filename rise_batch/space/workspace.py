@@ -171,6 +171,7 @@ class Workspace:
         present = 0
         arrivals, by_relpath, relpath_of = self.arrivals, self.by_relpath, self.store.relpath
         root_fd, opener, fstat, close, is_regular = self.store.docs.fd(), open_path, os.fstat, os.close, stat.S_ISREG
+        files_fd, link = self.files.fd(), link_from
         lines: list[bytes] = []
         # The loop runs ~3,000 times per search; it is written for speed (locals; open, fstat, link, close inline).
         try:
@@ -197,7 +198,15 @@ class Workspace:
                     if not is_regular(st.st_mode):
                         refused[docid] = self._refuse(rel, kind_of(st.st_mode))
                         continue
-                    self._place(fd, st, rel)
+                    placed = False
+                    if self._link_ok:
+                        try:
+                            link(fd, st, rel, files_fd)
+                            placed = True
+                        except OSError:  # a new parent directory, another file system, the link limit
+                            pass
+                    if not placed:
+                        self._place(fd, st, rel)  # the careful path
                 finally:
                     close(fd)
                 seq = len(arrivals)
