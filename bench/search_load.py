@@ -57,7 +57,7 @@ def pcts(xs: list[float]) -> dict:
     return {"n": len(xs), "p50_ms": round(at(50), 2), "p90_ms": round(at(90), 2), "p99_ms": round(at(99), 2)}
 
 
-def _no_prefetch(paths: list[str]) -> None:
+def _no_prefetch(root, rels: list[str]) -> None:
     """The search call without the previews' prefetch: the code before it, for the A/B rounds."""
 
 

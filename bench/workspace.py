@@ -123,7 +123,7 @@ def bench_search(index, store: DocStore, ws_parent: Path, triples: list[list[str
         c_link.append((time.process_time() - c2) * 1000)
         for h in hits:
             for d in h.docids[:10]:
-                snippet_line(ws.files_dir / store.relpath[d])
+                snippet_line(ws.files, store.relpath[d])
         t4 = time.perf_counter()
         ws.close()
         t5 = time.perf_counter()
@@ -179,28 +179,34 @@ def bench_link_only(store: DocStore, ws_parent: Path, calls: int, union: int = 2
     }
 
 
-def load_pre_bounds_sandbox():
-    """The sandbox module as of PRE_BOUNDS, imported from `git show` (None, with why, outside a git checkout)."""
+def load_module_at(rev: str, relpath: str, name: str):
+    """The module at `relpath` as of commit `rev`, imported under `name` from `git show` (the "before" of an A/B).
+    CalledProcessError outside a git checkout or for an unknown commit."""
     import importlib.util
     import subprocess
     import sys
     import tempfile
 
+    src = subprocess.run(
+        ["git", "-C", str(REPO), "show", f"{rev}:{relpath}"], capture_output=True, text=True, check=True
+    ).stdout
+    path = Path(tempfile.mkdtemp(prefix=f"rise-{name}-")) / f"{name}.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[name] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def load_pre_bounds_sandbox():
+    """The sandbox module as of PRE_BOUNDS, imported from `git show` (None, with why, outside a git checkout)."""
+    import subprocess
+
     try:
-        src = subprocess.run(
-            ["git", "-C", str(REPO), "show", f"{PRE_BOUNDS}:rise_batch/space/sandbox.py"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        module = load_module_at(PRE_BOUNDS, "rise_batch/space/sandbox.py", "pre_bounds_sandbox")
     except (OSError, subprocess.CalledProcessError) as e:
         return None, f"git show {PRE_BOUNDS} failed: {e}"
-    path = Path(tempfile.mkdtemp(prefix="rise-pre-bounds-")) / "pre_bounds_sandbox.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location("pre_bounds_sandbox", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules["pre_bounds_sandbox"] = module
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module, f"rise_batch/space/sandbox.py at {PRE_BOUNDS}"
 
 

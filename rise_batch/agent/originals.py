@@ -13,13 +13,17 @@ the job read), so a twin never holds a text the corpus did not: a mismatch stops
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import shutil
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from rise_batch.space.safe_open import Below, NotADocument, link_from, read_from
 from rise_batch.space.workspace import DocStore
 
+log = logging.getLogger(__name__)
 ORIGINAL_DIR = "original"
 COMPLETE = ".complete"
 # The marker's content: a twin built by an older rule (text-guessed stripping, unchecked) is rebuilt, not reused.
@@ -70,49 +74,66 @@ def original_docs(docs_dir: str | Path, workers: int = 2) -> Path:
     src, dst = str(store.corpus_dir), str(twin / "corpus")
     if workers > 1 and len(chunks) > 1:
         with ProcessPoolExecutor(workers) as pool:
-            list(pool.map(_strip_chunk, [src] * len(chunks), [dst] * len(chunks), chunks))
+            refused = [r for rs in pool.map(_strip_chunk, [src] * len(chunks), [dst] * len(chunks), chunks) for r in rs]
     else:
-        for chunk in chunks:
-            _strip_chunk(src, dst, chunk)
+        refused = [r for chunk in chunks for r in _strip_chunk(src, dst, chunk)]
+    for line in refused:  # absent from the twin, as from the workspaces made from the structured files
+        log.warning("%s", line)
     shutil.copyfile(docs / "docmap.parquet", twin / "docmap.parquet")
     marker.write_text(BUILD_RULE, encoding="utf-8")
     return twin
 
 
-def _strip_chunk(src: str, dst: str, items: list[tuple[str, str, bool, str | None]]) -> int:
-    """Write the originals of (docid, relpath, has_toc, content_hash) items; a None hash means no checkpoint row."""
+def _strip_chunk(src: str, dst: str, items: list[tuple[str, str, bool, str | None]]) -> list[str]:
+    """Write the originals of (docid, relpath, has_toc, content_hash) items; a None hash means no checkpoint row.
+    Each structured file is opened without following links and must be regular (a symlink, FIFO or device is left
+    out, its one-line refusal returned); the original is linked from, or read from, that open file."""
+    docs, refused, remedy = Below(src), [], REMEDY.format(docs=os.path.dirname(src))
+    for docid, rel, has_toc, digest in items:
+        try:
+            fd, st = docs.open(rel)
+        except NotADocument as e:
+            refused.append(str(e))
+            continue
+        except OSError as e:
+            if e.errno in (errno.ENOENT, errno.ENOTDIR):
+                continue  # not materialized (an unfinished shard): absent here as in the structured dir
+            raise
+        try:
+            _write_original(fd, st, f"{src}/{rel}", f"{dst}/{rel}", docid, (has_toc, digest), remedy)
+        finally:
+            os.close(fd)
+    return refused
+
+
+def _write_original(fd: int, st: os.stat_result, a: str, b: str, docid: str, row: tuple, remedy: str) -> None:
+    """The original of the structured file open at `fd` (path `a`), checked against its checkpoint row
+    (has_toc, content hash), written at `b`: linked from the open file when it has no TOC."""
     from rise_batch.structure.backends import content_hash
     from rise_batch.structure.render import strip_structure
 
-    remedy = REMEDY.format(docs=os.path.dirname(src))
-    for docid, rel, has_toc, digest in items:
-        a, b = f"{src}/{rel}", f"{dst}/{rel}"
+    has_toc, digest = row
+    text = read_from(fd, st).decode("utf-8")
+    where = f"{a} (docid {docid!r})"
+    if digest is None:
+        raise OriginalMismatch(
+            f"{where}: no checkpoint row says whether it holds a TOC; remove the file or finish the run with "
+            "the same `rise-batch structure` command"
+        )
+    original = strip_structure(text) if has_toc else text
+    if has_toc and original is text:
+        raise OriginalMismatch(f"{where}: its checkpoint row says a TOC was inserted, the file has none; {remedy}")
+    if not digest or content_hash(original) != digest:
+        raise OriginalMismatch(
+            f"{where}: original text does not match the checkpoint's content hash {digest!r} (the file was "
+            f"edited, or the checkpoint is another corpus's); {remedy}"
+        )
+    os.makedirs(os.path.dirname(b), exist_ok=True)
+    if original is text:
         try:
-            with open(a, encoding="utf-8", newline="") as f:
-                text = f.read()
-        except FileNotFoundError:
-            continue  # not materialized (an unfinished shard): absent here as in the structured dir
-        where = f"{a} (docid {docid!r})"
-        if digest is None:
-            raise OriginalMismatch(
-                f"{where}: no checkpoint row says whether it holds a TOC; remove the file or finish the run with "
-                "the same `rise-batch structure` command"
-            )
-        original = strip_structure(text) if has_toc else text
-        if has_toc and original is text:
-            raise OriginalMismatch(f"{where}: its checkpoint row says a TOC was inserted, the file has none; {remedy}")
-        if not digest or content_hash(original) != digest:
-            raise OriginalMismatch(
-                f"{where}: original text does not match the checkpoint's content hash {digest!r} (the file was "
-                f"edited, or the checkpoint is another corpus's); {remedy}"
-            )
-        os.makedirs(os.path.dirname(b), exist_ok=True)
-        if original is text:
-            try:
-                os.link(a, b)
-                continue
-            except OSError:
-                pass
-        with open(b, "w", encoding="utf-8", newline="") as f:
-            f.write(original)
-    return len(items)
+            link_from(fd, st, b)
+            return
+        except OSError:
+            pass
+    with open(b, "w", encoding="utf-8", newline="") as f:
+        f.write(original)

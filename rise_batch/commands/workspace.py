@@ -96,9 +96,10 @@ def run(args: argparse.Namespace) -> int:
         print(res.render(limits.timeout_s))
         return 0 if res.exit_code == 0 else 1
     if args.ws_command == "read":
+        from rise_batch.space.safe_open import Below
         from rise_batch.space.tools import read_in
 
-        res = read_in(ws_dir / FILES, args.path, args.offset, args.limit, lambda _rel: None)
+        res = read_in(Below(ws_dir / FILES), args.path, args.offset, args.limit, lambda _rel: None)
         print(res.text, file=sys.stderr if res.error else sys.stdout)
         return 1 if res.error else 0
     return _info(ws_dir)

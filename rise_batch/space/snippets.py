@@ -15,6 +15,7 @@ before are `retrieved` (the search union, gold_R's denominator), as for the retr
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -24,11 +25,13 @@ from rise_batch.corpus.docmap import frontmatter_title
 from rise_batch.index.tokenize import TokenizerSettings, query_tokenizer
 from rise_batch.space import schemas
 from rise_batch.space.fileview import MAX_READ_LINES
+from rise_batch.space.safe_open import NotADocument
 from rise_batch.space.tools import SearchIndex, ToolResult, ToolSet, one_query, read_in
 from rise_batch.space.workspace import DocStore
 from rise_batch.structure.anchors import body_start_line
 from rise_batch.structure.render import RANGE_DASH, one_line, parse_toc
 
+log = logging.getLogger(__name__)
 SCORED_CHARS = 20_000  # of a section's text: bounds one search's tokenizing (50 candidates x a few sections)
 FIRST_LINE_CHARS = 300
 BM25_K1, BM25_B = 1.5, 0.75  # bm25s's defaults, the index's own
@@ -134,15 +137,19 @@ class SnippetTocTools(ToolSet):
         pool: list[Section] = []
         missing = 0
         for docid in hits.docids:
-            path = self.store.path(docid)
-            try:
-                text = path.read_bytes().decode("utf-8", errors="replace") if path is not None else None
+            try:  # a regular file reached without a link; a FIFO, a device or a symlink is refused
+                raw = self.store.read(docid)
+            except NotADocument as e:
+                log.warning("%s", e)
+                raw = None
             except OSError:
-                text = None
-            if text is None:
+                raw = None
+            if raw is None:
                 missing += 1
                 continue
-            pool += sections_of(docid, self.store.relpath[docid], text, self.first_lines)
+            pool += sections_of(
+                docid, self.store.relpath[docid], raw.decode("utf-8", errors="replace"), self.first_lines
+            )
         shown: list[tuple[float, Section]] = []
         per: Counter[str] = Counter()
         for score, s in rank_sections(pool, self.terms(query), self.terms):
@@ -161,7 +168,9 @@ class SnippetTocTools(ToolSet):
                 out.append(f"    description: {s.description}")
             out += [f"    L{n}: {line}" for n, line in s.first]
         if missing:
-            out.append(f"\n[{missing} candidate documents have no readable file in the docs directory; skipped]")
+            out.append(
+                f"\n[{missing} candidate documents have no readable regular file in the docs directory; skipped]"
+            )
         docids = tuple(dict.fromkeys(s.docid for _, s in shown))
         new = tuple(d for d in docids if d not in self.seen)
         self.seen.update(new)
@@ -176,4 +185,4 @@ class SnippetTocTools(ToolSet):
             return ToolResult("error: start and end must be integer line numbers", error=True)
         if first < 1 or last < first:
             return ToolResult(f"error: need 1 <= start <= end (got start={first}, end={last})", error=True)
-        return read_in(self.store.corpus_dir, path, first - 1, last - first + 1, self.store.docid, by_line=True)
+        return read_in(self.store.docs, path, first - 1, last - first + 1, self.store.docid, by_line=True)

@@ -14,22 +14,24 @@ import dataclasses
 import inspect
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from rise_batch.space import schemas
 from rise_batch.space.fileview import (
     MAX_READ_LINES,
+    SNIPPET_HEAD_BYTES,
     PathRefused,
     leading_text,
+    open_inside,
     prefetch_heads,
     read_numbered,
-    resolve_inside,
     snippet_line,
 )
+from rise_batch.space.safe_open import Below, NotADocument
 from rise_batch.space.sandbox import Sandbox, SandboxLimits
 from rise_batch.space.workspace import DocStore, Workspace
 
@@ -180,9 +182,10 @@ class ToolSet:
 
 
 def read_in(
-    root: Path, path: Any, offset: Any, limit: Any, lookup: Callable[[str], str | None], *, by_line: bool = False
+    root: Below, path: Any, offset: Any, limit: Any, lookup: Callable[[str], str | None], *, by_line: bool = False
 ) -> ToolResult:
-    """`read` under `root`; `by_line`: the caller's tool takes 1-indexed line ranges, and the notes say so."""
+    """`read` below `root` (regular files reached without a link); `by_line`: the caller's tool takes 1-indexed
+    line ranges, and the notes say so."""
     try:
         offset, limit = int(offset), int(limit)
     except (TypeError, ValueError, OverflowError):  # NaN, 1e400 (inf), "ten", a list
@@ -193,8 +196,11 @@ def read_in(
     if limit > MAX_READ_LINES:
         limit, note = MAX_READ_LINES, f"[{'range' if by_line else 'limit'} capped at {MAX_READ_LINES} lines]\n"
     try:
-        file, rel = resolve_inside(root, path)
-        text = read_numbered(file, offset, limit, by_line=by_line)
+        fd, rel = open_inside(root, path)
+        try:
+            text = read_numbered(fd, offset, limit, by_line=by_line)
+        finally:
+            os.close(fd)
     except PathRefused as e:
         return ToolResult(f"error: {e}", error=True)
     except OSError as e:
@@ -242,14 +248,15 @@ def search_into(index: SearchIndex, ws: Workspace, queries: Any, k: int = 1000, 
     hits_list = index.search(subs, k)
     search_s, link_s, preview_s = time.perf_counter() - t0, 0.0, 0.0
     # the previews' files start coming from disk while the union is linked (the same inodes as the corpus files)
-    rel, src = ws.store.relpath, f"{ws.store.corpus_dir}/"
-    prefetch_heads([src + rel[d] for hits in hits_list for d in hits.docids[:preview] if d in rel])
+    rel = ws.store.relpath
+    prefetch_heads(ws.store.docs, [rel[d] for hits in hits_list for d in hits.docids[:preview] if d in rel])
     prefetch_s = time.perf_counter() - t0 - search_s
     out = [f"Searched {len(subs)} quer{'y' if len(subs) == 1 else 'ies'} (top {k} each)."]
     if note:
         out.append(f"Note: {note}.")
     surfaced: dict[str, None] = {}
     new_all: list[str] = []
+    refused: dict[str, str] = {}
     missing = 0
     call = ws.new_call()
     for i, (q, hits) in enumerate(zip(subs, hits_list, strict=True), 1):
@@ -259,18 +266,29 @@ def search_into(index: SearchIndex, ws: Workspace, queries: Any, k: int = 1000, 
         link_s += t1 - t0
         new_all += added.new
         missing += len(added.missing)
+        refused.update(added.refused)
         out.append(f'\nQuery {i}: "{q}" -- {len(hits.docids):,} matched, {len(added.new):,} new')
         for rank, (docid, score) in enumerate(zip(hits.docids[:preview], hits.scores, strict=False), 1):
             arrival = ws.arrivals.get(docid)
             if arrival is None:
-                out.append(f"  {rank:>2}. [{score_text(score)}] (docid {docid}: file missing from the docs directory)")
+                why = (
+                    f"refused: its file {refused[docid]}"
+                    if docid in refused
+                    else "file missing from the docs directory"
+                )
+                out.append(f"  {rank:>2}. [{score_text(score)}] (docid {docid}: {why})")
                 continue
             surfaced[docid] = None
             out.append(f"  {rank:>2}. [{score_text(score)}] {arrival.relpath}")
-            out.append(f"      {snippet_line(ws.files_dir / arrival.relpath)}")
+            out.append(f"      {snippet_line(ws.files, arrival.relpath)}")
         preview_s += time.perf_counter() - t1
     if missing:
         out.append(f"\n[{missing} retrieved documents have no file in the docs directory and were skipped]")
+    if refused:
+        out.append(
+            f"\n[{len(refused)} retrieved documents were refused and skipped: their files are links or not regular "
+            "files (the log names them)]"
+        )
     out.append(
         f"\nWorkspace: {len(ws):,} documents (+{len(ws) - before:,} this call). "
         "Explore it with bash (rg, grep, ls, ...) and read."
@@ -313,7 +331,7 @@ class RiseTools(ToolSet):
         return bash_in(self.sandbox, command, self.ws.by_relpath.get, timeout_s)
 
     def read(self, path: Any, offset: Any = 0, limit: Any = MAX_READ_LINES) -> ToolResult:
-        return read_in(self.ws.files_dir, path, offset, limit, self.ws.by_relpath.get)
+        return read_in(self.ws.files, path, offset, limit, self.ws.by_relpath.get)
 
 
 class DciTools(ToolSet):
@@ -333,7 +351,15 @@ class DciTools(ToolSet):
         return bash_in(self.sandbox, command, self.store.docid, timeout_s)
 
     def read(self, path: Any, offset: Any = 0, limit: Any = MAX_READ_LINES) -> ToolResult:
-        return read_in(self.store.corpus_dir, path, offset, limit, self.store.docid)
+        return read_in(self.store.docs, path, offset, limit, self.store.docid)
+
+
+def as_text(raw: bytes) -> str:
+    """A document's bytes as the retrieval tools show them: UTF-8 (invalid bytes replaced) with universal
+    newlines, as `Path.read_text` gave them before documents were opened safely. (A snippet's head read may end
+    inside a character; the snippet is cut well before that end.)"""
+    text = raw.decode("utf-8", errors="replace")
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 class RetrievalTools(ToolSet):
@@ -355,20 +381,29 @@ class RetrievalTools(ToolSet):
             return ToolResult("error: `query` must be a non-empty string", error=True)
         hits = self.index.search([query], self.k)[0]
         out = [note + f'Top {len(hits.docids)} for "{query}":'] if hits.docids else [note + "No results."]
+        head = SNIPPET_HEAD_BYTES + 4 * self.snippet_chars  # the frontmatter, then the snippet's characters
         for rank, (docid, score) in enumerate(zip(hits.docids, hits.scores, strict=True), 1):
-            path = self.store.path(docid)
-            text = path.read_text(encoding="utf-8", errors="replace") if path and path.exists() else ""
-            out.append(f"\n[{rank}] docid: {docid}  score: {score:.2f}\n{leading_text(text, self.snippet_chars)}")
+            try:
+                raw = self.store.read(docid, head)
+                snippet = leading_text(as_text(raw), self.snippet_chars) if raw else ""
+            except NotADocument as e:
+                log.warning("%s", e)
+                snippet = f"(refused: the document's file {e.what})"
+            out.append(f"\n[{rank}] docid: {docid}  score: {score:.2f}\n{snippet}")
         new = tuple(d for d in hits.docids if d not in self.seen)
         self.seen.update(new)
         return ToolResult("\n".join(out), surfaced=tuple(hits.docids), retrieved=new)
 
     def get_document(self, docid: Any) -> ToolResult:
         docid = str(docid).strip() if docid is not None else ""
-        path = self.store.path(docid)
-        if path is None or not path.exists():
+        try:
+            raw = self.store.read(docid)
+        except NotADocument as e:
+            log.warning("%s", e)
+            return ToolResult(f"error: document {docid!r} cannot be read: its file {e.what}", error=True)
+        if raw is None:
             return ToolResult(f"error: no document with docid {docid!r}", error=True)
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = as_text(raw)
         if self.max_doc_chars and len(text) > self.max_doc_chars:
             cut = len(text) - self.max_doc_chars
             text = text[: self.max_doc_chars] + f"\n[document truncated: {cut:,} more characters]"

@@ -1,10 +1,13 @@
 """A query's interaction space: a directory that only `search` adds to, by hardlinking corpus files into it.
 
 Hardlinks make a 3,000-document workspace cost a few milliseconds and no disk, and keep the corpus-relative paths
-the agent sees in `rg` output identical to the corpus's. Where a hardlink is impossible (workspace on another file
-system, or the kernel's protected_hardlinks refusing a file we do not own) we copy instead, and say so once.
+the agent sees in `rg` output identical to the corpus's. Each document is opened below DOCS/corpus without
+following links and must be a regular file (space/safe_open.py); the link is made from that open file, so a
+symlink, a FIFO or a device in a shared docs dir is refused (one line naming it) and never reaches the agent. Where
+a hardlink is impossible (workspace on another file system, the kernel's protected_hardlinks refusing a file we do
+not own, a file at the hardlink limit) we copy from the open file instead, and say so once.
 The manifest (docid -> which search call and when) lives next to the files, not among them, so the agent never
-greps it.
+greps it; every file placed gets its line, even when the call fails half-way.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -22,6 +26,7 @@ from typing import NamedTuple
 import orjson
 
 from rise_batch.corpus.docmap import check_relpath, check_relpaths, checked_columns
+from rise_batch.space.safe_open import THROUGH_LINK, Below, NotADocument, copy_from, kind_of, link_from, open_path
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +34,8 @@ FILES = "files"
 MANIFEST = "manifest.jsonl"
 _DIR_MODE = 0o755  # readable by the unprivileged uid the sandbox runs as
 _FALLBACK_NOTICES: set[tuple[int, int, int]] = set()
+_REFUSAL_NOTICES: set[str] = set()  # paths already logged as refused in this process
+_MISSING = (errno.ENOENT, errno.ENOTDIR)
 
 
 class DocStore:
@@ -46,6 +53,8 @@ class DocStore:
             check_relpaths(list(relpaths.values()), f"relpaths for {self.dir}", names=list(relpaths))
         self.relpath: Mapping[str, str] = relpaths if relpaths is not None else load_docmap(self.dir)
         self._docid: dict[str, str] | None = None
+        self.docs = Below(self.corpus_dir)
+        self.docs.fd()  # a corpus/ that is itself a symlink is refused here, before any document is opened
 
     def docid(self, relpath: str) -> str | None:
         if self._docid is None:
@@ -55,6 +64,19 @@ class DocStore:
     def path(self, docid: str) -> Path | None:
         rel = self.relpath.get(docid)
         return None if rel is None else self.corpus_dir / rel
+
+    def read(self, docid: str, max_bytes: int | None = None) -> bytes | None:
+        """The document's bytes (at most max_bytes), None when it has no relpath or no file; NotADocument (one
+        line naming the path) for a link or a file that is not regular."""
+        rel = self.relpath.get(docid)
+        if rel is None:
+            return None
+        try:
+            return self.docs.read(rel, max_bytes)
+        except OSError as e:
+            if e.errno in _MISSING:
+                return None
+            raise
 
     def __len__(self) -> int:
         return len(self.relpath)
@@ -83,6 +105,7 @@ class AddResult(NamedTuple):
     new: list[str]  # docids that arrived with this call, in the order given
     present: int  # docids asked for that were already in the workspace
     missing: list[str]  # docids with no relpath in the docmap or no file on disk
+    refused: dict[str, str] = {}  # docid -> why its file is not a document ("is a FIFO (named pipe)")
 
 
 def read_manifest(ws_dir: str | Path) -> list[Arrival]:
@@ -111,8 +134,8 @@ class Workspace:
         self.calls = 0
         self.copied = 0  # files copied instead of hardlinked
         self._link_ok = True
-        self._src = f"{store.corpus_dir}/"
         self._dst = f"{self.files_dir}/"
+        self.files = Below(self.files_dir)  # what previews and `read` open: only regular files, no links
         if (self.path / MANIFEST).exists():
             self._reopen()
         else:
@@ -135,72 +158,141 @@ class Workspace:
         return self.calls - 1
 
     def add(self, docids: Iterable[str], call: int | None = None) -> AddResult:
-        """Link every docid not yet present, then append their arrivals to the manifest (one call if not given)."""
+        """Place every docid not yet present, then append their arrivals to the manifest (one call if not given).
+
+        A document whose file is missing is `missing`; one that is a link or not a regular file is `refused` (and
+        logged once, naming it). Whatever else stops the call (a full disk) comes after the manifest lines of the
+        files placed before it."""
         call = self.new_call() if call is None else call
         now = time.time()
         new: list[str] = []
         missing: list[str] = []
+        refused: dict[str, str] = {}
         present = 0
         arrivals, by_relpath, relpath_of = self.arrivals, self.by_relpath, self.store.relpath
-        src, dst, link = self._src, self._dst, os.link
+        root_fd, opener, fstat, close, is_regular = self.store.docs.fd(), open_path, os.fstat, os.close, stat.S_ISREG
+        files_fd, link = self.files.fd(), link_from
         lines: list[bytes] = []
-        # The loop runs ~3,000 times per search; it is written for speed (locals, the plain link inline).
-        for docid in docids:
-            if docid in arrivals:
-                present += 1
-                continue
-            rel = relpath_of.get(docid)
-            if rel is None:
-                missing.append(docid)
-                continue
-            try:
-                link(src + rel, dst + rel)
-            except OSError:  # new parent dir, missing file, or another file system: the careful path
-                if not self._materialize(rel):
+        # The loop runs ~3,000 times per search; it is written for speed (locals; open, fstat, link, close inline).
+        try:
+            for docid in docids:
+                if docid in arrivals:
+                    present += 1
+                    continue
+                rel = relpath_of.get(docid)
+                if rel is None:
                     missing.append(docid)
                     continue
-            seq = len(arrivals)
-            arrivals[docid] = Arrival(docid, rel, call, seq, now)
-            by_relpath[rel] = docid
-            new.append(docid)
-            lines.append(orjson.dumps({"docid": docid, "relpath": rel, "call": call, "seq": seq, "time": now}))
-        if lines:
-            with open(self.path / MANIFEST, "ab") as f:
-                f.write(b"\n".join(lines) + b"\n")
-        return AddResult(new, present, missing)
+                try:
+                    fd = opener(root_fd, rel)
+                except OSError as e:
+                    if e.errno in _MISSING:
+                        missing.append(docid)
+                    elif e.errno in (errno.ELOOP, errno.EXDEV):
+                        refused[docid] = self._refuse(rel, THROUGH_LINK)
+                    else:
+                        raise
+                    continue
+                try:
+                    st = fstat(fd)
+                    if not is_regular(st.st_mode):
+                        refused[docid] = self._refuse(rel, kind_of(st.st_mode))
+                        continue
+                    placed = False
+                    if self._link_ok:
+                        try:
+                            link(fd, st, rel, files_fd)
+                            placed = True
+                        except OSError:  # a new parent directory, another file system, the link limit
+                            pass
+                    if not placed:
+                        self._place(fd, st, rel)  # the careful path
+                finally:
+                    close(fd)
+                seq = len(arrivals)
+                arrivals[docid] = Arrival(docid, rel, call, seq, now)
+                by_relpath[rel] = docid
+                new.append(docid)
+                lines.append(orjson.dumps({"docid": docid, "relpath": rel, "call": call, "seq": seq, "time": now}))
+        finally:
+            if lines:
+                self._record(lines, new)
+        return AddResult(new, present, missing, refused)
 
-    def _materialize(self, rel: str) -> bool:
-        # Plain strings: pathlib's joins cost as much as the link syscall itself at 3,000 links per search.
-        src, dst = self._src + rel, self._dst + rel
+    def _record(self, lines: list[bytes], docids: list[str]) -> None:
+        """Append the arrivals' lines in one write; if that fails (a full disk), the manifest is cut back to its
+        last whole line and the files placed by this call are removed: no file is ever without its line."""
+        path = self.path / MANIFEST
+        data = b"\n".join(lines) + b"\n"
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            self._place(src, dst)
-        except FileExistsError:  # left by a run that died before writing its manifest line
-            pass
-        except FileNotFoundError:  # the parent directory is new, or the corpus file is missing
-            if not os.path.exists(src):
-                return False
-            self._make_parents(rel)
+            size = os.fstat(fd).st_size
             try:
-                self._place(src, dst)
-            except FileExistsError:
-                pass
-        return True
+                if os.write(fd, data) != len(data):
+                    raise OSError(errno.ENOSPC, "short write (disk full?)", str(path))
+            except OSError:
+                os.ftruncate(fd, size)
+                for docid in docids:
+                    rel = self.arrivals.pop(docid).relpath
+                    self.by_relpath.pop(rel, None)
+                    try:
+                        os.unlink(rel, dir_fd=self.files.fd())
+                    except FileNotFoundError:
+                        pass
+                raise
+        finally:
+            os.close(fd)
 
-    def _place(self, src: str, dst: str) -> None:
+    def _place(self, fd: int, st: os.stat_result, rel: str) -> None:
+        # Plain strings: pathlib's joins cost as much as the link syscall itself at 3,000 links per search.
+        for attempt in range(3):
+            try:
+                self._put(fd, st, rel)
+                return
+            except FileNotFoundError:  # the parent directory is new
+                if attempt:
+                    raise
+                self._make_parents(rel)
+            except FileExistsError:  # left by a run that died before writing its manifest line
+                if self._is_placed(rel, st):
+                    return
+                os.unlink(rel, dir_fd=self.files.fd())  # ours, not this file (a copy cut short, an older version)
+        raise FileExistsError(errno.EEXIST, "cannot place the document", self._dst + rel)
+
+    def _put(self, fd: int, st: os.stat_result, rel: str) -> None:
+        # relative to the workspace's files/ held open: no walk from / for each of ~3,000 links
         if self._link_ok:
             try:
-                os.link(src, dst)
+                link_from(fd, st, rel, self.files.fd())
                 return
             except OSError as e:
-                if e.errno not in (errno.EXDEV, errno.EPERM):
+                if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
                     raise
-                self._link_ok = False
                 self._notice(e)
-        # "xb": never open an existing name for writing, it may be a hardlink to a corpus file.
-        with open(src, "rb") as fsrc, open(dst, "xb") as fdst:
-            shutil.copyfileobj(fsrc, fdst)
-        os.chmod(dst, 0o444)
+                if e.errno != errno.EMLINK:  # at the link limit only this file is copied; the others still link
+                    self._link_ok = False
+        copy_from(fd, st, rel, self.files.fd())  # to a new name only (an existing one may be a corpus hardlink)
         self.copied += 1
+
+    def _is_placed(self, rel: str, st: os.stat_result) -> bool:
+        """Is the file at `rel` this document: its hardlink, or a whole copy (copies are made 0444 at the end)?"""
+        have = os.lstat(rel, dir_fd=self.files.fd())
+        if (have.st_ino, have.st_dev) == (st.st_ino, st.st_dev):
+            return True
+        return (
+            stat.S_ISREG(have.st_mode)
+            and stat.S_IMODE(have.st_mode) == 0o444
+            and have.st_nlink == 1
+            and have.st_size == st.st_size
+        )
+
+    def _refuse(self, rel: str, what: str) -> str:
+        """Log a refused document once per process, one line naming the path and the remedy; `what` (no host
+        path) is for the agent's listing."""
+        if rel not in _REFUSAL_NOTICES:
+            _REFUSAL_NOTICES.add(rel)
+            log.warning("%s", NotADocument(str(self.store.corpus_dir), rel, what))
+        return what
 
     def _make_parents(self, rel: str) -> None:
         d = self.files_dir
@@ -213,16 +305,25 @@ class Workspace:
                 pass
 
     def _notice(self, e: OSError) -> None:
-        why = "different file systems" if e.errno == errno.EXDEV else "the kernel refused a hardlink (not our file?)"
-        key = (os.stat(self.store.corpus_dir).st_dev, os.stat(self.files_dir).st_dev, e.errno)
-        if key not in _FALLBACK_NOTICES:
-            _FALLBACK_NOTICES.add(key)
+        key = (os.stat(self.store.corpus_dir).st_dev, os.stat(self.files_dir).st_dev, e.errno or 0)
+        if key in _FALLBACK_NOTICES:
+            return
+        _FALLBACK_NOTICES.add(key)
+        if e.errno == errno.EMLINK:
             log.warning(
-                "workspace %s: cannot hardlink from %s (%s); copying files instead (slower, and takes space)",
+                "workspace %s: %s is at its file system's hardlink limit; copying it (and any other file at the "
+                "limit) instead of linking",
                 self.path,
-                self.store.corpus_dir,
-                why,
+                f"{self.store.corpus_dir}/{e.filename}",
             )
+            return
+        why = "different file systems" if e.errno == errno.EXDEV else "the kernel refused a hardlink (not our file?)"
+        log.warning(
+            "workspace %s: cannot hardlink from %s (%s); copying files instead (slower, and takes space)",
+            self.path,
+            self.store.corpus_dir,
+            why,
+        )
 
     def __len__(self) -> int:
         return len(self.arrivals)

@@ -177,6 +177,7 @@ def test_search_starts_reading_the_previews_files_before_it_links(indexed, ws, t
     (issue 14). search_into asks the kernel for the preview files' heads before linking: a preview file dropped
     from the page cache is read back in by the prefetch alone (the test reads nothing itself)."""
     from rise_batch.space.fileview import SNIPPET_HEAD_BYTES, prefetch_heads
+    from rise_batch.space.safe_open import Below
 
     big = tmp_path / "big.txt"
     big.write_bytes(b"x" * (4 * SNIPPET_HEAD_BYTES))
@@ -186,7 +187,7 @@ def test_search_starts_reading_the_previews_files_before_it_links(indexed, ws, t
     os.close(fd)
     if _resident_pages(big) != 0:
         pytest.skip("this file system keeps dropped pages (e.g. tmpfs)")
-    prefetch_heads([str(big)])
+    prefetch_heads(Below(tmp_path), [big.name])
     deadline = time.monotonic() + 5
     while _resident_pages(big) == 0 and time.monotonic() < deadline:
         time.sleep(0.01)

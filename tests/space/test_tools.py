@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rise_batch.space import schemas
-from rise_batch.space.fileview import PathRefused, preview_of, read_numbered, resolve_inside, snippet_line
+from rise_batch.space.fileview import PathRefused, open_inside, preview_of, read_numbered, snippet_line
+from rise_batch.space.safe_open import Below
 from rise_batch.space.tools import DciTools, RiseTools, ToolSet, coerce_queries, surfaced_in
 from rise_batch.space.workspace import DocStore, Workspace
 from tests.space.conftest import TEST_LIMITS
@@ -141,10 +142,11 @@ def test_preview_of_structured_and_plain():
 def test_search_preview_snippet(docs):
     root, relpaths = docs
     first, second = list(relpaths.values())[:2]
-    line = snippet_line(root / "corpus" / first)
+    docs = Below(root / "corpus")
+    line = snippet_line(docs, first)
     assert line.startswith("Anarchism | L9–12: Overview — What the term means | L13–294: History — ")
     assert len(line.split(" | L13–294: History — ", 1)[1]) > 10  # an empty proposal is described from its lines
-    assert snippet_line(root / "corpus" / second).startswith("Autism | Autism is a neurodevelopmental disorder")
+    assert snippet_line(docs, second).startswith("Autism | Autism is a neurodevelopmental disorder")
 
 
 def test_dci_tools_see_the_whole_corpus_read_only(docs, bwrap_ok, ws_root):
@@ -185,18 +187,23 @@ def test_bash_rejects_unrunnable_commands(rise):
 @given(
     path=st.lists(st.sampled_from([*"ab./~\\:\x00 ", "..", "en.wikipedia.org", "escdir", "Anarchism.txt"])).map("".join)
 )
-def test_resolve_inside_never_leaves_the_root(docs, path):
+def test_open_inside_never_leaves_the_root(docs, path):
     root, _ = docs
     files = root / "corpus"
     link = files / "escdir"
     if not link.is_symlink():
         link.symlink_to("/")
     try:
-        real, rel = resolve_inside(files, path)
+        fd, rel = open_inside(Below(files), path)
     except PathRefused:
         return
-    assert os.path.commonpath([os.path.realpath(files), str(real)]) == os.path.realpath(files)
-    assert real.is_file() and not rel.startswith("/") and ".." not in rel.split("/")
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+        assert os.path.commonpath([os.path.realpath(files), real]) == os.path.realpath(files)
+        assert os.path.isfile(real) and not os.path.islink(files / rel) and not rel.startswith("/")
+        assert ".." not in rel.split("/") and not rel.startswith("escdir")
+    finally:
+        os.close(fd)
 
 
 def test_bash_result_times_the_sandbox_apart_from_the_command(rise):
