@@ -252,8 +252,9 @@ class ObjectPath:
         """Nothing to do: a prefix exists once an object is written under it."""
 
     def write_bytes(self, data: bytes) -> None:
-        """`data` as the whole object, in one PUT: it appears whole or not at all."""
-        with self.fs.open_output_stream(self.path) as f:
+        """`data` as the whole object, in one PUT: it appears whole or not at all. Stored as given (pyarrow would
+        gzip a `.gz` name's bytes again by default)."""
+        with self.fs.open_output_stream(self.path, compression=None) as f:
             f.write(data)
 
     def write_text(self, text: str, encoding: str = "utf-8") -> None:
