@@ -304,3 +304,54 @@ def move(src: AnyPath, dest: AnyPath) -> None:
         return
     dest.write_bytes(src.read_bytes())
     src.unlink()
+
+
+def publish_tree(local: Path, dest: ObjectPath, last: str) -> None:
+    """A finished local directory as the objects under `dest`, `last` (its done marker, e.g. meta.json) written
+    last, so a reader that finds `last` finds every other file. What `dest` held before is removed first, marker
+    first: an interrupted publish leaves no marker, hence nothing a reader would take for whole."""
+    old = dest.list(recursive=True)
+    for obj, _ in sorted(old, key=lambda o: o[0].name != last):
+        obj.unlink(missing_ok=True)
+    files = sorted((f for f in local.rglob("*") if f.is_file()), key=lambda f: f.relative_to(local).as_posix() == last)
+    for f in files:
+        (dest / f.relative_to(local).as_posix()).upload(f)
+
+
+def fetch_tree(src: ObjectPath, cache_root: Path, marker: str) -> Path:
+    """A verified local copy of the objects under `src` (e.g. an index to memory-map), made once per listing.
+
+    Kept under `cache_root/<digest of the URI and the objects' names and sizes>/`: the copy goes to a temporary
+    sibling, each file is checked against its listed size, and only then is it renamed into place, so a partial
+    copy is never used and a changed source gets a new copy. `marker` must be among the objects (the source is
+    whole only then)."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    listing = [(str(o.relative_to(src)), n) for o, n in src.list(recursive=True)]
+    if marker not in {name for name, _ in listing}:
+        raise FileNotFoundError(f"{src}: no {marker} (not written, or not finished)")
+    key = hashlib.sha256(repr((str(src), listing)).encode()).hexdigest()[:20]
+    dest = cache_root / key
+    if dest.is_dir():
+        return dest
+    cache_root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache_root))
+    try:
+        import pyarrow.fs as pafs
+
+        for name, size in listing:
+            target = tmp / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            pafs.copy_files((src / name).path, str(target), src.fs, pafs.LocalFileSystem())
+            if target.stat().st_size != size:
+                raise OSError(f"{src / name}: copied {target.stat().st_size} bytes of {size}")
+        try:
+            tmp.rename(dest)
+        except OSError:  # another process finished the same copy first: use theirs
+            if not dest.is_dir():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
