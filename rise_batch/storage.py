@@ -306,6 +306,18 @@ def move(src: AnyPath, dest: AnyPath) -> None:
     src.unlink()
 
 
+def staging_path(obj: ObjectPath) -> Path:
+    """Where this machine keeps a local stand-in for `obj` (a log appended to, a journal, workspaces): under the
+    temp dir, keyed by the object's URI, so a resume on the same machine finds it again."""
+    import hashlib
+    import tempfile
+
+    key = hashlib.sha256(str(obj.parent).encode()).hexdigest()[:16]
+    where = Path(tempfile.gettempdir()) / "rise-batch-staging" / key
+    where.mkdir(parents=True, exist_ok=True)
+    return where / obj.name
+
+
 def publish_tree(local: Path, dest: ObjectPath, last: str) -> None:
     """A finished local directory as the objects under `dest`, `last` (its done marker, e.g. meta.json) written
     last, so a reader that finds `last` finds every other file. What `dest` held before is removed first, marker
@@ -338,6 +350,7 @@ def fetch_tree(src: ObjectPath, cache_root: Path, marker: str) -> Path:
         return dest
     cache_root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache_root))
+    tmp.chmod(0o755)  # a copy others may read (mkdtemp makes it private)
     try:
         import pyarrow.fs as pafs
 

@@ -15,13 +15,12 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import get_type_hints
 
 from rise_batch.io import read_json, write_json_atomic, write_parquet_atomic, write_text_atomic
-from rise_batch.storage import AnyPath, ObjectPath, arrow_source, location, open_binary
+from rise_batch.storage import AnyPath, ObjectPath, arrow_source, location, open_binary, staging_path
 from rise_batch.types import DocResult
 
 _PART = re.compile(r"shard-(\d+)\.part-(\d+)\.parquet$")
@@ -143,10 +142,7 @@ class CheckpointStore:
         machine's disk (under the temp dir, keyed by OUT), so a resume on the same machine still counts the replies
         a kill made it buy again; a resume elsewhere counts only what the parts and markers record."""
         if isinstance(self.root, ObjectPath):
-            key = hashlib.sha256(str(self.root).encode()).hexdigest()[:16]
-            local = Path(tempfile.gettempdir()) / "rise-batch-journals" / key
-            local.mkdir(parents=True, exist_ok=True)
-            return local / f"shard-{shard_id:06d}.replies.jsonl"
+            return staging_path(self.parts_dir / f"shard-{shard_id:06d}.replies.jsonl")
         return self.parts_dir / f"shard-{shard_id:06d}.replies.jsonl"
 
     def open_journal(self, shard_id: int) -> int:
