@@ -306,6 +306,14 @@ def move(src: AnyPath, dest: AnyPath) -> None:
     src.unlink()
 
 
+def cache_root() -> Path:
+    """Where local copies of objects that must be POSIX trees live (an index to memory-map, a docs tree):
+    $RISE_BATCH_CACHE, default <tmp>/rise-batch-cache."""
+    import tempfile
+
+    return Path(os.environ.get("RISE_BATCH_CACHE") or Path(tempfile.gettempdir()) / "rise-batch-cache")
+
+
 def staging_path(obj: ObjectPath) -> Path:
     """Where this machine keeps a local stand-in for `obj` (a log appended to, a journal, workspaces): under the
     temp dir, keyed by the object's URI, so a resume on the same machine finds it again."""

@@ -3,7 +3,8 @@
 The agent's workspace hardlinks documents, `rg` reads files and the index is memory-mapped: all three need a POSIX
 tree on the disk the workspaces are on. A `--docs` in object storage is a `structure` OUT there, which holds the
 checkpoint but no file per document, so its tree is materialized from the checkpoint and the corpus; an index is
-copied. Both go to a cache directory (`$RISE_BATCH_CACHE`, default `<tmp>/rise-batch-cache`), keyed by what they
+copied (index.retriever.local_index). Both go to a cache directory (storage.cache_root: `$RISE_BATCH_CACHE`,
+default `<tmp>/rise-batch-cache`), keyed by what they
 were made from, built in a temporary sibling and renamed into place only when complete and verified, and reused
 by later runs. This is the simple, per-machine form: every Ray worker of the run must see the same cache path (one
 machine, or a cache on shared storage); per-node caches are a separate step.
@@ -13,23 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from rise_batch.storage import ObjectPath, fetch_tree, location
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("RISE_BATCH_CACHE") or Path(tempfile.gettempdir()) / "rise-batch-cache")
-
-
-def local_index(uri: str) -> str:
-    """A verified local copy of an index in object storage (meta.json, written last, must be there)."""
-    from rise_batch.index.build import META_FILE
-
-    return str(fetch_tree(location(uri), cache_root() / "index", META_FILE))
+from rise_batch.storage import ObjectPath, cache_root, location
 
 
 def local_docs(uri: str) -> str:
@@ -80,7 +69,9 @@ def localize(cfg):
     """`cfg` (a RunConfig) with its object-storage index and docs replaced by local copies."""
     changes = {}
     if cfg.index and isinstance(location(cfg.index), ObjectPath):
-        changes["index"] = local_index(cfg.index)
+        from rise_batch.index.retriever import local_index
+
+        changes["index"] = str(local_index(cfg.index))
     for key in ("docs", "original_docs"):
         value = getattr(cfg, key)
         if value and isinstance(location(value), ObjectPath):

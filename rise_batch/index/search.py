@@ -155,5 +155,8 @@ def _serial_numba_retrieve(scores: dict, ids: list[list[int]], k: int):
 
 
 def load_index(index_dir: str | Path, **kw) -> BM25Index:
-    """Open an index built by `build_index` (arrays memory-mapped; numba compiled or loaded from its cache)."""
-    return BM25Index(index_dir, **kw)
+    """Open an index built by `build_index` (arrays memory-mapped; numba compiled or loaded from its cache); one in
+    object storage from a verified local copy."""
+    from rise_batch.index.retriever import local_index
+
+    return BM25Index(local_index(index_dir), **kw)
