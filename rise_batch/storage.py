@@ -63,6 +63,14 @@ def redact(s: str | os.PathLike | ObjectPath) -> str:
     return f"{parts.scheme}://{host}{parts.path}"
 
 
+_URI_IN_TEXT = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)(?:[^/@\s'\"]*@)?([^\s'\"?]*)(?:\?[^\s'\"]*[^\s'\":;,.)])?")
+
+
+def redact_text(text: str) -> str:
+    """`text` (an error message, a summary line) with every URI in it redacted as `redact` does."""
+    return _URI_IN_TEXT.sub(lambda m: m.group(1) + m.group(2), text)
+
+
 def location(s: str | os.PathLike | ObjectPath) -> Path | ObjectPath:
     """The Path or ObjectPath `s` names; `file://` URIs are paths."""
     if isinstance(s, (Path, ObjectPath)):
@@ -81,6 +89,18 @@ def location(s: str | os.PathLike | ObjectPath) -> Path | ObjectPath:
             _OPTIONS[base] = (user, parts.query)
         user, query = _OPTIONS.get(base, ("", ""))
     return ObjectPath(scheme, _filesystem(scheme, host, user, query), f"{host}{parts.path}")
+
+
+def known_options() -> dict[str, tuple[str, str]]:
+    """The URI options (user-info, query) this process was given, per bucket: what a worker process needs to
+    resolve the credential-free names a shard spec carries (`remember_options` there). In memory only."""
+    with _LOCK:
+        return dict(_OPTIONS)
+
+
+def remember_options(options: dict[str, tuple[str, str]] | None) -> None:
+    with _LOCK:
+        _OPTIONS.update(options or {})
 
 
 def _options_tail(scheme: str, host: str) -> tuple[str, str]:

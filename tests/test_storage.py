@@ -64,3 +64,11 @@ def test_fsspec_filesystem_for_schemes_pyarrow_lacks():
     root = location("memory://rise-storage-test/d")
     write_text_atomic(root / "f.txt", "abc")
     assert (root / "f.txt").read_text() == "abc" and [p.name for p in root.glob("*")] == ["f.txt"]
+
+
+def test_messages_are_redacted():
+    from rise_batch.storage import redact_text
+
+    msg = "s3://AK:SECRET@bkt/run?endpoint_override=h:1&scheme=http: corpus path does not exist; see 'gs://a:b@x/y'."
+    assert redact_text(msg) == "s3://bkt/run: corpus path does not exist; see 'gs://x/y'."
+    assert redact_text("http://127.0.0.1:8000/v1 and runs/out") == "http://127.0.0.1:8000/v1 and runs/out"

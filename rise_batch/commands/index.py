@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     from rise_batch.index import build_index
-    from rise_batch.storage import is_local_path
+    from rise_batch.storage import is_local_path, redact
 
     runner = None
     if args.ray or args.ray_address:
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     c = meta.counts
     print(
         f"index docs={c['n_docs']} terms={c['n_terms']} postings={c['n_postings']} "
-        f"bad_rows={meta.corpus['n_bad_rows']} seconds={time.perf_counter() - t0:.1f} out={args.out}"
+        f"bad_rows={meta.corpus['n_bad_rows']} seconds={time.perf_counter() - t0:.1f} out={redact(args.out)}"
     )
     if args.retriever == "hybrid":
         dense_part(args)

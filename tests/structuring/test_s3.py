@@ -117,3 +117,29 @@ def test_sigkill_mid_structure_on_s3_then_resume_equals_uninterrupted(tmp_path, 
     assert rows_of(out) == rows_of(tmp_path / "ref")
     stats = json.loads((out / "stats.json").read_text())
     assert stats["docs_total"] == N_DOCS
+
+
+def test_credentials_in_the_uri_reach_no_output_log_or_message(tmp_path, s3):
+    """Keys given in the URI (pyarrow's s3://KEY:SECRET@bucket/…?endpoint_override=…), none in the environment:
+    the job runs, and the secret is in no line it prints, no object it writes, no message of a failure."""
+    root = upload_corpus(s3, tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | {"OPENAI_API_KEY": ""}
+    secret = s3.env["AWS_SECRET_ACCESS_KEY"]
+    auth = f"{s3.env['AWS_ACCESS_KEY_ID']}:{secret}"
+    opts = f"?endpoint_override={s3.endpoint.removeprefix('http://')}&scheme=http"
+    base = str(root).replace("s3://", f"s3://{auth}@")
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "rise_batch.cli", *args], capture_output=True, text=True,
+                              timeout=600, env=env)  # fmt: skip
+
+    ok = run("structure", "--corpus", f"{base}/c.jsonl{opts}", "--out", f"{base}/out{opts}", "--shard-docs", "20",
+             "--index", "--workers", "2", "--no-progress")  # fmt: skip
+    assert ok.returncode == 0, ok.stderr[-3000:].replace(secret, "<SECRET>")
+    assert f"out={root}/out" in ok.stdout
+    bad = run("structure", "--corpus", f"{base}/nope.jsonl{opts}", "--out", f"{base}/out2{opts}")
+    assert bad.returncode == 2 and f"{root}/nope.jsonl: corpus path does not exist" in bad.stderr
+    for text in (ok.stdout, ok.stderr, bad.stdout, bad.stderr):
+        assert secret not in text
+    objects = (root / "out").list(recursive=True)
+    assert len(objects) > 10 and not [p for p, _ in objects if secret.encode() in p.read_bytes()]
