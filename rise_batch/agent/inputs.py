@@ -69,7 +69,7 @@ def localize(cfg):
     """`cfg` (a RunConfig) with its object-storage index and docs replaced by local copies."""
     changes = {}
     if cfg.index and isinstance(location(cfg.index), ObjectPath):
-        from rise_batch.index.retriever import local_index
+        from rise_batch.index.search import local_index
 
         changes["index"] = str(local_index(cfg.index))
     for key in ("docs", "original_docs"):

@@ -65,18 +65,6 @@ def parse_retriever(text: str | RetrieverSpec | None) -> RetrieverSpec:
     return RetrieverSpec("hybrid", "weighted", weight=number)
 
 
-def local_index(index_dir: str | Path) -> str | Path:
-    """`index_dir` itself on a POSIX path; for an index in object storage, a verified local copy of it (memory-mapped
-    arrays need a file), made once under storage.cache_root() and reused while the objects are unchanged."""
-    from rise_batch.index.build import META_FILE
-    from rise_batch.storage import ObjectPath, cache_root, fetch_tree, location
-
-    loc = location(index_dir)
-    if not isinstance(loc, ObjectPath):
-        return index_dir
-    return str(fetch_tree(loc, cache_root() / "index", META_FILE))
-
-
 def parts_present(index_dir: str | Path) -> list[str]:
     """Which retriever parts an index directory holds ("bm25", "dense")."""
     d = Path(index_dir)
@@ -98,6 +86,8 @@ def open_retriever(
 ) -> Any:
     """Open `retriever` over `index_dir`; `embedder` (dense, hybrid) must match the recorded model when given. An
     index in object storage is opened from a verified local copy (`local_index`)."""
+    from rise_batch.index.search import local_index
+
     index_dir = local_index(index_dir)
     spec = parse_retriever(retriever)
     have = parts_present(index_dir)

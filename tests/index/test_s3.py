@@ -8,7 +8,8 @@ import json
 import pytest
 
 from rise_batch.cli import main
-from rise_batch.index.retriever import local_index, open_retriever
+from rise_batch.index.retriever import open_retriever
+from rise_batch.index.search import local_index
 from rise_batch.storage import location
 from tests.conftest import sample_rows
 
