@@ -28,6 +28,7 @@ import io
 import os
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
@@ -366,20 +367,13 @@ def fetch_tree(src: ObjectPath, cache_root: Path, marker: str) -> Path:
     copy is never used and a changed source gets a new copy. `marker` must be among the objects (the source is
     whole only then)."""
     import hashlib
-    import shutil
-    import tempfile
 
     listing = [(str(o.relative_to(src)), n) for o, n in src.list(recursive=True)]
     if marker not in {name for name, _ in listing}:
         raise FileNotFoundError(f"{src}: no {marker} (not written, or not finished)")
     key = hashlib.sha256(repr((str(src), listing)).encode()).hexdigest()[:20]
-    dest = cache_root / key
-    if dest.is_dir():
-        return dest
-    cache_root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=cache_root))
-    tmp.chmod(0o755)  # a copy others may read (mkdtemp makes it private)
-    try:
+
+    def fill(tmp: Path) -> None:
         import pyarrow.fs as pafs
 
         for name, size in listing:
@@ -388,9 +382,27 @@ def fetch_tree(src: ObjectPath, cache_root: Path, marker: str) -> Path:
             pafs.copy_files((src / name).path, str(target), src.fs, pafs.LocalFileSystem())
             if target.stat().st_size != size:
                 raise OSError(f"{src / name}: copied {target.stat().st_size} bytes of {size}")
+
+    return build_once(cache_root, key, fill)
+
+
+def build_once(root: Path, key: str, fill: Callable[[Path], None]) -> Path:
+    """`root/key`, made by `fill(tmp)` in a temporary sibling renamed into place only when `fill` returned, so a
+    partial copy is never used; an existing one is reused (another process that finished first wins)."""
+    import shutil
+    import tempfile
+
+    dest = root / key
+    if dest.is_dir():
+        return dest
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+    tmp.chmod(0o755)  # readable by others, e.g. the sandbox's uid (mkdtemp makes it private)
+    try:
+        fill(tmp)
         try:
             tmp.rename(dest)
-        except OSError:  # another process finished the same copy first: use theirs
+        except OSError:
             if not dest.is_dir():
                 raise
     finally:

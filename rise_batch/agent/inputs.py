@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import shutil
-import tempfile
 from pathlib import Path
 
-from rise_batch.storage import ObjectPath, cache_root, location
+from rise_batch.storage import ObjectPath, build_once, cache_root, location
 
 
 def local_docs(uri: str) -> str:
@@ -38,15 +36,9 @@ def local_docs(uri: str) -> str:
     shards = shards_from_json(manifest["shards"])
     listing = [(str(p.relative_to(out)), n) for sub in ("checkpoint", "stats") for p, n in (out / sub).list()]
     key = hashlib.sha256(repr((str(out), manifest["run_hash"], listing)).encode()).hexdigest()[:20]
-    root = cache_root() / "docs"
-    dest = root / key
-    if dest.is_dir():
-        return str(dest)
     require_intact(out, shards)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
-    tmp.chmod(0o755)  # the sandbox reads hardlinks of these files as an unprivileged uid
-    try:
+
+    def fill(tmp: Path) -> None:
         n = sum(materialize_shard(out, s, manifest["config"]["max_doc_chars"], dest=tmp / "corpus") for s in shards)
         if n != manifest["n_docs"]:
             raise ConfigError(
@@ -55,14 +47,8 @@ def local_docs(uri: str) -> str:
             )
         for name in ("docmap.parquet", MANIFEST):
             (tmp / name).write_bytes((out / name).read_bytes())
-        try:
-            tmp.rename(dest)
-        except OSError:  # another run finished the same copy first: use theirs
-            if not dest.is_dir():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return str(dest)
+
+    return str(build_once(cache_root() / "docs", key, fill))
 
 
 def localize(cfg):
