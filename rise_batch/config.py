@@ -287,7 +287,15 @@ def load_structure_config(path: str | Path | None = None, **overrides: Any) -> S
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)
+    """The config as it is recorded (manifests, run.json): storage URIs without their credentials or options."""
+    from rise_batch.storage import is_uri, redact
+
+    def clean(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        return redact(v) if isinstance(v, str) and is_uri(v) else v
+
+    return clean(dataclasses.asdict(cfg))
 
 
 def config_from_dict(data: dict[str, Any]) -> StructureConfig:

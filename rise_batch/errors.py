@@ -84,12 +84,14 @@ def run_main(
         code = exit_code_for(e)
         if code is None:
             raise
+        from rise_batch.storage import redact_text  # a URI's credentials never reach a message
+
         if isinstance(e, CleanExit):
-            print(f"{name}: {e}", file=sys.stderr)
+            print(f"{name}: {redact_text(str(e))}", file=sys.stderr)
         elif isinstance(e, KeyboardInterrupt):
             print(f"{program or name}: interrupted; re-run the same command to resume", file=sys.stderr)
         else:
-            print(f"{name}: error: {e}", file=sys.stderr)
+            print(f"{name}: error: {redact_text(str(e))}", file=sys.stderr)
         return code
     finally:
         if not ok:

@@ -11,7 +11,8 @@ Serialization stays with the caller's format: job files (manifest, stats, batche
 (`dump_json`), run-directory files keep their non-ASCII text readable (`write_json_atomic`'s defaults), done markers
 are one sorted line. The bytes each file has always had are part of the outputs' contract.
 
-Pure stdlib at import; pyarrow is imported only by `write_parquet_atomic`.
+Pure stdlib at import (and `storage`, which is too); pyarrow is imported only by `write_parquet_atomic` and for
+object storage (`storage.ObjectPath`), whose files are written once under their final name instead.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from rise_batch.storage import ObjectPath, location
 
 
 def temporary_path(path: Path) -> Path:
@@ -40,18 +43,22 @@ def _write_via(path: Path, write: Callable[[Path], object]) -> None:
         raise
 
 
-def write_bytes_atomic(path: str | Path, data: bytes) -> None:
-    """`data` as the whole content of `path`, appearing at once."""
-    _write_via(Path(path), lambda tmp: tmp.write_bytes(data))
+def write_bytes_atomic(path: str | Path | ObjectPath, data: bytes) -> None:
+    """`data` as the whole content of `path`, appearing at once (object storage: one PUT under the final name)."""
+    loc = location(path)
+    if isinstance(loc, ObjectPath):
+        loc.write_bytes(data)
+        return
+    _write_via(loc, lambda tmp: tmp.write_bytes(data))
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
+def write_text_atomic(path: str | Path | ObjectPath, text: str) -> None:
     """`text` as UTF-8, byte for byte (no newline translation: a document's `\\r\\n` stays `\\r\\n`)."""
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def write_json_atomic(
-    path: str | Path,
+    path: str | Path | ObjectPath,
     obj: Any,
     *,
     indent: int | None = 1,
@@ -61,36 +68,52 @@ def write_json_atomic(
 ) -> None:
     """JSON into `path`, creating its directory. The defaults are the run directory's format (run.json,
     trajectories, judgments, reports): one-space indent, text kept readable; other files pass their own."""
-    path = Path(path)
+    path = location(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(obj, indent=indent, sort_keys=sort_keys, ensure_ascii=ensure_ascii, default=default)
     write_text_atomic(path, text)
 
 
-def dump_json(obj: object, path: str | Path) -> None:
+def dump_json(obj: object, path: str | Path | ObjectPath) -> None:
     """A job file (manifest.json, stats.json, batches.json): indented, sorted, anything else as str()."""
     write_json_atomic(path, obj, indent=2, sort_keys=True, ensure_ascii=True, default=str)
 
 
-def read_json(path: str | Path) -> Any:
+def read_json(path: str | Path | ObjectPath) -> Any:
     """The counterpart of the writers above (UTF-8 whatever the locale)."""
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    return json.loads(location(path).read_text(encoding="utf-8"))
 
 
-def write_parquet_atomic(path: str | Path, table: Any) -> None:
-    """A pyarrow Table as a Parquet file (pyarrow's default writer settings), appearing at once."""
+def write_parquet_atomic(path: str | Path | ObjectPath, table: Any) -> None:
+    """A pyarrow Table as a Parquet file (pyarrow's default writer settings), appearing at once. In object storage
+    the file is made in memory first and put in one PUT: a failed write never leaves a short object."""
     import pyarrow.parquet as pq
 
-    _write_via(Path(path), lambda tmp: pq.write_table(table, tmp))
+    loc = location(path)
+    if isinstance(loc, ObjectPath):
+        import pyarrow as pa
+
+        buf = pa.BufferOutputStream()
+        pq.write_table(table, buf)
+        loc.write_bytes(buf.getvalue().to_pybytes())
+        return
+    _write_via(loc, lambda tmp: pq.write_table(table, tmp))
 
 
-def supersede(out: str | Path, names: Iterable[str]) -> Path:
+def supersede(out: str | Path | ObjectPath, names: Iterable[str]) -> Path | ObjectPath:
     """Move a run's outputs `names` (those present) under `out/superseded-<time>/` and return that directory.
 
     A new run in an old run's directory keeps the old outputs instead of deleting them: they were paid for.
     """
-    out = Path(out)
+    out = location(out)
     dest = out / f"superseded-{time.strftime('%Y%m%d-%H%M%S')}"
+    if isinstance(out, ObjectPath):  # no rename: each object copied under the new prefix, then deleted
+        from rise_batch.storage import move
+
+        for name in names:
+            for obj, _ in [(out / name, 0)] if (out / name).is_file() else (out / name).list(recursive=True):
+                move(obj, dest / str(obj.relative_to(out)))
+        return dest
     dest.mkdir()
     for name in names:
         if (out / name).exists():
@@ -101,11 +124,13 @@ def supersede(out: str | Path, names: Iterable[str]) -> Path:
 _CREATED: list[Path] = []  # output directories make_output_dir created in this process (see remove_unused_outputs)
 
 
-def make_output_dir(path: str | Path) -> Path:
+def make_output_dir(path: str | Path | ObjectPath) -> Path | ObjectPath:
     """`mkdir -p` for a command's output directory, remembering the topmost directory it creates, so that a command
     that fails before writing anything removes it again (`errors.run_main`): a typo then leaves no empty directory
-    that looks like a run to resume."""
-    p = Path(path)
+    that looks like a run to resume. Object storage has no directories: nothing to make or remove."""
+    p = location(path)
+    if isinstance(p, ObjectPath):
+        return p
     top = None
     for d in (p, *p.parents):
         if d.exists():

@@ -78,3 +78,28 @@ def two_nodes():
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """A real S3 server (SeaweedFS, tests/s3.py) for the session, its credentials and endpoint in this process's
+    environment (as a user exports them; subprocesses and Ray workers inherit them) while it runs."""
+    import os
+
+    from tests.s3 import S3Server, can_run
+
+    why = can_run()
+    if why:
+        pytest.skip(why)
+    server = S3Server()
+    saved = {k: os.environ.get(k) for k in server.env}
+    os.environ.update(server.env)
+    try:
+        yield server
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()

@@ -16,16 +16,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from rise_batch.agent.inputs import localize
 from rise_batch.agent.run_config import RunConfig, config_hash
-from rise_batch.agent.runner import EVENTS, TRAJECTORIES, finished, trajectory_path
+from rise_batch.agent.runner import EVENT_PARTS, EVENTS, TRAJECTORIES, finished, trajectory_path
 from rise_batch.agent.systems import ORIGINAL, get_system
 from rise_batch.config import ConfigError, config_to_dict
 from rise_batch.io import make_output_dir, read_json, supersede, write_json_atomic
 from rise_batch.prompts import load_prompt
 from rise_batch.queries import Query, gold_label, read_queries, select_gold
+from rise_batch.storage import AnyPath, location
 
 RUN_JSON = "run.json"
-SUPERSEDED = (RUN_JSON, TRAJECTORIES, "judgments", EVENTS)
+SUPERSEDED = (RUN_JSON, TRAJECTORIES, "judgments", EVENTS, EVENT_PARTS)
 
 
 class RunPlan(NamedTuple):
@@ -38,7 +40,7 @@ class RunPlan(NamedTuple):
 def prepare_run(cfg: RunConfig) -> RunPlan:
     system = get_system(cfg.system)
     ch = config_hash(cfg, load_prompt(system.prompt))
-    out = Path(cfg.out)
+    out = location(cfg.out)
     make_output_dir(out)  # removed again if the run fails before writing into it (errors.run_main)
     meta_path = out / RUN_JSON
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -56,6 +58,8 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
         else:
             dest = supersede(out, SUPERSEDED)
             print(f"rise-batch run: previous run moved to {dest}", file=sys.stderr)
+    recorded = cfg  # run.json records the locations given, not this machine's copies of them
+    cfg = localize(cfg)  # an index or docs in object storage: a verified local copy (agent/inputs.py)
     if not Path(cfg.docs).is_dir():
         raise ConfigError(f"docs directory {cfg.docs} does not exist")
     if system.uses_index and cfg.index:
@@ -75,7 +79,7 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
         {
             "system": cfg.system,
             "model": cfg.llm.model,
-            "config": config_to_dict(cfg),
+            "config": config_to_dict(dataclasses.replace(cfg, index=recorded.index, docs=recorded.docs)),
             "config_hash": ch,
             "queries": str(cfg.queries),
             "gold": gold_label(cfg.gold, cfg.qrels),
@@ -92,7 +96,7 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
     return RunPlan(cfg, ch, queries, pending)
 
 
-def refresh_gold(out: Path, done: list[Query]) -> int:
+def refresh_gold(out: AnyPath, done: list[Query]) -> int:
     """Give finished trajectories this run's gold; returns how many changed. The agent never sees the gold, so a
     resume with another --gold, --qrels or corrected query file changes only that field, and gold_R in every
     trajectory means the gold asked for, not a mix of two choices."""

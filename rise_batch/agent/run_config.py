@@ -124,7 +124,14 @@ class RunConfig:
 
     @property
     def workspace_dir(self) -> Path:
-        return Path(self.workspace_root) if self.workspace_root else Path(self.out) / "workspaces"
+        """--workspace-root, else RUN_DIR/workspaces; a run directory in object storage keeps its workspaces
+        (hardlinked POSIX trees) on this machine's disk."""
+        from rise_batch.storage import ObjectPath, location, staging_path
+
+        if self.workspace_root:
+            return Path(self.workspace_root)
+        out = location(self.out)
+        return staging_path(out / "workspaces") if isinstance(out, ObjectPath) else out / "workspaces"
 
 
 def config_hash(cfg: RunConfig, prompt_text: str) -> str:

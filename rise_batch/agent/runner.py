@@ -15,7 +15,6 @@ import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -29,16 +28,19 @@ from rise_batch.prompts import load_prompt
 from rise_batch.queries import Query
 from rise_batch.space.sandbox import SandboxLimits
 from rise_batch.space.workspace import DocStore
+from rise_batch.storage import AnyPath, ObjectPath, location, staging_path
 
 WORKER_SLACK_S = 5.0  # the worker-side deadline: budget + this, in case the loop's own checks are stuck
 TRAJECTORIES, EVENTS = "trajectories", "events.jsonl"
+EVENT_PARTS = "events"  # in object storage: one object of events per process that logged (see EventLog)
 
 
-def trajectory_path(run_dir: str | Path, query_id: str) -> Path:
-    return Path(run_dir) / TRAJECTORIES / f"{safe_name(query_id)}.json"
+def trajectory_path(run_dir: str | AnyPath, query_id: str) -> AnyPath:
+    """RUN_DIR/trajectories/<query>.json, on a POSIX path or in object storage (written once, whole)."""
+    return location(run_dir) / TRAJECTORIES / f"{safe_name(query_id)}.json"
 
 
-def finished(run_dir: str | Path, query_id: str, config_hash: str) -> bool:
+def finished(run_dir: str | AnyPath, query_id: str, config_hash: str) -> bool:
     """Does this query already have a trajectory written under this config hash?"""
     path = trajectory_path(run_dir, query_id)
     try:
@@ -48,10 +50,24 @@ def finished(run_dir: str | Path, query_id: str, config_hash: str) -> bool:
 
 
 class EventLog:
-    """RUN_DIR/events.jsonl: one JSON line per event, appended with a single write (safe across processes)."""
+    """RUN_DIR/events.jsonl: one JSON line per event, appended with a single write (safe across processes).
 
-    def __init__(self, path: Path) -> None:
+    Object storage cannot be appended to, and the driver and each worker (on any node) log: there each process
+    keeps its lines in a local file and puts them whole, when it closes its log, as its own object
+    RUN_DIR/events/<host>-<pid>-<id>.jsonl (EVENT_PARTS), so no writer replaces another's lines. A killed process's
+    lines are lost there, never a trajectory."""
+
+    def __init__(self, path: AnyPath) -> None:
+        self.remote: ObjectPath | None = None
+        if isinstance(path, ObjectPath):
+            import socket
+            import uuid
+
+            name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
+            self.remote = path.parent / EVENT_PARTS / name
+            path = staging_path(self.remote)
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.local = path
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, event: dict[str, Any]) -> None:
@@ -59,6 +75,9 @@ class EventLog:
 
     def close(self) -> None:
         os.close(self.fd)
+        if self.remote is not None:
+            self.remote.upload(self.local)
+            self.local.unlink(missing_ok=True)
 
 
 def system_docs(cfg: RunConfig) -> str:
@@ -76,7 +95,7 @@ class WorkerContext:
         self.system = get_system(cfg.system)
         self.prompt_text = load_prompt(self.system.prompt)
         self.budget = cfg.budget()
-        self.run_dir = Path(cfg.out)
+        self.run_dir = location(cfg.out)
         self.store = DocStore(system_docs(cfg))
         self.client = client_from_config(cfg.llm, limiter=limiter, api=cfg.api)  # api: a transport wrapper
         self.params: dict[str, Any] = {}

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from rise_batch.agent.run_config import RunConfig
@@ -30,6 +29,7 @@ from rise_batch.agent.runner import (
 )
 from rise_batch.io import read_json, write_json_atomic
 from rise_batch.queries import Query
+from rise_batch.storage import location
 
 STUCK_WHY = "stuck past its trajectories' wall-clock budget"
 
@@ -70,7 +70,7 @@ class TrajectoryOutcomes:
     @property
     def events(self) -> EventLog:
         if self._events is None:
-            self._events = EventLog(Path(self.cfg.out) / EVENTS)
+            self._events = EventLog(location(self.cfg.out) / EVENTS)
         return self._events
 
     def services(self, kind: str) -> tuple[dict[str, Any], Any]:

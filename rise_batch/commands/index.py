@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     from rise_batch.index import build_index
+    from rise_batch.storage import is_local_path, redact
 
     runner = None
     if args.ray or args.ray_address:
@@ -63,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
 
         raise ConfigError(f"--gpus must be a finite number >= 0, got {args.gpus}")
     t0 = time.perf_counter()
+    if args.retriever != "bm25" and not is_local_path(args.out):
+        raise ValueError(f"--out {args.out}: a {args.retriever} index is written to a local directory only for now")
     if args.retriever == "dense":
         return build_dense_only(args)
     if args.retriever == "hybrid":
@@ -84,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     c = meta.counts
     print(
         f"index docs={c['n_docs']} terms={c['n_terms']} postings={c['n_postings']} "
-        f"bad_rows={meta.corpus['n_bad_rows']} seconds={time.perf_counter() - t0:.1f} out={args.out}"
+        f"bad_rows={meta.corpus['n_bad_rows']} seconds={time.perf_counter() - t0:.1f} out={redact(args.out)}"
     )
     if args.retriever == "hybrid":
         dense_part(args)

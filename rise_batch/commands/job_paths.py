@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rise_batch.errors import ConfigError
+from rise_batch.storage import is_uri
 
 OUTPUT_KEYS = frozenset({"out", "workspace_root"})
 INPUT_KEYS = frozenset({"corpus", "queries", "qrels", "docs", "original_docs", "index", "prices_file", "tier"})
@@ -67,6 +68,8 @@ def anchor_paths(cfg: Any, base: str | None, section: str) -> Any:
 
     def fix(key: str, value: str, where: str) -> str:
         if key == "tier" and ">=" in value:  # a rule such as chars>=2000, not a file
+            return value
+        if is_uri(value):  # s3://bucket/… (any storage URI) is absolute by nature
             return value
         path = Path(value).expanduser()
         if path.is_absolute():

@@ -29,15 +29,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from rise_batch.eval.report import write_report
+    from rise_batch.storage import location
 
     if not args.run_dirs and not args.retrieval:
         raise SystemExit("report: give at least one RUN_DIR or --retrieval results file")
     report = write_report(
         args.run_dirs, args.out, retrieval_files=args.retrieval, bin_size=args.calibration_bin, qrels=args.qrels
     )
-    print((Path(args.out) / "report.md").read_text())
-    print(f"report: wrote {Path(args.out) / 'report.md'}, report.json and {len(report['plots'])} figure(s)")
+    print((location(args.out) / "report.md").read_text())
+    print(f"report: wrote {location(args.out) / 'report.md'}, report.json and {len(report['plots'])} figure(s)")
     return 0

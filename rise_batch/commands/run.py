@@ -93,6 +93,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rise_batch.agent.job import run_trajectories, summary_line
     from rise_batch.llm.simulated import cost_label
+    from rise_batch.storage import redact
 
     want_json = args.json
     del args.json  # a command option, not a run setting
@@ -102,5 +103,5 @@ def run(args: argparse.Namespace) -> int:
     if want_json:  # the summary once: the full stats for scripts, or the one line for people
         print(json.dumps(stats | {"cost_simulated": bool(label)}, sort_keys=True))
     else:
-        print(summary_line(stats, cfg.out) + label)
+        print(summary_line(stats, redact(cfg.out)) + label)
     return 0

@@ -165,6 +165,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rise_batch.llm.simulated import cost_label
+    from rise_batch.storage import redact
     from rise_batch.structuring.job import next_commands, run_structure, summary_line
 
     want_json, verify = args.json, args.verify
@@ -175,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     if want_json:
         print(json.dumps(stats | {"cost_simulated": bool(label)}, indent=2, sort_keys=True))
     else:
-        print(summary_line(stats, cfg.out) + label)
-        for line in next_commands(stats, cfg.out):
+        print(summary_line(stats, redact(cfg.out)) + label)
+        for line in next_commands(stats, redact(cfg.out)):
             print(line)
     return 0

@@ -26,6 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
+from rise_batch.storage import AnyPath, arrow_source, location, open_binary
 from rise_batch.types import BadRow, Doc
 
 BAD_ROW_POLICIES = ("error", "skip")
@@ -115,7 +116,7 @@ def printable(s: str) -> str:
 
 
 @contextmanager
-def file_errors(src: Path) -> Iterator[None]:
+def file_errors(src: AnyPath) -> Iterator[None]:
     """Turn what a truncated or mislabelled file raises (gzip, zlib, Arrow, I/O) into one CorpusError naming it."""
     try:
         yield
@@ -145,17 +146,19 @@ def _read_failure(e: Exception) -> str | None:
     return None
 
 
-def open_parquet(src: Path):
-    """pyarrow.parquet.ParquetFile(src), or a CorpusError naming a truncated or corrupt file."""
+def open_parquet(src: AnyPath):
+    """pyarrow.parquet.ParquetFile(src) (a file or an object), or a CorpusError naming a truncated or corrupt file."""
     import pyarrow.parquet as pq
 
+    path, fs = arrow_source(src)
     with file_errors(src):
-        return pq.ParquetFile(src)
+        return pq.ParquetFile(path, filesystem=fs)
 
 
-def list_sources(path: str | Path) -> list[Path]:
-    """The files of a corpus, in a stable order, refusing paths we cannot read."""
-    p = Path(path)
+def list_sources(path: str | AnyPath) -> list[AnyPath]:
+    """The files of a corpus (a path, or a URI such as s3://bucket/prefix), in a stable order, refusing paths we
+    cannot read."""
+    p = location(path)
     if not p.exists():
         raise CorpusError(f"{p}: corpus path does not exist")
     suffixes = [f.suffixes[0] for f in FORMATS]
@@ -169,13 +172,13 @@ def list_sources(path: str | Path) -> list[Path]:
     return [p]
 
 
-def format_of(p: Path) -> CorpusFormat | None:
+def format_of(p: AnyPath) -> CorpusFormat | None:
     """The format a file's name selects (first match in FORMATS), or None for a file that is not corpus."""
     name = p.name.lower()
     return next((f for f in FORMATS if name.endswith(f.suffixes)), None)
 
 
-def source_format(src: Path) -> CorpusFormat:
+def source_format(src: AnyPath) -> CorpusFormat:
     """The format of a file that `list_sources` accepted; CorpusError for any other file."""
     fmt = format_of(src)
     if fmt is None:
@@ -223,23 +226,31 @@ def _check_row(rec: dict, source: str, row: int, max_chars: int) -> Doc | BadRow
 
 
 def _jsonl_rows(
-    src: Path, start: int = 0, stop: int | None = None, byte_offset: int = 0, cols: Columns = DEFAULT_COLUMNS
+    src: AnyPath, start: int = 0, stop: int | None = None, byte_offset: int = 0, cols: Columns = DEFAULT_COLUMNS
 ) -> Iterator[dict]:
     """Rows of a plain JSONL file; a shard's `byte_offset` (where row `start` begins) saves re-reading the head."""
-    fh = open(src, "rb")  # noqa: SIM115 - closed by _line_rows
+    fh = open_binary(src)  # closed by _line_rows
     if byte_offset:
         fh.seek(byte_offset)
     yield from _line_rows(fh, src, start, stop, start if byte_offset else 0)
 
 
 def _jsonl_gz_rows(
-    src: Path, start: int = 0, stop: int | None = None, byte_offset: int = 0, cols: Columns = DEFAULT_COLUMNS
+    src: AnyPath, start: int = 0, stop: int | None = None, byte_offset: int = 0, cols: Columns = DEFAULT_COLUMNS
 ) -> Iterator[dict]:
     """Rows of a gzipped JSONL file, always read from the start (gzip cannot seek)."""
-    yield from _line_rows(gzip.open(src, "rb"), src, start, stop, 0)
+    yield from _line_rows(_open_gz(src), src, start, stop, 0)
 
 
-def _line_rows(fh: io.BufferedIOBase, src: Path, start: int, stop: int | None, row: int) -> Iterator[dict]:
+def _open_gz(src: AnyPath, mode: str = "rb") -> gzip.GzipFile:
+    """A gzip reader of a file or an object; closing it closes the underlying file too."""
+    raw = open_binary(src)
+    fh = gzip.GzipFile(fileobj=raw, mode="rb")
+    fh.myfileobj = raw  # GzipFile closes what it opened itself: make the object's reader that
+    return fh
+
+
+def _line_rows(fh: io.BufferedIOBase, src: AnyPath, start: int, stop: int | None, row: int) -> Iterator[dict]:
     """Records of lines [start, stop) of an open JSONL stream positioned at line `row`; closes the stream."""
     with fh:
         for raw in fh:
@@ -250,7 +261,7 @@ def _line_rows(fh: io.BufferedIOBase, src: Path, start: int, stop: int | None, r
             row += 1
 
 
-def _parse_jsonl_line(raw: bytes, src: Path, row: int) -> dict:
+def _parse_jsonl_line(raw: bytes, src: AnyPath, row: int) -> dict:
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -265,7 +276,7 @@ def _parse_jsonl_line(raw: bytes, src: Path, row: int) -> dict:
     return rec
 
 
-def parquet_columns(src: Path, pf, cols: Columns) -> list[str]:
+def parquet_columns(src: AnyPath, pf, cols: Columns) -> list[str]:
     """The source columns of `cols` that the file has; CorpusError when it lacks docid or text."""
     names = pf.schema_arrow.names
     for field in ("docid", "text"):
@@ -275,7 +286,7 @@ def parquet_columns(src: Path, pf, cols: Columns) -> list[str]:
 
 
 def _parquet_rows(
-    src: Path, start: int = 0, stop: int | None = None, byte_offset: int = 0, cols: Columns = DEFAULT_COLUMNS
+    src: AnyPath, start: int = 0, stop: int | None = None, byte_offset: int = 0, cols: Columns = DEFAULT_COLUMNS
 ) -> Iterator[dict]:
     """Rows of a Parquet file, decoding only the row groups that hold [start, stop); `byte_offset` is unused."""
     pf = open_parquet(src)
@@ -304,21 +315,21 @@ def _parquet_rows(
                 return
 
 
-def _count_lines(src: Path, opener: Callable[..., io.BufferedIOBase] = open) -> int:
+def _count_lines(src: AnyPath, opener: Callable[[AnyPath], io.BufferedIOBase] = open_binary) -> int:
     """Rows of a line-based file without parsing JSON: its newlines, plus an unterminated last line."""
     n, last = 0, b"\n"
-    with opener(src, "rb") as fh:
+    with opener(src) as fh:
         while chunk := fh.read(1 << 22):
             n += chunk.count(b"\n")
             last = chunk[-1:]
     return n + (last != b"\n")
 
 
-def _parquet_count(src: Path) -> int:
+def _parquet_count(src: AnyPath) -> int:
     return open_parquet(src).metadata.num_rows
 
 
-RowReader = Callable[[Path, int, int | None, int, Columns], Iterator[dict]]
+RowReader = Callable[[AnyPath, int, int | None, int, Columns], Iterator[dict]]
 
 
 class CorpusFormat(NamedTuple):
@@ -332,7 +343,7 @@ class CorpusFormat(NamedTuple):
     # (src, start, stop, byte_offset, columns) -> raw records of rows [start, stop), each with "__row"; `columns`
     # says which source columns hold the fields (a reader returning whole records may ignore it)
     read_rows: RowReader
-    count_rows: Callable[[Path], int] | None = None  # fast row count; None: read the file once
+    count_rows: Callable[[AnyPath], int] | None = None  # fast row count; None: read the file once
     checks_columns: bool = False  # read_rows itself refuses a file without docid/text (a Parquet schema check)
     seekable_lines: bool = False  # rows are the lines of a plain file: a shard may start at a byte offset
 
@@ -340,11 +351,11 @@ class CorpusFormat(NamedTuple):
 FORMATS: tuple[CorpusFormat, ...] = (
     CorpusFormat("parquet", (".parquet",), _parquet_rows, _parquet_count, checks_columns=True),
     CorpusFormat("jsonl", (".jsonl", ".ndjson"), _jsonl_rows, _count_lines, seekable_lines=True),
-    CorpusFormat("jsonl.gz", (".jsonl.gz", ".ndjson.gz"), _jsonl_gz_rows, partial(_count_lines, opener=gzip.open)),
+    CorpusFormat("jsonl.gz", (".jsonl.gz", ".ndjson.gz"), _jsonl_gz_rows, partial(_count_lines, opener=_open_gz)),
 )
 
 
-def count_rows(src: Path) -> int:
+def count_rows(src: AnyPath) -> int:
     """Rows of one corpus file (row numbers run 0..count-1), as cheaply as its format allows."""
     fmt = source_format(src)
     with file_errors(src):
@@ -354,7 +365,7 @@ def count_rows(src: Path) -> int:
 
 
 def iter_rows(
-    src: Path,
+    src: AnyPath,
     start: int = 0,
     stop: int | None = None,
     byte_offset: int = 0,
@@ -421,7 +432,7 @@ def iter_docs(
 def read_shard(spec: ShardSpec, max_chars: int = DEFAULT_MAX_DOC_CHARS) -> Iterator[Doc]:
     """The valid documents of one shard, as the scan judged them (refused rows are skipped here)."""
     skip = set(spec.skip_rows)
-    for item in iter_rows(Path(spec.source), spec.start, spec.stop, spec.byte_offset, max_chars, spec.columns):
+    for item in iter_rows(location(spec.source), spec.start, spec.stop, spec.byte_offset, max_chars, spec.columns):
         if item.row in skip:
             continue
         if isinstance(item, BadRow):  # the file changed since the scan: refuse loudly

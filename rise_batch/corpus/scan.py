@@ -25,6 +25,7 @@ from rise_batch.corpus.readers import (
     source_format,
 )
 from rise_batch.io import write_parquet_atomic
+from rise_batch.storage import AnyPath, ObjectPath, open_binary
 from rise_batch.types import BadRow
 
 
@@ -36,20 +37,22 @@ class CorpusPlan(NamedTuple):
     fingerprint: str
 
 
-def corpus_fingerprint(sources: list[Path]) -> str:
-    """Names, sizes and mtimes: enough to notice a corpus that changed under a resumed run, without reading it."""
+def corpus_fingerprint(sources: list[AnyPath]) -> str:
+    """Names, sizes and mtimes: enough to notice a corpus that changed under a resumed run, without reading it.
+    An object's name is its URI without credentials (str of an ObjectPath)."""
     h = hashlib.sha256()
     for s in sources:
         st = s.stat()
-        h.update(f"{s.resolve()}\0{st.st_size}\0{int(st.st_mtime)}\n".encode())
+        name = str(s) if isinstance(s, ObjectPath) else s.resolve()
+        h.update(f"{name}\0{st.st_size}\0{int(st.st_mtime)}\n".encode())
     return h.hexdigest()[:16]
 
 
-def _jsonl_offsets(src: Path, rows: set[int]) -> dict[int, int]:
+def _jsonl_offsets(src: AnyPath, rows: set[int]) -> dict[int, int]:
     """Byte offsets of the given row numbers in a plain JSONL file, so a shard can seek instead of re-reading."""
     out: dict[int, int] = {}
     pos = 0
-    with open(src, "rb") as fh:
+    with open_binary(src) as fh:
         for row, raw in enumerate(fh):
             if row in rows:
                 out[row] = pos
@@ -133,7 +136,7 @@ def scan_corpus(
     return CorpusPlan(shards, n_rows, n_docs, bad, corpus_fingerprint(sources))
 
 
-def _warn_huge_row_groups(sources: list[Path], shard_docs: int) -> None:
+def _warn_huge_row_groups(sources: list[AnyPath], shard_docs: int) -> None:
     """Parquet cannot seek inside a row group: a shard starting deep inside a huge group decodes all rows before
     it. Say so up front (it is a property of the file, fixable by rewriting it) rather than be mysteriously slow."""
     import sys

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from rise_batch.io import write_json_atomic, write_text_atomic
+from rise_batch.storage import location
 
 BCP_COMPLETED, BCP_INCOMPLETE = "completed", "incomplete"
 
@@ -124,13 +125,13 @@ def export_bcp(run_dir: str | Path, out_dir: str | Path, docs: str | Path | None
     if not run.trajectories:
         raise ValueError(f"{run.path} has no trajectory of its configuration to export")
     docs = docs or (run.meta.get("config") or {}).get("docs")
-    if not docs or not (Path(docs) / "docmap.parquet").is_file():
+    if not docs or not (location(docs) / "docmap.parquet").is_file():
         raise FileNotFoundError(
             f"no docmap.parquet in the run's docs directory {docs!r}: pass --docs DIR (the `structure` output the "
             "run read), which maps the cited files to docids"
         )
     relpath_of = load_docmap(docs)
-    out = Path(out_dir)
+    out = location(out_dir)
     old = sorted(out.glob("*.json")) if out.is_dir() else []
     if old and not force:
         raise FileExistsError(

@@ -11,6 +11,8 @@ plots.
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from rise_batch.eval.plots import plot_frontier, plot_recall, plot_recalls, plot
 from rise_batch.eval.rundir import load_run
 from rise_batch.io import read_json, write_json_atomic
 from rise_batch.queries import gold_label, read_qrels
+from rise_batch.storage import ObjectPath, location, publish_tree
 
 
 def regold(trajectories: dict[str, dict[str, Any]], qrels: str | Path) -> dict[str, dict[str, Any]]:
@@ -208,7 +211,8 @@ def write_report(
     """Summarise every run (gold from `qrels` when given), draw the figures that apply, write report.md and
     report.json into `out_dir`."""
     summaries = [summarize_run(d, bin_size=bin_size, qrels=qrels) for d in run_dirs]
-    out = Path(out_dir)
+    final = location(out_dir)  # in object storage: drawn on local disk, then each file put once, report.json last
+    out = Path(tempfile.mkdtemp(prefix="rise-report-")) if isinstance(final, ObjectPath) else final
     out.mkdir(parents=True, exist_ok=True)
     retrieval = [(Path(f).stem, read_json(Path(f))) for f in retrieval_files]
     plots = [
@@ -224,7 +228,7 @@ def write_report(
     if len(retrieval) > 1:  # retrievers side by side on one figure
         series = {f"{n} ({retriever_of(r)})": r.get("summary", {}).get("recall", {}) for n, r in retrieval}
         plots.append(plot_recalls(series, out / "recall_retrievers.png"))
-    written = [str(p) for p in plots if p is not None]
+    written = [str(final / Path(p).name) for p in plots if p is not None]
     (out / "report.md").write_text(render_markdown(summaries, written, retrieval), encoding="utf-8")
     report = {
         "runs": summaries,
@@ -232,4 +236,7 @@ def write_report(
         "plots": written,
     }
     write_json_atomic(out / "report.json", report)
+    if isinstance(final, ObjectPath):
+        publish_tree(out, final, "report.json")
+        shutil.rmtree(out, ignore_errors=True)
     return report

@@ -8,14 +8,14 @@ engine), so the two always pair up whatever the query ids look like.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from rise_batch.io import read_json
+from rise_batch.storage import AnyPath, location
 
 
 class RunData(NamedTuple):
-    path: Path
+    path: AnyPath  # a POSIX path or a run directory in object storage
     meta: dict[str, Any]  # run.json ({} when absent)
     trajectories: dict[str, dict[str, Any]]  # file stem -> trajectory
     judgments: dict[str, dict[str, Any]]  # file stem -> judgment (only those present)
@@ -23,7 +23,7 @@ class RunData(NamedTuple):
     stale: tuple[str, ...] = ()  # trajectories written under another config hash than run.json's (left out)
 
 
-def _read_dir(path: Path, bad: list[str]) -> dict[str, dict[str, Any]]:
+def _read_dir(path: AnyPath, bad: list[str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     if not path.is_dir():
         return out
@@ -42,8 +42,8 @@ def _read_dir(path: Path, bad: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def load_run(run_dir: str | Path) -> RunData:
-    path = Path(run_dir)
+def load_run(run_dir: str | AnyPath) -> RunData:
+    path = location(run_dir)
     if not path.is_dir():
         raise FileNotFoundError(f"run directory {path} does not exist")
     bad: list[str] = []
@@ -63,5 +63,5 @@ def load_run(run_dir: str | Path) -> RunData:
     return RunData(path, meta, trajectories, _read_dir(path / "judgments", bad), tuple(bad), tuple(stale))
 
 
-def judgment_path(run_dir: str | Path, stem: str) -> Path:
-    return Path(run_dir) / "judgments" / f"{stem}.json"
+def judgment_path(run_dir: str | AnyPath, stem: str) -> AnyPath:
+    return location(run_dir) / "judgments" / f"{stem}.json"

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from rise_batch.index.tokenize import TokenizerSettings
 from rise_batch.progress import Progress
+from rise_batch.storage import AnyPath, ObjectPath, location, publish_tree, redact
 
 if TYPE_CHECKING:
     from rise_batch.corpus.readers import ShardSpec
@@ -71,8 +72,8 @@ class IndexMeta:
 
 
 def build_index(
-    corpus_path: str | Path,
-    out_dir: str | Path,
+    corpus_path: str | AnyPath,
+    out_dir: str | AnyPath,
     workers: int = 2,
     *,
     shard_docs: int = 2000,
@@ -103,14 +104,20 @@ def build_index(
     say = log or (lambda _msg: None)
     t0 = time.perf_counter()
     settings = settings or TokenizerSettings()
-    out = Path(out_dir)
+    out = location(out_dir)
+    remote = isinstance(out, ObjectPath)  # built on this machine's disk, then published, meta.json last
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out}: exists and is not empty (pass overwrite=True / --overwrite to replace it)")
     shards = list(shards) if shards is not None else plan_index_shards(corpus_path, shard_docs, columns)
     runner = runner or ProcessShardRunner(workers)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    if remote:
+        import tempfile
+
+        tmp = Path(tempfile.mkdtemp(prefix="rise-index-"))
+    else:
+        tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
     sizes = [None if s.stop is None else s.stop - s.start for s in shards]  # None: a .gz file, read to its end
     bar = Progress("index", 0 if None in sizes else sum(sizes), "rows", enabled=progress)
     try:
@@ -157,7 +164,7 @@ def build_index(
                 "avg_doc_len": float(stats.avg_doc_len),
             },
             corpus={
-                "path": str(corpus_path),
+                "path": redact(corpus_path),
                 "content_sha256": run.content.hexdigest(),
                 "n_chars": n_chars,
                 "n_bad_rows": len(run.bad_rows),
@@ -174,6 +181,9 @@ def build_index(
             },
         )
         (tmp / META_FILE).write_text(json.dumps(meta.to_json(), indent=2, ensure_ascii=False))
+        if remote:
+            publish_tree(tmp, out, META_FILE)
+            return meta
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)

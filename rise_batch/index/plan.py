@@ -22,6 +22,7 @@ from rise_batch.corpus.readers import (
     open_parquet,
     source_format,
 )
+from rise_batch.storage import AnyPath, location, open_binary
 from rise_batch.types import BadRow, Doc
 
 
@@ -46,7 +47,7 @@ def plan_index_shards(path: str | Path, shard_docs: int, columns: str = "") -> l
     return shards
 
 
-def _parquet_ranges(src: Path, shard_docs: int) -> list[tuple[int, int, int]]:
+def _parquet_ranges(src: AnyPath, shard_docs: int) -> list[tuple[int, int, int]]:
     meta = open_parquet(src).metadata
     out: list[tuple[int, int, int]] = []
     start = row = 0
@@ -66,10 +67,10 @@ def _parquet_ranges(src: Path, shard_docs: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def _jsonl_ranges(src: Path, shard_docs: int) -> list[tuple[int, int, int]]:
+def _jsonl_ranges(src: AnyPath, shard_docs: int) -> list[tuple[int, int, int]]:
     out: list[tuple[int, int, int]] = []
     pos = 0
-    with open(src, "rb") as fh:
+    with open_binary(src) as fh:
         for row, raw in enumerate(fh):
             if row % shard_docs == 0:
                 out.append((row, row + shard_docs, pos))
@@ -82,7 +83,7 @@ def read_shard_docs(spec: ShardSpec, on_bad_row: str, bad: list[BadRow]) -> Iter
     if on_bad_row not in BAD_ROW_POLICIES:
         raise ValueError(f"on_bad_row must be one of {BAD_ROW_POLICIES}, got {on_bad_row!r}")
     skip = set(spec.skip_rows)
-    for item in iter_rows(Path(spec.source), spec.start, spec.stop, spec.byte_offset, columns=spec.columns):
+    for item in iter_rows(location(spec.source), spec.start, spec.stop, spec.byte_offset, columns=spec.columns):
         if item.row in skip:
             continue
         if isinstance(item, BadRow):

@@ -84,7 +84,11 @@ def open_retriever(
     backend: str = "auto",
     **bm25_kw: Any,
 ) -> Any:
-    """Open `retriever` over `index_dir`; `embedder` (dense, hybrid) must match the recorded model when given."""
+    """Open `retriever` over `index_dir`; `embedder` (dense, hybrid) must match the recorded model when given. An
+    index in object storage is opened from a verified local copy (`local_index`)."""
+    from rise_batch.index.search import local_index
+
+    index_dir = local_index(index_dir)
     spec = parse_retriever(retriever)
     have = parts_present(index_dir)
     missing = [p for p in PARTS[spec.name] if p not in have]

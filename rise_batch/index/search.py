@@ -155,5 +155,18 @@ def _serial_numba_retrieve(scores: dict, ids: list[list[int]], k: int):
 
 
 def load_index(index_dir: str | Path, **kw) -> BM25Index:
-    """Open an index built by `build_index` (arrays memory-mapped; numba compiled or loaded from its cache)."""
-    return BM25Index(index_dir, **kw)
+    """Open an index built by `build_index` (arrays memory-mapped; numba compiled or loaded from its cache); one in
+    object storage from a verified local copy."""
+    return BM25Index(local_index(index_dir), **kw)
+
+
+def local_index(index_dir: str | Path) -> str | Path:
+    """`index_dir` itself on a POSIX path; for an index in object storage, a verified local copy of it (memory-mapped
+    arrays need a file), made once under storage.cache_root() and reused while the objects are unchanged."""
+    from rise_batch.index.build import META_FILE
+    from rise_batch.storage import ObjectPath, cache_root, fetch_tree, location
+
+    loc = location(index_dir)
+    if not isinstance(loc, ObjectPath):
+        return index_dir
+    return str(fetch_tree(loc, cache_root() / "index", META_FILE))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from rise_batch.index.tokenize import ShardPostings, ShardSummary, TokenizerSettings, tokenize_shard
+from rise_batch.storage import known_options, remember_options
 
 if TYPE_CHECKING:
     from rise_batch.corpus.readers import ShardSpec
@@ -51,10 +52,11 @@ def load_postings(paths: list[str]) -> ShardPostings:
 
 
 def tokenize_shard_to_disk(
-    spec: ShardSpec, settings: TokenizerSettings, on_bad_row: str, base: str
+    spec: ShardSpec, settings: TokenizerSettings, on_bad_row: str, base: str, storage: dict | None = None
 ) -> tuple[ShardSummary, list[str]]:
-    """Worker entry point: tokenize one shard, spill its postings, return the summary and the spill paths."""
-    summary, postings = tokenize_shard(spec, settings, on_bad_row)
+    """Worker entry point: tokenize one shard, spill its postings, return the summary and the spill paths.
+    `storage` is the driver's storage.known_options(): the shard's source URI resolves with them."""
+    summary, postings = tokenize_shard_with(spec, settings, on_bad_row, storage)
     return summary, save_postings(postings, Path(base))
 
 
@@ -76,16 +78,25 @@ class ProcessShardRunner:
         from rise_batch.executor.local import process_map
 
         spill_dir.mkdir(parents=True, exist_ok=True)
-        calls = [(spec, settings, on_bad_row, str(spill_dir / f"shard-{i:06d}")) for i, spec in enumerate(shards)]
+        opts = known_options()
+        calls = [(spec, settings, on_bad_row, str(spill_dir / f"shard-{i:06d}"), opts) for i, spec in enumerate(shards)]
         for summary, paths in process_map(tokenize_shard_to_disk, calls, self.workers, self.start_method):
             yield summary, partial(load_postings, paths)
 
 
 def _tokenize_item_to_disk(
-    item: tuple[ShardSpec, str], settings: TokenizerSettings, on_bad_row: str
+    item: tuple[ShardSpec, str], settings: TokenizerSettings, on_bad_row: str, storage: dict | None = None
 ) -> tuple[ShardSummary, list[str]]:
     """Ray task entry point with spilling: `item` is (shard, spill base path)."""
-    return tokenize_shard_to_disk(item[0], settings, on_bad_row, item[1])
+    return tokenize_shard_to_disk(item[0], settings, on_bad_row, item[1], storage)
+
+
+def tokenize_shard_with(
+    spec: ShardSpec, settings: TokenizerSettings, on_bad_row: str, storage: dict | None = None
+) -> tuple[ShardSummary, ShardPostings]:
+    """`tokenize_shard` in a worker process, first given the driver's storage options (storage.known_options)."""
+    remember_options(storage)
+    return tokenize_shard(spec, settings, on_bad_row)
 
 
 def _load_fetched(fetch: Callable[[], list[str]]) -> ShardPostings:
@@ -117,12 +128,14 @@ class RayShardRunner:
         from rise_batch.executor.ray import task_map
 
         if not self.spill:  # postings live in the object store
-            yield from task_map(tokenize_shard, shards, settings, on_bad_row, max_in_flight=self.max_in_flight)
+            yield from task_map(
+                tokenize_shard_with, shards, settings, on_bad_row, known_options(), max_in_flight=self.max_in_flight
+            )
             return
         spill_dir = spill_dir.resolve()  # the tasks' working directory need not be ours
         spill_dir.mkdir(parents=True, exist_ok=True)
         items = [(spec, str(spill_dir / f"shard-{i:06d}")) for i, spec in enumerate(shards)]
         for summary, fetch in task_map(
-            _tokenize_item_to_disk, items, settings, on_bad_row, max_in_flight=self.max_in_flight
+            _tokenize_item_to_disk, items, settings, on_bad_row, known_options(), max_in_flight=self.max_in_flight
         ):
             yield summary, partial(_load_fetched, fetch)

@@ -83,13 +83,18 @@ class DocStore:
 
 
 def load_docmap(docs_dir: str | Path) -> dict[str, str]:
-    """docid -> relpath of a docs dir; a docmap holding one unsafe relpath refuses the whole dir, naming the row."""
+    """docid -> relpath of a docs dir (or a `structure` OUT in object storage); a docmap holding one unsafe relpath
+    refuses the whole dir, naming the row."""
     import pyarrow.parquet as pq
 
-    path = Path(docs_dir) / "docmap.parquet"
+    from rise_batch.storage import arrow_source, location
+
+    path = location(docs_dir) / "docmap.parquet"
     if not path.exists():
         raise FileNotFoundError(f"no docmap.parquet in {docs_dir} (written by `rise-batch structure`)")
-    docids, rels = checked_columns(pq.read_table(path, columns=["docid", "relpath"]), f"{path}: refusing this docs dir")
+    where, fs = arrow_source(path)
+    table = pq.read_table(where, columns=["docid", "relpath"], filesystem=fs)
+    docids, rels = checked_columns(table, f"{path}: refusing this docs dir")
     return dict(zip(docids, rels, strict=True))
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import get_type_hints
 
 from rise_batch.io import read_json, write_json_atomic, write_parquet_atomic, write_text_atomic
+from rise_batch.storage import AnyPath, ObjectPath, arrow_source, location, open_binary, staging_path
 from rise_batch.types import DocResult
 
 _PART = re.compile(r"shard-(\d+)\.part-(\d+)\.parquet$")
@@ -34,10 +35,10 @@ class CheckpointError(ValueError):
     which names the file and says what to run."""
 
 
-def file_digest(path: Path) -> str:
-    """BLAKE2b of a file's bytes: what `--verify` compares with the done marker's record."""
+def file_digest(path: AnyPath) -> str:
+    """BLAKE2b of a file's (or object's) bytes: what `--verify` compares with the done marker's record."""
     h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
+    with open_binary(path) as f:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
@@ -57,10 +58,12 @@ def _schema():  # lazy: pyarrow is an I/O-edge dependency, not needed to import 
 
 
 class CheckpointStore:
-    """The checkpoint/ and stats/ directories of one run."""
+    """The checkpoint/ and stats/ directories of one run, on a POSIX file system or in object storage (parts and
+    markers are written once under their final names there; only the reply journal, appended to line by line, stays
+    on this machine's disk: see `journal_path`)."""
 
-    def __init__(self, out_dir: str | Path) -> None:
-        self.root = Path(out_dir)
+    def __init__(self, out_dir: str | AnyPath) -> None:
+        self.root = location(out_dir)
         self.parts_dir = self.root / "checkpoint"
         self.stats_dir = self.root / "stats"
 
@@ -68,13 +71,13 @@ class CheckpointStore:
         self.parts_dir.mkdir(parents=True, exist_ok=True)
         self.stats_dir.mkdir(parents=True, exist_ok=True)
 
-    def parts(self, shard_id: int | None = None) -> list[Path]:
+    def parts(self, shard_id: int | None = None) -> list[AnyPath]:
         if not self.parts_dir.exists():
             return []
         pat = f"shard-{shard_id:06d}.part-*.parquet" if shard_id is not None else "shard-*.part-*.parquet"
         return sorted(self.parts_dir.glob(pat))
 
-    def write_part(self, shard_id: int, rows: Iterable[DocResult]) -> Path | None:
+    def write_part(self, shard_id: int, rows: Iterable[DocResult]) -> AnyPath | None:
         import pyarrow as pa
 
         rows = list(rows)
@@ -87,16 +90,17 @@ class CheckpointStore:
         write_parquet_atomic(path, pa.table(cols, schema=_schema()))
         return path
 
-    def read_part(self, path: Path, columns: list[str] | None = None):
+    def read_part(self, path: AnyPath, columns: list[str] | None = None):
         """One part as a pyarrow Table; an unreadable part is a CheckpointError naming it and the remedy."""
         import pyarrow.parquet as pq
 
+        where, fs = arrow_source(path)
         try:
-            return pq.read_table(path, columns=columns)
+            return pq.read_table(where, columns=columns, filesystem=fs)
         except (OSError, ValueError) as e:  # pyarrow: ArrowInvalid is a ValueError, ArrowIOError an OSError
             raise CheckpointError(f"{path}: damaged checkpoint part ({str(e).splitlines()[0]}); {REPAIR}") from e
 
-    def read_parts(self, shard_id: int | None = None) -> list[tuple[Path, list[DocResult]]]:
+    def read_parts(self, shard_id: int | None = None) -> list[tuple[AnyPath, list[DocResult]]]:
         return [(p, [DocResult(**rec) for rec in self.read_part(p).to_pylist()]) for p in self.parts(shard_id)]
 
     def read_rows(self, shard_id: int | None = None) -> list[DocResult]:
@@ -108,13 +112,13 @@ class CheckpointStore:
             done.update(self.read_part(p, ["docid"]).column("docid").to_pylist())
         return done
 
-    def stats_path(self, shard_id: int) -> Path:
+    def stats_path(self, shard_id: int) -> AnyPath:
         return self.stats_dir / f"shard-{shard_id:06d}.json"
 
     def is_done(self, shard_id: int) -> bool:
         return self.stats_path(shard_id).exists()
 
-    def mark_done(self, shard_id: int, stats: dict, parts: list[tuple[Path, list[DocResult]]] | None = None) -> None:
+    def mark_done(self, shard_id: int, stats: dict, parts: list[tuple[AnyPath, list[DocResult]]] | None = None) -> None:
         """The done marker: the shard's stats plus, under "parts", what they cover (a list, so `merge_stats`,
         which adds numbers and dicts, leaves it out of stats.json). Then the shard's reply journal goes."""
         if parts is not None:
@@ -134,6 +138,11 @@ class CheckpointStore:
 
     # -- the reply journal: what a kill could lose ---------------------------------------------------------------
     def journal_path(self, shard_id: int) -> Path:
+        """Beside the parts on a POSIX OUT. Object storage cannot be appended to: there the journal is on this
+        machine's disk (under the temp dir, keyed by OUT), so a resume on the same machine still counts the replies
+        a kill made it buy again; a resume elsewhere counts only what the parts and markers record."""
+        if isinstance(self.root, ObjectPath):
+            return staging_path(self.parts_dir / f"shard-{shard_id:06d}.replies.jsonl")
         return self.parts_dir / f"shard-{shard_id:06d}.replies.jsonl"
 
     def open_journal(self, shard_id: int) -> int:
@@ -168,7 +177,10 @@ class CheckpointStore:
     def clean_temporaries(self) -> int:
         """Leftovers of a kill between write and rename: never valid, always safe to delete. Also under corpus/,
         where a stopped worker's `.<name>.txt.<pid>.tmp` would otherwise stay beside the documents (relpaths all
-        end in .txt); one pass over the tree, about a second for 1M files."""
+        end in .txt); one pass over the tree, about a second for 1M files. Object storage has none: nothing there
+        is written under a temporary name."""
+        if isinstance(self.root, ObjectPath):
+            return 0
         n = 0
         for d in (self.parts_dir, self.stats_dir):
             for p in d.glob("*.tmp") if d.exists() else ():
@@ -182,7 +194,7 @@ class CheckpointStore:
         return n
 
 
-def part_record(path: Path, rows: list[DocResult]) -> dict:
+def part_record(path: AnyPath, rows: list[DocResult]) -> dict:
     """What a done marker records about one part: enough to check it cheaply (bytes, rows from the footer) or fully
     (digest), and to say what redoing it would cost (paid replies and dollars)."""
     return {

@@ -15,8 +15,9 @@ from typing import NamedTuple
 from rise_batch.config import ConfigError, StructureConfig, config_to_dict, run_hash
 from rise_batch.corpus.readers import ShardSpec
 from rise_batch.corpus.scan import scan_corpus, shards_from_json, shards_to_json, write_bad_rows
-from rise_batch.io import dump_json, make_output_dir, supersede, write_parquet_atomic
+from rise_batch.io import dump_json, make_output_dir, read_json, supersede, write_parquet_atomic
 from rise_batch.progress import Progress
+from rise_batch.storage import ObjectPath, location, redact
 from rise_batch.structuring.batch import refuse_if_batches_open
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.structuring.shard import merge_stats
@@ -61,16 +62,14 @@ def prepare_run(cfg: StructureConfig) -> RunPlan:
     from rise_batch.corpus.scan import corpus_fingerprint
     from rise_batch.prompts import load_prompt
 
-    out = Path(cfg.out)
+    out = location(cfg.out)
     make_output_dir(out)  # removed again if the run fails before writing into it (errors.run_main)
     prompt_text = load_prompt(cfg.prompt) if cfg.backend == "llm" else ""
     rh = run_hash(cfg, prompt_text)
     key = _plan_key(cfg, corpus_fingerprint(list_sources(cfg.corpus)))
     mpath = out / MANIFEST
     if mpath.exists():
-        import json
-
-        manifest = json.loads(mpath.read_text())
+        manifest = read_json(mpath)
         same = manifest.get("run_hash") == rh and manifest.get("plan_key") == key
         if same:
             CheckpointStore(out).clean_temporaries()
@@ -114,7 +113,7 @@ def prepare_run(cfg: StructureConfig) -> RunPlan:
         {
             "run_hash": rh,
             "plan_key": key,
-            "corpus": str(cfg.corpus),
+            "corpus": redact(cfg.corpus),
             "config": config_to_dict(cfg),
             "n_docs": plan.n_docs,
             "n_rows": plan.n_rows,
@@ -252,7 +251,7 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
     stats.update(rebought)
     if cfg.index:
         stats["index"] = build_job_index(cfg, plan)
-    dump_json(stats, Path(cfg.out) / "stats.json")
+    dump_json(stats, location(cfg.out) / "stats.json")
     return stats
 
 
@@ -268,19 +267,18 @@ def build_job_index(cfg: StructureConfig, plan: RunPlan) -> str:
 
     A finished index for the same number of documents is kept, so a resumed job does not rebuild it.
     """
-    import json
-
     from rise_batch.index import build_index
 
-    out = Path(cfg.out) / "index"
+    out = location(cfg.out) / "index"
     meta = out / "meta.json"
-    if meta.exists() and json.loads(meta.read_text()).get("counts", {}).get("n_docs") == plan.n_docs:
+    if meta.exists() and read_json(meta).get("counts", {}).get("n_docs") == plan.n_docs:
         return str(out)
     runner = None
     if cfg.n_workers > 0:
         from rise_batch.index.shards import RayShardRunner
 
-        runner = RayShardRunner(cfg.ray_address, spill=True)  # OUT is shared by every worker: postings spill there
+        # a POSIX OUT is shared by every worker: postings spill there; from object storage they come through Ray
+        runner = RayShardRunner(cfg.ray_address, spill=not isinstance(out, ObjectPath))
     build_index(
         cfg.corpus,
         out,
@@ -335,8 +333,9 @@ def next_commands(stats: dict, out: str) -> list[str]:
     if not stats.get("index"):
         return []
     index, docs = shlex.quote(str(stats["index"])), shlex.quote(str(out))
-    ws = shlex.quote(str(Path(out).parent / "workspace"))  # beside OUT: a new run of OUT never moves them
-    runs = shlex.quote(str(Path(out).parent / "rise-run"))
+    parent = location(out).parent  # beside OUT: a new run of OUT never moves them
+    ws = shlex.quote(str(parent / "workspace" if isinstance(parent, Path) else Path("workspace")))  # a POSIX dir
+    runs = shlex.quote(str(parent / "rise-run"))
     return [
         f'next: rise-batch workspace search --index {index} --docs {docs} --workspace {ws} "your question"',
         f"then: rise-batch run --queries QUERIES.jsonl --index {index} --docs {docs} --out {runs}",

@@ -20,6 +20,7 @@ from rise_batch.config import StructureConfig
 from rise_batch.corpus.docmap import checked_columns
 from rise_batch.corpus.readers import ShardSpec, read_shard
 from rise_batch.io import write_text_atomic
+from rise_batch.storage import AnyPath, ObjectPath, arrow_source, location
 from rise_batch.structuring.budget import BudgetExceeded
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.types import OUTCOME_TOC, DocResult
@@ -75,12 +76,15 @@ def merge_stats(parts: Iterable[dict]) -> dict:
     return total
 
 
-def shard_relpaths(out_dir: Path, shard_id: int) -> dict[str, str]:
+def shard_relpaths(out_dir: AnyPath, shard_id: int) -> dict[str, str]:
     """This shard's slice of docmap.parquet: a worker never loads the whole 1M-row map."""
     import pyarrow.dataset as ds
 
     path = out_dir / "docmap.parquet"
-    table = ds.dataset(path).to_table(columns=["docid", "relpath"], filter=ds.field("shard") == shard_id)
+    where, fs = arrow_source(path)
+    table = ds.dataset(where, filesystem=fs).to_table(
+        columns=["docid", "relpath"], filter=ds.field("shard") == shard_id
+    )
     # joined to OUT/corpus/ and written: one unsafe row would write outside the run (checked before any write)
     docids, rels = checked_columns(table, f"{path} (shard {shard_id})")
     return dict(zip(docids, rels, strict=True))
@@ -96,13 +100,15 @@ def _write_doc(path: Path, text: str, made: set[Path] | None = None) -> None:
 
 
 def materialize_shard(
-    out_dir: Path,
+    out_dir: AnyPath,
     spec: ShardSpec,
     max_chars: int,
     rows: list[DocResult] | None = None,
     rendered: dict[str, str] | None = None,
+    dest: Path | None = None,
 ) -> int:
-    """Write corpus/<relpath> for every checkpointed doc of a shard: structured text, or the original text.
+    """Write <dest>/<relpath> (default OUT/corpus/) for every checkpointed doc of a shard: structured text, or the
+    original text.
 
     `rendered` holds texts the backend already rendered in this process; only docs missing from it (checkpointed
     by an earlier, interrupted run) cost a re-read of the shard and a re-render from their checkpoint row.
@@ -110,20 +116,21 @@ def materialize_shard(
     from rise_batch.structure.backends import render_result
 
     store = CheckpointStore(out_dir)
+    dest = dest if dest is not None else Path(out_dir) / "corpus"
     by_id = {r.docid: r for r in (rows if rows is not None else store.read_rows(spec.shard_id))}
     rel = shard_relpaths(out_dir, spec.shard_id)
     rendered = rendered or {}
     made: set[Path] = set()
     n = 0
     for docid in by_id.keys() & rendered.keys():
-        _write_doc(out_dir / "corpus" / rel[docid], rendered[docid], made)
+        _write_doc(dest / rel[docid], rendered[docid], made)
         n += 1
     if len(by_id) > n:
         for doc in read_shard(spec, max_chars):
             row = by_id.get(doc.docid)
             if row is None or doc.docid in rendered:
                 continue
-            _write_doc(out_dir / "corpus" / rel[doc.docid], render_result(doc.text, row), made)
+            _write_doc(dest / rel[doc.docid], render_result(doc.text, row), made)
             n += 1
     return n
 
@@ -137,7 +144,7 @@ async def structure_shard(
 ) -> dict:
     """Structure every not-yet-checkpointed doc of one shard, then materialize it and mark it done; `on_doc(n, usd)`
     counts each document (and its cost) as it finishes, for the progress of an in-process run."""
-    out = Path(cfg.out)
+    out = location(cfg.out)
     store = CheckpointStore(out)
     if store.is_done(spec.shard_id):
         return store.shard_stats(spec.shard_id) | {"resumed_done": 1}
@@ -232,7 +239,7 @@ async def structure_shard(
 
 
 async def finish_shard(
-    out: Path,
+    out: AnyPath,
     spec: ShardSpec,
     max_chars: int,
     rendered: dict[str, str] | None = None,
@@ -240,13 +247,16 @@ async def finish_shard(
 ) -> dict:
     """The end of every shard, online or batch: its files from the whole checkpoint, then the done marker, last.
 
-    `extra()` adds run-specific stats to the marker once the files are written (the online loop's timing).
+    `extra()` adds run-specific stats to the marker once the files are written (the online loop's timing). In
+    object storage no corpus/ file is written (not a million small objects): the checkpoint is the structured
+    corpus there, and `rise-batch materialize` builds the file tree where it is used.
     """
     store = CheckpointStore(out)
     parts = store.read_parts(spec.shard_id)
     rows = [row for _, part in parts for row in part]
-    # file writes block for ~1 ms each: off the event loop, so the requests of other shards keep flowing
-    await asyncio.to_thread(materialize_shard, out, spec, max_chars, rows, rendered)
+    if not isinstance(store.root, ObjectPath):
+        # file writes block for ~1 ms each: off the event loop, so the requests of other shards keep flowing
+        await asyncio.to_thread(materialize_shard, out, spec, max_chars, rows, rendered)
     stats = summarize(rows) | (extra() if extra is not None else {})
     store.mark_done(spec.shard_id, stats, parts)  # records every part (rows, bytes, digest) it covers
     return stats

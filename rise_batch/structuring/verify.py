@@ -17,13 +17,13 @@ reported as re-buying an unknown number of replies.
 
 from __future__ import annotations
 
-import shutil
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
 from rise_batch.corpus.readers import ShardSpec
+from rise_batch.storage import AnyPath, arrow_source, location, move
 from rise_batch.structuring.checkpoint import REPAIR, CheckpointError, CheckpointStore, file_digest
 from rise_batch.types import DocResult
 
@@ -31,7 +31,7 @@ DAMAGED = "damaged"
 
 
 class Damage(NamedTuple):
-    path: Path
+    path: AnyPath
     shard_id: int
     reason: str
     docs: int | None = None  # documents it held, as recorded (None: unknown)
@@ -67,11 +67,12 @@ class Verification(NamedTuple):
         } | ({"rebought_unrecorded_files": unknown} if unknown else {})
 
 
-def docmap_shards(out: Path, with_docids: bool) -> tuple[Counter[int], dict[int, list[str]]]:
+def docmap_shards(out: AnyPath, with_docids: bool) -> tuple[Counter[int], dict[int, list[str]]]:
     """Documents per shard from docmap.parquet (and, for --verify, their docids)."""
     import pyarrow.parquet as pq
 
-    table = pq.read_table(out / "docmap.parquet", columns=["docid", "shard"] if with_docids else ["shard"])
+    where, fs = arrow_source(out / "docmap.parquet")
+    table = pq.read_table(where, columns=["docid", "shard"] if with_docids else ["shard"], filesystem=fs)
     shards = table.column("shard").to_pylist()
     docids: dict[int, list[str]] = {}
     if with_docids:
@@ -80,17 +81,19 @@ def docmap_shards(out: Path, with_docids: bool) -> tuple[Counter[int], dict[int,
     return Counter(shards), docids
 
 
-def _part_problem(store: CheckpointStore, path: Path, rec: dict | None, full: bool) -> tuple[str | None, int]:
+def _part_problem(store: CheckpointStore, path: AnyPath, rec: dict | None, full: bool) -> tuple[str | None, int]:
     """(why the part cannot be trusted or None, its footer's row count)."""
     import pyarrow.parquet as pq
 
+    where, fs = arrow_source(path)
     try:
-        rows = pq.read_metadata(path).num_rows
+        rows = pq.read_metadata(where, filesystem=fs).num_rows
     except (OSError, ValueError) as e:
         return f"unreadable Parquet footer ({str(e).splitlines()[0][:120]})", 0
     if rec is not None:
-        if path.stat().st_size != rec.get("bytes"):
-            return f"{path.stat().st_size} bytes, the done marker recorded {rec.get('bytes')}", rows
+        size = path.stat().st_size
+        if size != rec.get("bytes"):
+            return f"{size} bytes, the done marker recorded {rec.get('bytes')}", rows
         if rows != rec.get("rows"):
             return f"{rows} rows, the done marker recorded {rec.get('rows')}", rows
     if full:
@@ -163,9 +166,9 @@ def _unrecorded_part(store: CheckpointStore, d: Damage) -> bool:
     return d.docs is None and d.llm_calls == 0 and d.path.parent == store.parts_dir
 
 
-def verify_checkpoint(out: str | Path, shards: Iterable[ShardSpec], full: bool = False) -> Verification:
+def verify_checkpoint(out: str | AnyPath, shards: Iterable[ShardSpec], full: bool = False) -> Verification:
     """Check every shard of a run (read-only); `full` is `--verify`."""
-    out = Path(out)
+    out = location(out)
     store = CheckpointStore(out)
     counts, docids = docmap_shards(out, full)
     damaged: list[Damage] = []
@@ -189,22 +192,22 @@ def verify_checkpoint(out: str | Path, shards: Iterable[ShardSpec], full: bool =
     return Verification(damaged, lost, kept)
 
 
-def _aside(out: Path, path: Path) -> Path:
-    """Move `path` under OUT/damaged/ (same relative path; a numbered suffix when that name was used before)."""
+def _aside(out: AnyPath, path: AnyPath) -> AnyPath:
+    """Move `path` under OUT/damaged/ (same relative path; a numbered suffix when that name was used before); in
+    object storage a copy under the new name, then the old one deleted."""
     dest = out / DAMAGED / path.relative_to(out)
-    dest.parent.mkdir(parents=True, exist_ok=True)
     n = 0
     while dest.exists():
         n += 1
         dest = dest.with_name(f"{path.name}.{n}")
-    shutil.move(str(path), str(dest))
+    move(path, dest)
     return dest
 
 
-def repair(out: str | Path, v: Verification, say) -> None:
+def repair(out: str | AnyPath, v: Verification, say) -> None:
     """Move damaged files aside and unmark their shards, so the run redoes exactly what is gone; keep each journal
     to the documents that are checkpointed (the lost ones are redone and journalled again)."""
-    out = Path(out)
+    out = location(out)
     store = CheckpointStore(out)
     for d in v.damaged:
         where = f"moved to {_aside(out, d.path)}" if d.path.exists() else "gone"

@@ -13,6 +13,7 @@ from typing import Any
 
 from rise_batch.config import StructureConfig
 from rise_batch.corpus.readers import ShardSpec
+from rise_batch.storage import location
 from rise_batch.structuring.shard import structure_shard
 
 
@@ -63,6 +64,8 @@ class ShardWorker:
     def __init__(self, config: Mapping[str, Any], services: Mapping[str, Any]) -> None:
         self.cfg: StructureConfig = config["cfg"]
         self.run_hash: str = config["run_hash"]
+        for uri in (self.cfg.corpus, self.cfg.out):  # a URI's options (endpoint, keys) serve the names a shard
+            location(uri)  # spec or a manifest records without them (storage.location remembers them per bucket)
         limiter = None
         if services.get("limiter"):
             from rise_batch.llm.limiter_actor import RemoteLimiter

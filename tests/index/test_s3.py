@@ -1,0 +1,40 @@
+"""`rise-batch index` from and into object storage (a real S3 server): the index is built on local disk and
+published with meta.json last; opening it searches a verified local copy, made once and reused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rise_batch.cli import main
+from rise_batch.index.retriever import open_retriever
+from rise_batch.index.search import local_index
+from rise_batch.storage import location
+from tests.conftest import sample_rows
+
+
+def test_index_built_into_s3_searches_as_a_local_one(tmp_path, s3, monkeypatch, capsys):
+    monkeypatch.setenv("RISE_BATCH_CACHE", str(tmp_path / "cache"))
+    data = "".join(json.dumps(r) + "\n" for r in sample_rows(50)).encode()
+    (tmp_path / "c.jsonl").write_bytes(data)
+    root = location(s3.uri())
+    (root / "c.jsonl").write_bytes(data)
+    assert main(["index", "--corpus", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "idx"), "--workers", "1"]) == 0
+    assert main(["index", "--corpus", f"{root}/c.jsonl", "--out", f"{root}/idx", "--workers", "1",
+                 "--query", "anarchism"]) == 0  # fmt: skip
+    assert f"out={root}/idx" in capsys.readouterr().out
+    meta = json.loads((root / "idx" / "meta.json").read_text())
+    assert meta["corpus"]["path"] == f"{root}/c.jsonl" and meta["counts"]["n_docs"] == 50
+    queries = ["anarchism", "albedo light", "alabama river"]
+    want = open_retriever(tmp_path / "idx").search(queries, 5)
+    got = open_retriever(f"{root}/idx").search(queries, 5)
+    assert [h.docids for h in got] == [h.docids for h in want]
+    assert local_index(f"{root}/idx") == local_index(f"{root}/idx")  # one copy, reused
+    assert len(list((tmp_path / "cache" / "index").iterdir())) == 1
+    # an index directory without its meta.json (an interrupted publish) is never used
+    (root / "half" / "docids.json").write_bytes(b"[]")
+    with pytest.raises(FileNotFoundError, match="no meta.json"):
+        local_index(f"{root}/half")
+    assert main(["index", "--corpus", f"{root}/c.jsonl", "--out", f"{root}/idx", "--workers", "1"]) == 2
+    assert "exists and is not empty" in capsys.readouterr().err
