@@ -198,6 +198,9 @@ def cell_run_config(cfg: SweepConfig, cell: Cell) -> Any:
         "retriever": cell.retriever,
         "limit": cfg.limit,
     }
+    if isinstance(data.get("workspace_root"), str | Path) and data["workspace_root"]:
+        # each cell is a run, and a run claims its workspace root for itself (agent/workspace_root.py): one each
+        data["workspace_root"] = str(Path(data["workspace_root"]) / cell.cell_id)
     llm = {**AGENT_LLM_DEFAULTS, **(cfg.run.get("llm") or {}), **(cfg.model_llm.get(cell.model) or {})}
     data["llm"] = llm | {"model": cell.model}
     run = build_section(RunConfig, data, f"cell {cell.cell_id}")
