@@ -167,8 +167,8 @@ class CheckpointStore:
 
     def clean_temporaries(self) -> int:
         """Leftovers of a kill between write and rename: never valid, always safe to delete. Also under corpus/,
-        where a stopped worker's `.<name>.txt.<pid>.<random>.tmp` would otherwise stay beside the documents (relpaths all
-        end in .txt); one pass over the tree, about a second for 1M files."""
+        where a stopped worker's `.<name>.txt.<pid>.<random>.tmp` would otherwise stay beside the documents
+        (relpaths all end in .txt); one pass over the tree, about a second for 1M files."""
         n = 0
         for d in (self.parts_dir, self.stats_dir):
             for p in d.glob("*.tmp") if d.exists() else ():
