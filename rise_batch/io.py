@@ -113,7 +113,7 @@ def open_regular(path: str | Path, *, below: str | Path | None = None) -> Binary
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise RefusedFile(f"{path} is {_kind(st.st_mode)}, not a regular file: replace it with the file itself")
+            raise RefusedFile(f"{path} is {_kind(st.st_mode)}, not a regular file: give the file itself")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:

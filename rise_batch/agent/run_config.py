@@ -91,7 +91,8 @@ class RunConfig:
         if self.gold not in GOLD_SETS:
             raise ConfigError(f"gold must be one of {', '.join(GOLD_SETS)}, got {self.gold!r}")
         if self.qrels and not Path(self.qrels).is_file():
-            raise ConfigError(f"qrels file {self.qrels} does not exist")
+            what = "is not a regular file" if Path(self.qrels).exists() else "does not exist"
+            raise ConfigError(f"qrels file {self.qrels} {what} (check the --qrels path)")
         self.check_retriever(system.uses_index)
         if self.index_backend not in ("auto", "numpy", "numba"):
             raise ConfigError(f"index_backend must be auto, numpy or numba, got {self.index_backend!r}")
