@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -248,6 +249,8 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
             return value
     elif base is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):  # NaN passes every `<= 0` check and inf every upper bound: refused here
+                raise ConfigError(f"{key} must be a finite number, got {value!r}")
             return float(value)
     elif base is str:
         if isinstance(value, (str, Path)):
@@ -255,6 +258,18 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     else:
         return value
     raise ConfigError(f"{key} must be {getattr(base, '__name__', base)}, got {value!r}")
+
+
+def section_mapping(data: dict[str, Any], key: str, where: str = "") -> dict[str, Any]:
+    """`data[key]` as a mapping to merge flags into ({} when absent or null), or a ConfigError naming the key: a
+    section given as a list or a number is refused before it is merged (`llm: [1, 2]` was a traceback)."""
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        name = f"{where}.{key}" if where else key
+        raise ConfigError(f"{name} must be a mapping of settings, got {type(value).__name__} {value!r}")
+    return value
 
 
 def read_yaml_section(path: str | Path | None, section: str) -> dict[str, Any]:
@@ -280,7 +295,7 @@ def load_structure_config(path: str | Path | None = None, **overrides: Any) -> S
     for prefix in nested:
         over = {k[len(prefix) :]: v for k, v in overrides.items() if k.startswith(prefix) and v is not None}
         if over:
-            data[prefix[:-1]] = {**(data.get(prefix[:-1]) or {}), **over}
+            data[prefix[:-1]] = {**section_mapping(data, prefix[:-1]), **over}
     cfg = build_section(StructureConfig, data, "")
     cfg.validate()
     return cfg

@@ -3,9 +3,10 @@
 Every output of the project that a resumed run trusts (checkpoint parts, done markers, manifests, trajectories,
 judgments, structured documents, batch files) is written to a temporary name in the same directory and renamed into
 place: a rename within one file system is atomic, so the file is either the old one, the new one, or absent. The
-temporary name is hidden and carries the process id, so two processes writing the same path (a resubmitted shard,
-a re-run while a killed worker's write was still in flight) never write into each other's temporary file, and a
-leftover of a kill ends in `.tmp`, where `CheckpointStore.clean_temporaries` finds it.
+temporary name is hidden, carries the process id and a random part and is created exclusively without following a
+link, so two processes writing the same path (a resubmitted shard, a re-run while a killed worker's write was still
+in flight) never write into each other's temporary file, a symlink planted at a predictable name never redirects a
+write, and a leftover of a kill is `.<name>.<pid>.<random>.tmp`, where `CheckpointStore.clean_temporaries` finds it.
 
 Serialization stays with the caller's format: job files (manifest, stats, batches.json) are indented and sorted
 (`dump_json`), run-directory files keep their non-ASCII text readable (`write_json_atomic`'s defaults), done markers
@@ -17,27 +18,42 @@ object storage (`storage.ObjectPath`), whose files are written once under their 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import secrets
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from rise_batch.storage import ObjectPath, location
 
 
-def temporary_path(path: Path) -> Path:
-    """Where `path` is written before it is renamed into place (same directory, so the rename is atomic)."""
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def _create_temporary(path: Path) -> tuple[int, Path]:
+    """A new, empty temporary file beside `path`, opened for writing: `.<name>.<pid>.<random>.tmp`.
+
+    Created with O_CREAT | O_EXCL | O_NOFOLLOW, so a name planted in the directory beforehand (a symlink aimed at a
+    file elsewhere, for the next process ids) is never written through: the call fails on it and another random
+    name is drawn. The mode is 0666 less the umask, as `open(..., "w")` gives."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"cannot create a temporary file beside {path}: 100 names taken (a hostile directory?)")
 
 
-def _write_via(path: Path, write: Callable[[Path], object]) -> None:
-    tmp = temporary_path(path)
+def _write_via(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    fd, tmp = _create_temporary(path)
     try:
-        write(tmp)
-        tmp.replace(path)
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        os.replace(tmp, path)  # replaces a symlink at `path` itself, never its target
     except BaseException:  # a failed or interrupted write leaves neither a partial file nor a stray temporary
         tmp.unlink(missing_ok=True)
         raise
@@ -49,7 +65,7 @@ def write_bytes_atomic(path: str | Path | ObjectPath, data: bytes) -> None:
     if isinstance(loc, ObjectPath):
         loc.write_bytes(data)
         return
-    _write_via(loc, lambda tmp: tmp.write_bytes(data))
+    _write_via(loc, lambda fh: fh.write(data))
 
 
 def write_text_atomic(path: str | Path | ObjectPath, text: str) -> None:
@@ -84,6 +100,94 @@ def read_json(path: str | Path | ObjectPath) -> Any:
     return json.loads(location(path).read_text(encoding="utf-8"))
 
 
+class RefusedFile(ValueError):
+    """A file the engine will not read: not a regular file (a FIFO, a device, a directory), reached through a
+    symbolic link where none may be, outside the directory it must be below, or over its size bound. A user error
+    (a ValueError): the message is one line naming the path and why."""
+
+
+def open_regular(path: str | Path, *, below: str | Path | None = None) -> BinaryIO:
+    """`path` opened for reading in binary, if it is a regular file; otherwise RefusedFile (or FileNotFoundError).
+
+    Opened with O_NONBLOCK, so a FIFO is refused at once instead of hanging the reader, and checked with fstat on
+    the opened descriptor, so what is read is what was checked. With `below` (a directory the engine owns, such as a
+    run directory), `path` must lie under it and every component after `below` is opened with O_NOFOLLOW, one at a
+    time: a symbolic link anywhere below (to /dev/zero, to a file outside) is refused, not followed. `below` itself
+    may be a link, as the user named it. (openat2's RESOLVE_BENEATH would do the walk in one call; Python has no
+    binding for it, and a per-component walk costs microseconds on files read once.)"""
+    path = Path(path)
+    fd = _open_nofollow_below(path, Path(below)) if below is not None else _open_nonblocking(path, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RefusedFile(f"{path} is {_kind(st.st_mode)}, not a regular file: give the file itself")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular_file(path: str | Path, *, below: str | Path | None = None, max_bytes: int) -> bytes:
+    """The whole content of the regular file `path` (see `open_regular`), refused when over `max_bytes`: a run file
+    or a query file is read whole, so its size is bounded before any byte is read (and after, should it grow)."""
+    with open_regular(path, below=below) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        data = fh.read(max_bytes + 1) if size <= max_bytes else b""
+    if size > max_bytes or len(data) > max_bytes:
+        raise RefusedFile(f"{path} is over {max_bytes} bytes, more than such a file can be: remove or replace it")
+    return data
+
+
+def _open_nonblocking(path: Path, extra: int, dir_fd: int | None = None) -> int:
+    return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | extra, dir_fd=dir_fd)
+
+
+def _open_nofollow_below(path: Path, below: Path) -> int:
+    try:
+        parts = path.relative_to(below).parts
+    except ValueError:
+        raise RefusedFile(f"{path} is not below {below}: only files inside it are read") from None
+    if not parts or ".." in parts:
+        raise RefusedFile(f"{path} is not a file below {below}: only files inside it are read")
+    fd = os.open(below, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for i, name in enumerate(parts):
+            last = i == len(parts) - 1
+            where = below.joinpath(*parts[: i + 1])
+            try:
+                extra = os.O_NOFOLLOW if last else os.O_NOFOLLOW | os.O_DIRECTORY
+                nxt = _open_nonblocking(Path(name), extra, dir_fd=fd)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(where):
+                    raise RefusedFile(
+                        f"{where} is a symbolic link; files below {below} are read only as "
+                        "themselves: replace the link with the file"
+                    ) from None
+                if e.errno == errno.ENOTDIR:
+                    raise RefusedFile(f"{where} is not a directory") from None
+                raise type(e)(e.errno, e.strerror, str(where)) from None
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
 def write_parquet_atomic(path: str | Path | ObjectPath, table: Any) -> None:
     """A pyarrow Table as a Parquet file (pyarrow's default writer settings), appearing at once. In object storage
     the file is made in memory first and put in one PUT: a failed write never leaves a short object."""
@@ -97,7 +201,7 @@ def write_parquet_atomic(path: str | Path | ObjectPath, table: Any) -> None:
         pq.write_table(table, buf)
         loc.write_bytes(buf.getvalue().to_pybytes())
         return
-    _write_via(loc, lambda tmp: pq.write_table(table, tmp))
+    _write_via(loc, lambda fh: pq.write_table(table, fh))
 
 
 def supersede(out: str | Path | ObjectPath, names: Iterable[str]) -> Path | ObjectPath:

@@ -26,9 +26,13 @@ docid). Files it read before yield the same; it now also takes `gold_docs`, `que
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import IO, Any, NamedTuple
+
+from rise_batch.io import RefusedFile, open_regular
+from rise_batch.names import safe_stem
 
 
 class Query(NamedTuple):
@@ -101,13 +105,10 @@ def parse_query(row: Any, where: str, line: int = 0, ids_optional: bool = False)
     return Query(str(qid), query, _answers(row, where), _gold(row, where), evidence)
 
 
-def _json_list(path: Path, opener: Any, ids_optional: bool) -> list[Query]:
+def _json_list(path: Path, ids_optional: bool) -> list[Query]:
     """A `.json` file holding one list of rows (the SQuAD-style list form); rows are numbered from 1."""
-    try:
-        with opener(path, "rt", encoding="utf-8") as fh:
-            rows = json.load(fh)
-    except ValueError as e:
-        raise QueryFileError(f"{path}: invalid JSON ({e})") from None
+    with _open_text(path, "query file", "--queries") as fh:
+        rows = _loads(_read_all(fh, path), path)
     if not isinstance(rows, list):
         raise QueryFileError(f"{path}: a .json query file must hold one list of rows (use .jsonl for one per line)")
     return [parse_query(r, f"{path}: row {n}", n, ids_optional) for n, r in enumerate(rows, 1)]
@@ -117,43 +118,91 @@ def read_queries(path: str | Path, limit: int | None = None, *, ids_optional: bo
     """All queries of a .jsonl, .tsv or .json file (each maybe .gz), in file order; duplicate ids are refused
     unless `ids_optional`."""
     path = Path(path)
-    if not path.is_file():
-        raise QueryFileError(f"query file {path} does not exist (check the --queries path)")
-    opener = gzip.open if path.suffix == ".gz" else open
     tsv = path.name.endswith((".tsv", ".tsv.gz"))
     if path.name.endswith((".json", ".json.gz")):
-        out = _json_list(path, opener, ids_optional)[:limit]
+        out = _json_list(path, ids_optional)[:limit]
     else:
-        out = _read_lines(path, opener, tsv, limit, ids_optional)
-    seen: set[str] = set()
-    for q in () if ids_optional else out:
-        if q.query_id in seen:
-            raise QueryFileError(f"{path}: duplicate query_id {q.query_id!r}")
-        seen.add(q.query_id)
+        out = _read_lines(path, tsv, limit, ids_optional)
+    if not ids_optional:
+        _refuse_shared_names(path, out)
     return out
 
 
-def _read_lines(path: Path, opener: Any, tsv: bool, limit: int | None, ids_optional: bool) -> list[Query]:
+def _refuse_shared_names(path: Path, queries: list[Query]) -> None:
+    """Each query's trajectory and judgment are files named by its id (`names.safe_stem`), so two ids must not
+    share a file name: `a/b` and `a_b-c14cddc0` (the first one's safe name) would both be reported as run, the second
+    file overwriting the first. Duplicate ids are the plain case of the same thing."""
+    seen: dict[str, str] = {}
+    for q in queries:
+        stem = safe_stem(q.query_id)
+        other = seen.get(stem)
+        if other is None:
+            seen[stem] = q.query_id
+            continue
+        if other == q.query_id:
+            raise QueryFileError(f"{path}: duplicate query_id {q.query_id!r}")
+        raise QueryFileError(
+            f"{path}: query ids {other!r} and {q.query_id!r} would share the file name {stem}.json "
+            "(ids are made safe for file names); rename one of them"
+        )
+
+
+def _read_lines(path: Path, tsv: bool, limit: int | None, ids_optional: bool) -> list[Query]:
     out: list[Query] = []
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
+    with _open_text(path, "query file", "--queries") as fh:
+        for n, line in enumerate(_lines(fh, path), 1):
             if not line.strip():
                 continue
             where = f"{path}: line {n}"
             if tsv:
                 qid, sep, text = line.rstrip("\n").partition("\t")
-                if not sep or not text.strip():
-                    raise QueryFileError(f"{where}: expected `query_id<TAB>query`")
+                if not sep or not text.strip() or not qid.strip():
+                    raise QueryFileError(f"{where}: expected `query_id<TAB>query` (both non-empty)")
                 out.append(Query(qid.strip(), text.strip()))
             else:
-                try:
-                    row = json.loads(line)
-                except ValueError as e:
-                    raise QueryFileError(f"{where}: invalid JSON ({e})") from None
-                out.append(parse_query(row, where, n, ids_optional))
+                out.append(parse_query(_loads(line, where), where, n, ids_optional))
             if limit is not None and len(out) >= limit:
                 break
     return out
+
+
+def _open_text(path: Path, what: str, flag: str) -> IO[str]:
+    """`path` as UTF-8 text (gunzipped when it ends in .gz), if it is a regular file: a directory or a FIFO is a
+    one-line QueryFileError naming it (a FIFO used to hang the reader, a directory to be a traceback)."""
+    try:
+        raw = open_regular(path)
+    except FileNotFoundError:
+        raise QueryFileError(f"{what} {path} does not exist (check the {flag} path)") from None
+    except RefusedFile as e:
+        raise QueryFileError(f"{what} {e}") from None
+    except OSError as e:
+        raise QueryFileError(f"{what} {path} cannot be read: {e.strerror}") from None
+    binary: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if path.suffix == ".gz" else raw
+    return io.TextIOWrapper(binary, encoding="utf-8")
+
+
+def _lines(fh: IO[str], path: Path) -> Any:
+    """The lines of `fh`; a file that is not UTF-8 (or not gzip, for .gz) is a QueryFileError naming it."""
+    try:
+        yield from fh
+    except (UnicodeDecodeError, OSError, EOFError) as e:
+        raise QueryFileError(
+            f"{path}: cannot be read as {'gzipped ' if path.suffix == '.gz' else ''}UTF-8 text ({e})"
+        ) from None
+
+
+def _read_all(fh: IO[str], path: Path) -> str:
+    return "".join(_lines(fh, path))
+
+
+def _loads(text: str, where: str | Path) -> Any:
+    """JSON, with invalid and too deeply nested input (a RecursionError traceback before) as one-line errors."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise QueryFileError(f"{where}: JSON nested too deeply") from None
+    except ValueError as e:
+        raise QueryFileError(f"{where}: invalid JSON ({e})") from None
 
 
 def answers_by_id(path: str | Path | None) -> dict[str, tuple[str, ...]]:
@@ -168,10 +217,9 @@ def read_qrels(path: str | Path) -> dict[str, tuple[str, ...]]:
     """query id -> relevant docids (rel > 0, file order) of a TREC qrels file: `qid iter docid rel` per line,
     whitespace-separated (the iteration column, `0` or `Q0`, is ignored, as trec_eval ignores it)."""
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
     found: dict[str, dict[str, None]] = {}
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
+    with _open_text(path, "qrels file", "--qrels") as fh:
+        for n, line in enumerate(_lines(fh, path), 1):
             parts = line.split()
             if not parts:
                 continue

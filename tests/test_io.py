@@ -4,13 +4,18 @@ write fails, and superseding an old run."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rise_batch.io import (
+    RefusedFile,
     dump_json,
     read_json,
+    read_regular_file,
     supersede,
     write_bytes_atomic,
     write_json_atomic,
@@ -65,8 +70,8 @@ def test_a_writer_raising_midway_leaves_no_partial_file(tmp_path: Path, monkeypa
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    def half_then_fail(table: object, where: Path) -> None:
-        Path(where).write_bytes(b"PAR1 half a file")
+    def half_then_fail(table: object, where: Any) -> None:
+        where.write(b"PAR1 half a file")
         raise Boom
 
     monkeypatch.setattr(pq, "write_table", half_then_fail)
@@ -89,3 +94,70 @@ def test_supersede_moves_only_the_named_outputs_present(tmp_path: Path) -> None:
     assert sorted(p.name for p in dest.iterdir()) == ["run.json", "trajectories"]
     assert (dest / "trajectories" / "q.json").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt", dest.name]
+
+
+def test_a_symlink_planted_at_a_temporary_name_never_redirects_a_write(tmp_path: Path) -> None:
+    """Links at every name the writer used to pick (`.<name>.<pid>.tmp` for this process and the next PIDs) aimed at
+    a file outside the output directory: the write lands in place and the outside file keeps its bytes."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious")
+    out = tmp_path / "out"
+    out.mkdir()
+    pid = os.getpid()
+    for p in range(max(pid - 50, 1), pid + 500):
+        for name in ("q1.json", "docmap.parquet"):
+            (out / f".{name}.{p}.tmp").symlink_to(outside)
+    write_json_atomic(out / "q1.json", {"v": 1})
+    write_text_atomic(out / "q1.json", '{"v": 2}')
+    pa = pytest.importorskip("pyarrow")
+    write_parquet_atomic(out / "docmap.parquet", pa.table({"x": [1]}))
+    assert outside.read_text() == "precious"
+    assert read_json(out / "q1.json") == {"v": 2} and stat.S_ISREG(os.lstat(out / "q1.json").st_mode)
+    assert stat.S_ISREG(os.lstat(out / "docmap.parquet").st_mode)
+    left = [p for p in out.iterdir() if not p.is_symlink()]
+    assert sorted(p.name for p in left) == ["docmap.parquet", "q1.json"]  # no temporary left behind
+
+
+def test_a_leftover_temporary_is_named_as_clean_temporaries_finds_it(tmp_path: Path) -> None:
+    """A write killed between write and rename leaves `.<name>.<pid>.<random>.tmp`: hidden and ending in `.tmp`."""
+    from rise_batch.io import _create_temporary
+
+    fd, tmp = _create_temporary(tmp_path / "a.txt")
+    os.close(fd)
+    assert tmp.parent == tmp_path and tmp.name.startswith(f".a.txt.{os.getpid()}.") and tmp.name.endswith(".tmp")
+    assert stat.S_IMODE(tmp.stat().st_mode) == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_read_regular_file_refuses_what_is_not_a_regular_file_below(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "sub").mkdir(parents=True)
+    (run / "sub" / "ok.json").write_text("{}")
+    (tmp_path / "outside.json").write_text("secret")
+    os.mkfifo(run / "fifo.json")
+    (run / "zero.json").symlink_to("/dev/zero")
+    (run / "out.json").symlink_to(tmp_path / "outside.json")
+    (run / "link").symlink_to(tmp_path)
+    assert read_regular_file(run / "sub" / "ok.json", below=run, max_bytes=10) == b"{}"
+    refused = {
+        "fifo.json": "is a FIFO",
+        "zero.json": "is a symbolic link",
+        "out.json": "is a symbolic link",
+        "link/outside.json": "is a symbolic link",
+        "sub": "is a directory",
+        "../outside.json": "not a file below",
+    }
+    for rel, why in refused.items():
+        with pytest.raises(RefusedFile, match=why):
+            read_regular_file(run / rel, below=run, max_bytes=10)
+    with pytest.raises(RefusedFile, match="is a character device"):
+        read_regular_file(run / "zero.json", max_bytes=10)  # without `below`, links are followed: type still checked
+    with pytest.raises(RefusedFile, match="over 1 bytes"):
+        read_regular_file(run / "sub" / "ok.json", below=run, max_bytes=1)
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        read_regular_file(run / "sub" / "missing.json", below=run, max_bytes=10)

@@ -179,3 +179,67 @@ def test_a_json_list_of_rows(tmp_path: Path) -> None:
     path.write_text(json.dumps([{"id": "a"}]))
     with pytest.raises(QueryFileError, match="q.json: row 1: missing string field 'query'"):
         read_queries(path)
+
+
+def test_deeply_nested_json_is_a_one_line_error(tmp_path: Path) -> None:
+    """A RecursionError traceback (exit 1) before."""
+    (tmp_path / "deep.json").write_text("[" * 100_000)
+    (tmp_path / "deep.jsonl").write_text('{"query_id": "q", "query": ' + "[" * 100_000 + "}\n")
+    with pytest.raises(QueryFileError, match=r"deep\.json: JSON nested too deeply$"):
+        read_queries(tmp_path / "deep.json")
+    with pytest.raises(QueryFileError, match=r"deep\.jsonl: line 1: JSON nested too deeply$"):
+        read_queries(tmp_path / "deep.jsonl")
+
+
+def test_a_tsv_line_with_an_empty_id_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "q.tsv").write_text("q1\tfirst\n \tsecond\n")
+    with pytest.raises(QueryFileError, match=r"q\.tsv: line 2: expected `query_id<TAB>query`"):
+        read_queries(tmp_path / "q.tsv")
+
+
+def test_ids_that_would_share_a_file_name_are_refused(tmp_path: Path) -> None:
+    """`a/b` is written as a_b-c14cddc0.json, the safe name of the id `a_b-c14cddc0` too: one file for two."""
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"query_id": "a/b", "query": "x"}\n{"query_id": "a_b-c14cddc0", "query": "y"}\n')
+    with pytest.raises(QueryFileError, match=r"'a/b' and 'a_b-c14cddc0' would share the file name a_b-c14cddc0\.json"):
+        read_queries(path)
+    assert len(read_queries(path, ids_optional=True)) == 2  # eval-retrieval writes no file per query
+    path.write_text('{"query_id": "a", "query": "x"}\n{"query_id": "a", "query": "y"}\n')
+    with pytest.raises(QueryFileError, match="duplicate query_id 'a'"):
+        read_queries(path)
+
+
+def test_a_qrels_or_query_path_that_is_not_a_regular_file_is_refused_at_once(tmp_path: Path) -> None:
+    """A directory was a traceback, a FIFO hung the reader for good (the limit only catches a hang)."""
+    import os
+    import threading
+
+    queries = [Query("q1", "x")]
+    (tmp_path / "qrels.d").mkdir()
+    os.mkfifo(tmp_path / "qrels.fifo")
+    os.mkfifo(tmp_path / "q.jsonl")
+    errors: list[str] = []
+
+    def attempt() -> None:
+        for call in (
+            lambda: select_gold(queries, qrels=tmp_path / "qrels.d"),
+            lambda: select_gold(queries, qrels=tmp_path / "qrels.fifo"),
+            lambda: read_queries(tmp_path / "q.jsonl"),
+        ):
+            try:
+                call()
+            except QueryFileError as e:
+                errors.append(str(e))
+
+    reader = threading.Thread(target=attempt, daemon=True)
+    reader.start()
+    reader.join(60)
+    if reader.is_alive():
+        with open(tmp_path / "qrels.fifo", "w"), open(tmp_path / "q.jsonl", "w"):  # unblock the hung reader
+            pass
+        pytest.fail("reading a FIFO hung")
+    assert errors == [
+        f"qrels file {tmp_path / 'qrels.d'} is a directory, not a regular file: give the file itself",
+        f"qrels file {tmp_path / 'qrels.fifo'} is a FIFO, not a regular file: give the file itself",
+        f"query file {tmp_path / 'q.jsonl'} is a FIFO, not a regular file: give the file itself",
+    ]

@@ -20,6 +20,7 @@ from rise_batch.agent.inputs import localize
 from rise_batch.agent.run_config import RunConfig, config_hash
 from rise_batch.agent.runner import EVENT_PARTS, EVENTS, TRAJECTORIES, finished, trajectory_path
 from rise_batch.agent.systems import ORIGINAL, get_system
+from rise_batch.agent.workspace_root import claim_workspace_root
 from rise_batch.config import ConfigError, config_to_dict
 from rise_batch.io import make_output_dir, read_json, supersede, write_json_atomic
 from rise_batch.prompts import load_prompt
@@ -74,6 +75,7 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
 
         cfg = dataclasses.replace(cfg, original_docs=str(original_docs(cfg.docs, workers=max(cfg.workers, 1))))
     queries = select_gold(read_queries(cfg.queries, cfg.limit), cfg.gold, cfg.qrels, cfg.queries)
+    claim_workspace_root(cfg.workspace_dir, out, default=cfg.workspace_root is None)  # refused before any write
     write_json_atomic(
         meta_path,
         {

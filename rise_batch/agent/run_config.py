@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rise_batch.agent.loop import Budget
-from rise_batch.config import ConfigError, LLMConfig, build_section, read_yaml_section
+from rise_batch.config import ConfigError, LLMConfig, build_section, read_yaml_section, section_mapping
 from rise_batch.llm.transport import APIS  # chat completions, or the Responses API
 from rise_batch.queries import GOLD_SETS
 from rise_batch.space.sandbox import check_limit
@@ -84,12 +84,15 @@ class RunConfig:
                 raise ConfigError(f"{name} must be > 0, got {value!r}")
         if self.workers < 0:
             raise ConfigError(f"workers must be >= 0, got {self.workers!r}")
+        if self.worker_cpus < 0:
+            raise ConfigError(f"worker_cpus must be >= 0, got {self.worker_cpus!r}")
         if self.grace_s < 0 or self.kill_grace_s < 0:
             raise ConfigError("grace_s and kill_grace_s must be >= 0")
         if self.gold not in GOLD_SETS:
             raise ConfigError(f"gold must be one of {', '.join(GOLD_SETS)}, got {self.gold!r}")
         if self.qrels and not Path(self.qrels).is_file():
-            raise ConfigError(f"qrels file {self.qrels} does not exist")
+            what = "is not a regular file" if Path(self.qrels).exists() else "does not exist"
+            raise ConfigError(f"qrels file {self.qrels} {what} (check the --qrels path)")
         self.check_retriever(system.uses_index)
         if self.index_backend not in ("auto", "numpy", "numba"):
             raise ConfigError(f"index_backend must be auto, numpy or numba, got {self.index_backend!r}")
@@ -160,7 +163,7 @@ def load_run_config(path: str | Path | None = None, **overrides: Any) -> RunConf
     data = read_yaml_section(path, "run")
     llm_over = {k[4:]: v for k, v in overrides.items() if k.startswith("llm_") and v is not None}
     data.update({k: v for k, v in overrides.items() if not k.startswith("llm_") and v is not None})
-    data["llm"] = {**AGENT_LLM_DEFAULTS, **(data.get("llm") or {}), **llm_over}
+    data["llm"] = {**AGENT_LLM_DEFAULTS, **section_mapping(data, "llm"), **llm_over}
     cfg = build_section(RunConfig, data, "")
     if "concurrency" not in data["llm"] and cfg.concurrency > 0:
         per_worker = -(-cfg.concurrency // max(cfg.workers, 1))

@@ -22,6 +22,7 @@ import orjson
 from rise_batch.agent.loop import AgentRun, run_agent
 from rise_batch.agent.run_config import RunConfig
 from rise_batch.agent.systems import ORIGINAL, get_system, open_tools, workspace_docs
+from rise_batch.agent.workspace_root import claim_workspace_root
 from rise_batch.io import read_json, write_json_atomic
 from rise_batch.names import safe_stem as safe_name  # a query id's file stem
 from rise_batch.prompts import load_prompt
@@ -106,9 +107,10 @@ class WorkerContext:
         )
         self.executor = ThreadPoolExecutor(max_workers=2 * cfg.concurrency + 4, thread_name_prefix="tool")
         self.events = EventLog(self.run_dir / EVENTS)
-        self.ws_root = cfg.workspace_dir
-        self.ws_root.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.ws_root, 0o755)  # the sandbox's unprivileged uid must reach the workspaces
+        # claimed by the driver already; made here too where it is not (a worker on another node's file system)
+        self.ws_root = claim_workspace_root(
+            cfg.workspace_dir, cfg.out, default=cfg.workspace_root is None, driver=False
+        )
         self._index: Any = None
         self._index_lock = threading.Lock()
 

@@ -57,6 +57,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--max-body-bytes", type=int, default=None, help="larger requests get a 413 (default 256 MiB)")
     p.add_argument(
+        "--max-buffered-bytes",
+        type=int,
+        default=None,
+        help="request bodies held at once across connections; a request that would pass it gets a 503 unread "
+        "(default twice --max-body-bytes, at least 512 MiB)",
+    )
+    for name, what, default in (
+        ("header", "a request's head must arrive within (else 408, connection closed)", 30),
+        ("body", "a request's whole body must arrive within (else 408, connection closed)", 300),
+        ("idle", "an idle keep-alive connection is closed after", 120),
+    ):  # the defaults are http.ConnectionLimits' (not imported here: building the CLI's parser stays cheap)
+        p.add_argument(f"--{name}-timeout-s", type=float, default=None, help=f"seconds {what} (default {default})")
+    p.add_argument(
         "--engine",
         choices=("asyncio", "threads"),
         default="asyncio",
@@ -80,10 +93,17 @@ def run(args: argparse.Namespace) -> int:
 
     from rise_batch.fake_llm import FakeLLMServer
     from rise_batch.fake_llm.chat import default_responders
+    from rise_batch.fake_llm.http import ConnectionLimits
 
     limits: dict[str, object] = {"allow_config": args.allow_config, "engine": args.engine}
     if args.max_body_bytes is not None:
         limits["max_body_bytes"] = args.max_body_bytes
+    given = {
+        n: getattr(args, n) for n in ("header_timeout_s", "body_timeout_s", "idle_timeout_s", "max_buffered_bytes")
+    }
+    if any(v is not None for v in given.values()):
+        base = ConnectionLimits.for_bodies(args.max_body_bytes or 0)
+        limits["limits"] = base._replace(**{n: v for n, v in given.items() if v is not None})
     responders = default_responders(args.judge_reply)  # bad settings: ValueError, exit 2
     server = FakeLLMServer(args.host, args.port, responders=responders, **limits, **fault_options(args))
     done = threading.Event()

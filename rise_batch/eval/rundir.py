@@ -8,22 +8,44 @@ engine), so the two always pair up whatever the query ids look like.
 
 from __future__ import annotations
 
+import json
 from typing import Any, NamedTuple
 
-from rise_batch.io import read_json
-from rise_batch.storage import AnyPath, location
+from rise_batch.io import RefusedFile, read_regular_file
+from rise_batch.storage import AnyPath, ObjectPath, location
+
+# A trajectory of 300 calls with full tool outputs is a few MB; nothing the engine writes comes near this bound.
+RUN_FILE_MAX_BYTES = 64 * 2**20
 
 
 class RunData(NamedTuple):
-    path: AnyPath  # a POSIX path or a run directory in object storage
+    path: AnyPath
     meta: dict[str, Any]  # run.json ({} when absent)
     trajectories: dict[str, dict[str, Any]]  # file stem -> trajectory
     judgments: dict[str, dict[str, Any]]  # file stem -> judgment (only those present)
-    unreadable: tuple[str, ...]  # files that could not be parsed (reported, never silently skipped)
+    unreadable: tuple[str, ...]  # one line per file that could not be read: its path, then why (reported)
     stale: tuple[str, ...] = ()  # trajectories written under another config hash than run.json's (left out)
 
 
-def _read_dir(path: AnyPath, bad: list[str]) -> dict[str, dict[str, Any]]:
+def read_run_file(path: AnyPath, run_dir: AnyPath) -> Any:
+    """One run file's JSON. Read as documents are: a regular file below the run directory, no symbolic link on the
+    way, at most RUN_FILE_MAX_BYTES; anything else is a RefusedFile (or ValueError, FileNotFoundError) whose
+    message names the file. A run directory may come from anywhere (a copy, an archive), so none of it is trusted."""
+    if isinstance(path, ObjectPath):  # an object is only ever an object: no link, FIFO or device to refuse
+        if path.stat().st_size > RUN_FILE_MAX_BYTES:
+            raise RefusedFile(f"{path} is over {RUN_FILE_MAX_BYTES} bytes, more than a run file can be")
+        data = path.read_bytes()
+    else:
+        data = read_regular_file(path, below=run_dir, max_bytes=RUN_FILE_MAX_BYTES)
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply to be a run file; fix or remove it") from None
+    except ValueError as e:  # UnicodeDecodeError too
+        raise ValueError(f"{path}: not valid JSON ({e}); fix or remove it") from None
+
+
+def _read_dir(path: AnyPath, run_dir: AnyPath, bad: list[str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     if not path.is_dir():
         return out
@@ -31,15 +53,21 @@ def _read_dir(path: AnyPath, bad: list[str]) -> dict[str, dict[str, Any]]:
         if f.name.startswith("."):
             continue
         try:
-            data = read_json(f)
-        except (OSError, ValueError):
-            bad.append(str(f))
+            data = read_run_file(f, run_dir)
+        except (OSError, ValueError) as e:
+            bad.append(_problem(f, e))
             continue
         if isinstance(data, dict):
             out[f.stem] = data
         else:
-            bad.append(str(f))
+            bad.append(f"{f}: holds a JSON {type(data).__name__}, not an object; fix or remove it")
     return out
+
+
+def _problem(path: AnyPath, e: BaseException) -> str:
+    """One line naming `path` and what is wrong with it."""
+    text = str(e) if isinstance(e, ValueError) else (e.strerror or str(e))
+    return text if text.startswith(str(path)) else f"{path}: {text}"
 
 
 def load_run(run_dir: str | AnyPath) -> RunData:
@@ -48,19 +76,24 @@ def load_run(run_dir: str | AnyPath) -> RunData:
         raise FileNotFoundError(f"run directory {path} does not exist")
     bad: list[str] = []
     meta: dict[str, Any] = {}
-    if (path / "run.json").is_file():
-        try:
-            meta = read_json(path / "run.json")
-        except ValueError:
-            bad.append(str(path / "run.json"))
-    trajectories = _read_dir(path / "trajectories", bad)
+    try:
+        meta = read_run_file(path / "run.json", path)
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as e:
+        bad.append(_problem(path / "run.json", e))
+    if not isinstance(meta, dict):
+        bad.append(f"{path / 'run.json'}: holds a JSON {type(meta).__name__}, not an object; fix or remove it")
+        meta = {}
+    trajectories = _read_dir(path / "trajectories", path, bad)
     if not trajectories and not (path / "trajectories").is_dir():
         raise FileNotFoundError(f"{path} has no trajectories/ directory: is it a run directory of `rise-batch run`?")
     pinned = meta.get("config_hash")
     stale = [s for s, t in trajectories.items() if pinned and t.get("config_hash") not in (None, pinned)]
     for stem in stale:
         del trajectories[stem]
-    return RunData(path, meta, trajectories, _read_dir(path / "judgments", bad), tuple(bad), tuple(stale))
+    judgments = _read_dir(path / "judgments", path, bad)
+    return RunData(path, meta, trajectories, judgments, tuple(bad), tuple(stale))
 
 
 def judgment_path(run_dir: str | AnyPath, stem: str) -> AnyPath:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from rise_batch.config import ConfigError, build_section
+from rise_batch.config import ConfigError, build_section, section_mapping
 from rise_batch.names import portable
 
 
@@ -198,7 +198,11 @@ def cell_run_config(cfg: SweepConfig, cell: Cell) -> Any:
         "retriever": cell.retriever,
         "limit": cfg.limit,
     }
-    llm = {**AGENT_LLM_DEFAULTS, **(cfg.run.get("llm") or {}), **(cfg.model_llm.get(cell.model) or {})}
+    if isinstance(data.get("workspace_root"), str | Path) and data["workspace_root"]:
+        # each cell is a run, and a run claims its workspace root for itself (agent/workspace_root.py): one each
+        data["workspace_root"] = str(Path(data["workspace_root"]) / cell.cell_id)
+    per_model = section_mapping(cfg.model_llm, cell.model, "sweep.model_llm")
+    llm = {**AGENT_LLM_DEFAULTS, **section_mapping(cfg.run, "llm", "sweep.run"), **per_model}
     data["llm"] = llm | {"model": cell.model}
     run = build_section(RunConfig, data, f"cell {cell.cell_id}")
     run.validate()

@@ -9,7 +9,11 @@ drives through `dispatch()`, so both engines answer every request alike.
 Behaviour at the edges matches the thread engine: a malformed request line or header gets a 400 and the connection
 is closed; a head over 64 KiB a 431; a method other than GET, POST or DELETE a 501; a body over the limit a 413
 before it is read; a client that goes away mid-latency still has its request answered into the void and logged; a
-route that raises is printed to stderr and its connection closed without an answer.
+route that raises is printed to stderr and its connection closed without an answer. The connection limits
+(http.ConnectionLimits) are a deadline per step: the first byte of a request within the idle timeout (else the
+connection is closed quietly), the rest of its head within the header timeout and its body within the body
+timeout (else a 408 and the connection closed), its reply taken by the client within the body timeout; a body that
+would pass the bytes held across connections is answered 503 unread.
 """
 
 from __future__ import annotations
@@ -18,12 +22,23 @@ import asyncio
 import socket
 import sys
 import threading
+import time
 import traceback
 from email.utils import formatdate
 from http import HTTPStatus
 from urllib.parse import parse_qsl, urlsplit
 
-from rise_batch.fake_llm.http import Dispatcher, HttpRequest, HttpResponse, error_body, json_response, refuse_body
+from rise_batch.fake_llm.http import (
+    ConnectionLimits,
+    Dispatcher,
+    HttpRequest,
+    HttpResponse,
+    busy,
+    error_body,
+    json_response,
+    refuse_body,
+    timed_out,
+)
 from rise_batch.llm.simulated import SIMULATED_HEADER
 
 HEAD_LIMIT = 2**16  # request line + headers, as http.server's per-line limit
@@ -66,6 +81,8 @@ class AsyncioEngine:
         self._sleepers: set[asyncio.Future[bool]] = set()  # requests waiting out latency or a hang
         self._connections: set[asyncio.Task[None]] = set()
         self._busy: set[asyncio.Task[None]] = set()  # connections between reading a request and answering it
+        self._deadlines = Deadlines(fake.limits)
+        self._sweeper: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._loop = asyncio.new_event_loop()
@@ -81,6 +98,7 @@ class AsyncioEngine:
         self._server = loop.run_until_complete(
             asyncio.start_server(self._connection, sock=self._sock, limit=HEAD_LIMIT)
         )
+        self._sweeper = loop.create_task(self._deadlines.sweep())
         started.set()
         loop.run_forever()
 
@@ -98,6 +116,8 @@ class AsyncioEngine:
     async def _shutdown(self) -> None:
         assert self._server is not None
         self._server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         for sleeper in self._sleepers:
             if not sleeper.done():
                 sleeper.set_result(True)
@@ -116,45 +136,81 @@ class AsyncioEngine:
                 pass
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away
-        except asyncio.CancelledError:
-            pass  # stop(): ended here, as Python 3.11's stream callback fails on a task that ends cancelled
+        except asyncio.CancelledError:  # stop(), or a deadline passed: ended here, as Python 3.11's stream callback
+            expired = self._deadlines.expired.get(task)  # fails on a task that ends cancelled
+            if expired in ("head", "body"):  # the client stalled mid-request: told so (written as it closes)
+                response = timed_out(expired, self._deadlines.limits[expired])
+                writer.write(_head(response, close=True) + response.body)
         except Exception:  # a route's bug: printed, the connection dropped unanswered, as socketserver does
             print("fake-llm: exception while serving a request", file=sys.stderr)
             traceback.print_exc()
         finally:
+            self._deadlines.forget(task)
             self._connections.discard(task)
             self._busy.discard(task)
             writer.close()
 
     async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, task: asyncio.Task[None]) -> bool:
-        """Serve one request on a connection; False when the connection is to be closed."""
+        """Serve one request on a connection; False when the connection is to be closed. Each wait on the client
+        has a deadline (see `Deadlines`); the route's own waits (latency, hangs) have none."""
+        budget, deadline = self.fake.budget, self._deadlines.set
+        deadline(task, "idle")  # an idle keep-alive connection is closed quietly, as servers close theirs
+        first = await reader.read(1)
+        if not first:
+            return False  # closed between requests
+        deadline(task, "head")
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
+            head = first + await reader.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError:
-            return False  # closed between requests (or mid-head)
+            return False  # closed mid-head
         except asyncio.LimitOverrunError:
-            await _send(writer, _Malformed(431, f"request head over {HEAD_LIMIT} bytes").response, close=True)
+            await self._send(writer, task, _Malformed(431, f"request head over {HEAD_LIMIT} bytes").response, True)
             return False
         self._busy.add(task)
         try:
             method, target, headers, keep = _parse_head(head)
         except _Malformed as e:
-            await _send(writer, e.response, close=True)
+            await self._send(writer, task, e.response, True)
             return False
         refused = refuse_body(headers.get("Content-Length"), self.fake.max_body_bytes)
         if refused is not None:
-            await _send(writer, refused, close=True)
+            await self._send(writer, task, refused, True)
             return False
         length = int(headers.get("Content-Length") or 0)
-        if length and (headers.get("Expect") or "").lower() == "100-continue":
-            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        body = await reader.readexactly(length) if length else b""
-        split = urlsplit(target)
-        response = await self._answer(HttpRequest(method, split.path, dict(parse_qsl(split.query)), headers, body))
+        if not budget.reserve(length):  # answered unread: the bytes held across connections stay bounded
+            await self._send(writer, task, busy(budget, length), True)
+            return False
+        try:
+            if length and (headers.get("Expect") or "").lower() == "100-continue":
+                writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            deadline(task, "body")
+            body = await reader.readexactly(length) if length else b""
+            self._deadlines.clear(task)
+            split = urlsplit(target)
+            request = HttpRequest(method, split.path, dict(parse_qsl(split.query)), headers, body)
+            del body
+            response = await self._answer(request)
+        finally:
+            budget.release(length)
         keep = keep and response.headers.get("Connection") != "close"
-        await _send(writer, response, close=not keep)
+        await self._send(writer, task, response, not keep)
         self._busy.discard(task)
         return keep
+
+    async def _send(
+        self, writer: asyncio.StreamWriter, task: asyncio.Task[None], response: HttpResponse, close: bool
+    ) -> None:
+        """Write `response`; a client that does not take it within the body timeout has its connection closed."""
+        head = _head(response, close=close)
+        if len(response.body) < 2**16:
+            writer.write(head + response.body)  # one segment for the usual small reply
+        else:  # a large body (a batch's output file) is not copied into one buffer with its head
+            writer.write(head)
+            writer.write(response.body)
+        if writer.transport.get_write_buffer_size():  # the usual small reply went out at once: no wait, no timer
+            self._deadlines.set(task, "send")
+            await writer.drain()
+            self._deadlines.clear(task)
 
     async def _answer(self, request: HttpRequest) -> HttpResponse:
         """Drive the server's steps for `request`, awaiting each wait instead of sleeping a thread."""
@@ -215,7 +271,7 @@ def _reason(status: int) -> str:
         return ""
 
 
-async def _send(writer: asyncio.StreamWriter, response: HttpResponse, *, close: bool) -> None:
+def _head(response: HttpResponse, *, close: bool) -> bytes:
     lines = [
         f"HTTP/1.1 {response.status} {_reason(response.status)}",
         "Server: fake-llm",
@@ -227,10 +283,45 @@ async def _send(writer: asyncio.StreamWriter, response: HttpResponse, *, close: 
     ]
     if close and "Connection" not in response.headers:
         lines.append("Connection: close")
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    if len(response.body) < 2**16:
-        writer.write(head + response.body)  # one segment for the usual small reply
-    else:
-        writer.write(head)
-        writer.write(response.body)
-    await writer.drain()
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+class Deadlines:
+    """When each connection's current wait on its client must end, checked by one sweeper task for all of them.
+
+    A wait is one of: `idle` (for a request's first byte), `head` (for the rest of its head), `body` (for its body),
+    `send` (for the client to take a reply that did not fit the socket buffer); each has its limit from
+    http.ConnectionLimits. A connection past its deadline is cancelled, and `expired` says which wait it was in (the
+    connection then answers 408 for `head` and `body`, and closes). Setting a deadline is a dict store: a timer per
+    wait (`asyncio.timeout`) cost ~30 us each, three per request, on a server whose whole request costs ~150 us."""
+
+    def __init__(self, limits: ConnectionLimits) -> None:
+        self.limits = {
+            "idle": limits.idle_timeout_s,
+            "head": limits.header_timeout_s,
+            "body": limits.body_timeout_s,
+            "send": limits.body_timeout_s,
+        }
+        self.tick = min(1.0, max(0.05, min(self.limits.values()) / 4))  # a deadline is kept within this much
+        self._due: dict[asyncio.Task[None], tuple[float, str]] = {}
+        self.expired: dict[asyncio.Task[None], str] = {}
+
+    def set(self, task: asyncio.Task[None], wait: str) -> None:
+        self._due[task] = (time.monotonic() + self.limits[wait], wait)
+
+    def clear(self, task: asyncio.Task[None]) -> None:
+        self._due.pop(task, None)
+
+    def forget(self, task: asyncio.Task[None]) -> None:
+        self._due.pop(task, None)
+        self.expired.pop(task, None)
+
+    async def sweep(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick)
+            now = time.monotonic()
+            for task, (due, wait) in list(self._due.items()):
+                if due <= now:
+                    del self._due[task]
+                    self.expired[task] = wait
+                    task.cancel()

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from rise_batch.fake_llm.http import Dispatcher, HttpRequest, refuse_body
+from rise_batch.fake_llm.http import Dispatcher, HttpRequest, busy, refuse_body, timed_out
 from rise_batch.llm.simulated import SIMULATED_HEADER
 
 
@@ -51,17 +52,47 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # headers and body go out without waiting for delayed ACKs
     server: _HTTPServer
 
+    def handle_one_request(self) -> None:
+        """The connection limits (http.ConnectionLimits) as socket timeouts: the first byte of a request within the
+        idle timeout (else the connection is closed), then each read of its head within the header timeout
+        (http.server closes the connection on a timeout); the body has its own deadline (`_read_body`)."""
+        limits = self.server.fake.limits
+        try:
+            self.connection.settimeout(limits.idle_timeout_s)
+            if not self.rfile.peek(1):
+                self.close_connection = True
+                return
+            self.connection.settimeout(limits.header_timeout_s)
+        except (TimeoutError, OSError):
+            self.close_connection = True
+            return
+        super().handle_one_request()
+
     def _serve(self) -> None:
         split = urlsplit(self.path)
-        response = refuse_body(self.headers.get("Content-Length"), self.server.fake.max_body_bytes)
+        fake = self.server.fake
+        response = refuse_body(self.headers.get("Content-Length"), fake.max_body_bytes)
         if response is None:
             length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            request = HttpRequest(self.command, split.path, dict(parse_qsl(split.query)), self.headers, body)
-            response = self.server.fake.dispatch(request)
-        else:
-            self.close_connection = True
+            if not fake.budget.reserve(length):  # answered unread: the bytes held across connections stay bounded
+                response = busy(fake.budget, length)
+            else:
+                try:
+                    body = self._read_body(length, fake.limits.body_timeout_s)
+                    if body is None:
+                        response = timed_out("body", fake.limits.body_timeout_s)
+                    else:
+                        request = HttpRequest(
+                            self.command, split.path, dict(parse_qsl(split.query)), self.headers, body
+                        )
+                        del body
+                        response = fake.dispatch(request)
+                        del request
+                finally:
+                    fake.budget.release(length)
+        self.close_connection = self.close_connection or response.headers.get("Connection") == "close"
         try:
+            self.connection.settimeout(fake.limits.body_timeout_s)  # a client that does not take its reply
             self.send_response(response.status)
             self.send_header("Content-Type", response.content_type)
             self.send_header("Content-Length", str(len(response.body)))
@@ -70,8 +101,28 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(response.body)
-        except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout on a hang)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):  # the client gave up (timeout on a hang)
             self.close_connection = True
+
+    def _read_body(self, length: int, timeout_s: float) -> bytes | None:
+        """`length` bytes of body within `timeout_s` in all (not per read: a client trickling a byte at a time is cut
+        off too); None when the deadline passes or the client goes away."""
+        deadline = time.monotonic() + timeout_s
+        chunks, got = [], 0
+        while got < length:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                self.connection.settimeout(left)
+                chunk = self.rfile.read1(min(length - got, 2**20))
+            except (TimeoutError, OSError):
+                return None
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
 
     do_GET = do_POST = do_DELETE = _serve
 

@@ -7,7 +7,11 @@ benchmark read the server's own counts and request log, and change fault setting
 Left running on a shared machine, the server must not be a toy anyone can reconfigure or exhaust: the admin routes
 that change behaviour (`_config`, `_batch_config`, `_reset`) answer 403 unless the server was started with
 `allow_config=True` (`--allow-config`), and a request body over `max_body_bytes` is refused with a 413 before it is
-read. In-process callers change settings with `configure()` directly.
+read. Connections are bounded too (`limits`, http.ConnectionLimits): a request head must arrive within
+`header_timeout_s`, a body within `body_timeout_s` (else a 408 and the connection is closed), an idle keep-alive
+connection is closed after `idle_timeout_s`, and the bodies held across all connections never pass
+`max_buffered_bytes` (a request that would pass it is answered 503 unread). In-process callers change settings
+with `configure()` directly.
 
 Two engines serve the same routes through the same `dispatch`: `asyncio` (the default: one event loop, a wait is a
 timer, ~half the CPU per request of threads) and `threads` (the standard library's ThreadingHTTPServer).
@@ -24,7 +28,16 @@ from rise_batch.fake_llm.chat import RouteHandler, chat_completions, default_res
 from rise_batch.fake_llm.engine_asyncio import AsyncioEngine
 from rise_batch.fake_llm.engine_threads import ThreadEngine
 from rise_batch.fake_llm.faults import FaultConfig
-from rise_batch.fake_llm.http import BadRequest, HttpRequest, HttpResponse, Steps, error_body, json_response
+from rise_batch.fake_llm.http import (
+    BadRequest,
+    BodyBudget,
+    ConnectionLimits,
+    HttpRequest,
+    HttpResponse,
+    Steps,
+    error_body,
+    json_response,
+)
 from rise_batch.fake_llm.request import Responder
 from rise_batch.fake_llm.state import ServerState
 from rise_batch.llm.tokens import counter_for
@@ -49,10 +62,14 @@ class FakeLLMServer:
         allow_config: bool = False,
         max_body_bytes: int = MAX_BODY_BYTES,
         engine: str = "asyncio",
+        limits: ConnectionLimits | None = None,
         **faults: Any,
     ) -> None:
         if not isinstance(max_body_bytes, int) or max_body_bytes <= 0:
             raise ValueError(f"max_body_bytes must be a positive integer, got {max_body_bytes!r}")
+        limits = limits if limits is not None else ConnectionLimits.for_bodies(max_body_bytes)
+        limits.check(max_body_bytes)
+        self.limits, self.budget = limits, BodyBudget(limits.max_buffered_bytes)
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
         self.allow_config, self.max_body_bytes = allow_config, max_body_bytes

@@ -176,9 +176,9 @@ class CheckpointStore:
 
     def clean_temporaries(self) -> int:
         """Leftovers of a kill between write and rename: never valid, always safe to delete. Also under corpus/,
-        where a stopped worker's `.<name>.txt.<pid>.tmp` would otherwise stay beside the documents (relpaths all
-        end in .txt); one pass over the tree, about a second for 1M files. Object storage has none: nothing there
-        is written under a temporary name."""
+        where a stopped worker's `.<name>.txt.<pid>.<random>.tmp` would otherwise stay beside the documents
+        (relpaths all end in .txt); one pass over the tree, about a second for 1M files. Object storage has none:
+        nothing there is written under a temporary name."""
         if isinstance(self.root, ObjectPath):
             return 0
         n = 0

@@ -10,6 +10,7 @@ import pytest
 
 from rise_batch.agent.job import run_trajectories
 from rise_batch.agent.systems import SYSTEMS
+from rise_batch.agent.workspace_root import MARKER
 from rise_batch.cli import main
 from rise_batch.config import ConfigError
 from rise_batch.space.workspace import DocStore, read_manifest
@@ -135,7 +136,7 @@ def test_workspaces_are_removed_unless_kept(agent_world, fake_server):
     out = run_dir("cleanup")
     queries = _queries(agent_world, out, 2)
     run_trajectories(run_config(out / "run", queries, fake_server.base_url))
-    assert list((out / "run" / "workspaces").iterdir()) == []
+    assert [p.name for p in (out / "run" / "workspaces").iterdir()] == [MARKER]  # only the run's marker
 
 
 def test_cli_run(agent_world, fake_server, capsys):

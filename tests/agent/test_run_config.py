@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,43 @@ def test_bad_sandbox_limits_in_a_run_config_are_refused(tmp_path, key, value):
     cfg.write_text("run:\n" + "\n".join(lines) + "\n")
     with pytest.raises(ConfigError, match=rf"^{key} must be"):
         load_run_config(cfg)
+
+
+@pytest.mark.parametrize(
+    "line,key",
+    [
+        ("wall_clock_s: .nan", "wall_clock_s"),  # today's main: every query stopped at once as wall_clock
+        ("wall_clock_s: .inf", "wall_clock_s"),
+        ("grace_s: .nan", "grace_s"),
+        ("kill_grace_s: .inf", "kill_grace_s"),
+        ("worker_cpus: .nan", "worker_cpus"),
+        ("worker_cpus: .inf", "worker_cpus"),
+        ("worker_cpus: -1", "worker_cpus"),
+        ("llm: {timeout_s: .nan}", "llm.timeout_s"),
+        ("llm: {timeout_s: .inf}", "llm.timeout_s"),
+        ("llm: [1, 2]", "llm"),
+        ("llm: 7", "llm"),
+        ("k: .inf", "k"),
+        ("workers: two", "workers"),
+    ],
+)
+def test_non_finite_and_wrong_typed_values_are_refused_with_the_key(tmp_path, line, key):
+    """One check in the shared section reader, for every float key of every config, not one per key."""
+    cfg = tmp_path / "run.yaml"
+    plain = {k: v for k, v in BASE.items() if not k.startswith("llm_")}
+    cfg.write_text("run:\n" + "\n".join([f"  {k}: {v}" for k, v in plain.items()] + [f"  {line}"]) + "\n")
+    over = {"llm_base_url": BASE["llm_base_url"]} if not line.startswith("llm:") else {}
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)} must be") as e:
+        load_run_config(cfg, **over)
+    assert "\n" not in str(e.value)
+
+
+def test_the_structure_config_refuses_them_too(tmp_path):
+    from rise_batch.config import load_structure_config
+
+    for line, key in [("flush_seconds: .inf", "flush_seconds"), ("max_cost_usd: .nan", "max_cost_usd"),
+                      ("llm: [1, 2]", "llm"), ("batch: {poll_s: .nan}", "batch.poll_s")]:  # fmt: skip
+        cfg = tmp_path / "s.yaml"
+        cfg.write_text(f"structure:\n  corpus: c.jsonl\n  out: o\n  {line}\n")
+        with pytest.raises(ConfigError, match=rf"^{re.escape(key)} must be"):
+            load_structure_config(cfg, llm_rpm=10)

@@ -68,6 +68,16 @@ def test_cell_run_config_merges_shared_and_per_model_settings() -> None:
     assert nano.llm.reasoning_effort is None and nano.k == 100
 
 
+def test_each_cell_gets_its_own_workspace_root_below_the_sweeps() -> None:
+    """A run claims its workspace root for itself (agent/workspace_root.py), so cells sharing one would refuse."""
+    cfg = parse_sweep(
+        sweep(run={"workers": 2, "workspace_root": "/scratch/ws", "llm": {"base_url": "http://127.0.0.1:1/v1"}})
+    )
+    roots = [cell_run_config(cfg, c).workspace_root for c in expand(cfg)]
+    assert len(set(roots)) == len(roots) and all(r.startswith("/scratch/ws/") for r in roots)
+    assert cell_run_config(parse_sweep(sweep()), expand(cfg)[0]).workspace_root is None
+
+
 @pytest.mark.parametrize(
     ("over", "message"),
     [

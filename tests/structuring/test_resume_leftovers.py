@@ -22,8 +22,9 @@ import os, signal, sys
 from pathlib import Path
 import rise_batch.io as io
 path = Path(sys.argv[1])
-def die(tmp):
-    tmp.write_text("half a document")
+def die(fh):
+    fh.write(b"half a document")
+    fh.flush()
     os.kill(os.getpid(), signal.SIGKILL)  # between write and rename, as a stopped job's worker
 io._write_via(path, die)  # the writer behind write_text_atomic, with a write that dies
 """
