@@ -5,7 +5,8 @@ Output is read with a fixed memory bound (a command may print gigabytes): it is 
 and other control characters except newline, tab and carriage return are removed, the first `max_chars`
 characters of what remains are kept, and the rest is counted in the same characters, so "N more characters not
 shown" is what the model would have seen, for text and binary output alike. A sequence split across two reads is
-held back until it is complete (at most `_HOLD_CHARS`), so it is stripped whole, never half.
+held back until it is complete (at most `_HOLD_CHARS`), so it is stripped whole, never half. Cleaning is linear in
+the output whatever it holds, so a call's wall time stays its cap plus one read's cleaning (a few ms).
 """
 
 from __future__ import annotations
@@ -20,19 +21,36 @@ from collections.abc import Callable
 
 READ_CHUNK = 1 << 16
 _HOLD_CHARS = 256  # longest escape sequence held back at a read boundary; a longer unfinished one is cut
-# CSI (ESC [ ... final), OSC/DCS/PM/APC/SOS strings (ESC ] ... BEL or ESC \), two-byte escapes (ESC + one char),
-# their 8-bit C1 forms, and any other control character but \t \n \r.
-_ESCAPE = re.compile(
+# What is removed, tried in this order at each position: CSI (ESC [ ... final, or its 8-bit form), a string (OSC, DCS,
+# PM, APC, SOS: ESC ] P X ^ _ or an 8-bit C1 opener, up to BEL or ST, nothing else), a two-byte escape (ESC +
+# intermediates + one final), any other control character but \t \n \r. An opener with no terminator before the next
+# ESC, BEL or ST opens no string: its C1 character (or the ESC of ESC ]) goes alone, the rest is text.
+# One pattern for all four rescans the rest of the text after every opener that has no terminator (a flood of U+0090
+# is one per character: quadratic, with the GIL held). So strings go first, in one left-to-right pass that consumes
+# an unterminated opener with its body, unchanged (each opener inside it fails on the same terminator), and puts a
+# NUL where a complete string was: no sequence spans a NUL, as none spans an opener, so the second pass, the other
+# three kinds, matches exactly what the single pattern did around them. Linear in the text, whatever it holds.
+_STRING_OPEN = r"(?:\x1b[\]PX^_]|[\x90\x98\x9d-\x9f])[^\x07\x1b\x9c]*"
+_STRINGS = re.compile(rf"{_STRING_OPEN}(?:\x07|\x1b\\|\x9c)|({_STRING_OPEN})")  # complete -> NUL | unterminated
+_OTHERS = re.compile(
     r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"
-    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d-\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)"
     r"|\x1b[ -/]*[0-OQ-WYZ\\`-~]"
-    r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]"
+    r"|[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9a\x9c-\x9f]+|[\x1b\x9b]"  # a run of those no sequence starts with
 )
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # every sequence starts with one
 _PLAIN_BYTES = bytes([9, 10, 13, *range(32, 127)])  # a chunk of only these needs no cleaning (the common case)
 # The start of one of those sequences, running to the end of the text read so far: it may finish in the next read.
 _UNFINISHED = re.compile(
     r"(?:(?:\x1b\[|\x9b)[0-?]*[ -/]*|(?:\x1b[\]PX^_]|[\x90\x98\x9d-\x9f])[^\x07\x1b\x9c]*\x1b?|\x1b[ -/]*)\Z"
 )
+
+
+def strip_controls(text: str) -> str:
+    """`text` without terminal control sequences and control characters but \\t \\n \\r, in time linear in its
+    length whatever it holds (two regex passes in C, no Python per match)."""
+    if not _CONTROL.search(text):
+        return text
+    return _OTHERS.sub("", _STRINGS.sub("\x00\\1", text))
 
 
 class Cleaner:
@@ -51,7 +69,7 @@ class Cleaner:
             tail = _UNFINISHED.search(text, max(0, len(text) - _HOLD_CHARS))
             if tail:
                 self.held, text = text[tail.start() :], text[: tail.start()]
-        return _ESCAPE.sub("", text) if _ESCAPE.search(text) else text
+        return strip_controls(text)
 
 
 def collect(

@@ -4,7 +4,10 @@ Workspace files are hardlinks that share inodes with the corpus, so the only thi
 corrupting the corpus is that nothing it runs can write there: the directory is bind-mounted read-only, the host
 file system is invisible apart from read-only system binaries, there is no network, the command gets its own PID
 namespace (so `kill -9 -1` hits only itself) and a private size-capped /tmp. When the caller is root, bwrap runs as
-an unprivileged host user, because the kernel exempts uid 0 from the process limit that stops fork bombs.
+an unprivileged host user, because the kernel exempts uid 0 from the process limit that stops fork bombs; where it
+cannot (a workspace that user cannot reach, no user namespaces for it), the sandbox refuses and says why rather than
+run as root. Commands see /proc read-only (they cannot un-nice their session's autogroup) and cannot make keyring
+system calls (seccomp.py), so nothing set for a call, or left by one, reaches the next.
 
 The process group is killed at the time cap; killing the outer bwrap tears the whole PID namespace down
 (`--die-with-parent`), so children that moved to their own session die too. Output is read with a fixed memory
@@ -21,6 +24,7 @@ import functools
 import logging
 import math
 import os
+import platform
 import stat
 import subprocess
 import sys
@@ -33,7 +37,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rise_batch.errors import CleanExit, ConfigError
-from rise_batch.space import bounds
+from rise_batch.space import bounds, seccomp
 from rise_batch.space.output import collect
 from rise_batch.space.session import Session, SessionUnavailable
 
@@ -124,18 +128,27 @@ class Support(NamedTuple):
 
 
 def _bwrap_argv(
-    bwrap: str, bind_fd: int, limits: SandboxLimits, program: list[str], isolated: bool, caps: str = "--cap-drop"
+    bwrap: str,
+    bind_fd: int,
+    limits: SandboxLimits,
+    program: list[str],
+    isolated: bool,
+    caps: str = "--cap-drop",
+    seccomp_fd: int | None = None,
 ) -> list[str]:
-    """bwrap running `program`. A one-shot call drops every capability; a long-lived sandbox's supervisor keeps
-    them (`caps="--cap-add"`) inside the sandbox's user namespace to make each call's namespaces and mounts, and
-    drops them all in each command (supervisor.py)."""
+    """bwrap running `program`. A one-shot call drops every capability and sees /proc read-only; a long-lived
+    sandbox's supervisor keeps them (`caps="--cap-add"`) inside the sandbox's user namespace to make each call's
+    namespaces and mounts, and gives each command a read-only /proc and no capabilities (supervisor.py).
+
+    No `--new-session`: the caller's Popen starts a session (no controlling terminal to write to), and the call's
+    processes stay in it, whose autogroup is niced (`_nice_session`); a read-only /proc keeps them from un-nicing it.
+    `seccomp_fd` holds the filter that denies the kernel keyring (seccomp.py)."""
     argv = [
         bwrap,
         "--unshare-all",
         "--unshare-user",  # --unshare-all only *tries* a user namespace; we need it (uid switch, no nesting)
         "--disable-userns",
         "--die-with-parent",
-        "--new-session",
         caps,
         "ALL",
         "--uid",
@@ -166,9 +179,14 @@ def _bwrap_argv(
         size = ["--size", str(limits.tmp_bytes)]
         shm, tmp, ws = [*size, "--tmpfs", "/dev/shm"], [*size, "--tmpfs", "/tmp"], ["--ro-bind-fd", str(bind_fd)]
         ws.append(MOUNT_POINT)
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
+    # one-shot: no write to /proc (its autogroup, oom_score_adj); the supervisor needs its own /proc writable
+    proc = ["--remount-ro", "/proc"] if caps == "--cap-drop" else []
     argv += [
         "--proc",
         "/proc",
+        *proc,
         "--dev",
         "/dev",
         *shm,
@@ -226,13 +244,20 @@ def _with_limits(limits: SandboxLimits, nproc: bool = True) -> str:
     return (
         "ulimit -H -S " + (f"-u {limits.max_procs} " if nproc else "") + f"-f {max(1, limits.max_file_bytes // 1024)} "
         f"-v {max(1, limits.address_space_bytes // 1024)} -c 0 || exit 125; "
-        + (
-            f"echo {limits.nice} > /proc/self/autogroup 2>/dev/null; "  # best effort: see supervisor.lower_priority
-            f'exec /usr/bin/nice -n {limits.nice} /bin/bash -c "$1"'
-            if limits.nice
-            else 'exec /bin/bash -c "$1"'
-        )
+        + (f'exec /usr/bin/nice -n {limits.nice} /bin/bash -c "$1"' if limits.nice else 'exec /bin/bash -c "$1"')
     )
+
+
+def _nice_session(pid: int, nice: int) -> None:
+    """Nice the autogroup of the session `pid` leads (a one-shot call's: Popen made it), from the host, where /proc
+    is writable; best effort, as supervisor.nice_session_group (unprivileged, the kernel allows one autogroup change
+    per 100 ms machine-wide)."""
+    if nice:
+        try:
+            with open(f"/proc/{pid}/autogroup", "w") as f:
+                f.write(str(nice))
+        except OSError:
+            pass
 
 
 @functools.cache
@@ -249,7 +274,8 @@ def probe(bwrap: str = "bwrap") -> Support:
     # host path lands in the sandbox's /proc/1/cmdline.
     same = os.path.realpath(which(bwrap, path=SANDBOX_PATH) or "/nonexistent") == os.path.realpath(found)
     path = bwrap if same else found
-    candidates: list[int | None] = [UNPRIVILEGED_ID, None] if os.geteuid() == 0 else [None]
+    # Never as root: the kernel exempts uid 0 from the process-count limit, so a fork bomb would meet only the cap.
+    candidates: list[int | None] = [UNPRIVILEGED_ID] if os.geteuid() == 0 else [None]
     modes = [True, False] if bounds.host_bounds().isolated else [False]
     errors = []
     with tempfile.TemporaryDirectory(prefix="rise-probe-") as tmp:
@@ -262,27 +288,40 @@ def probe(bwrap: str = "bwrap") -> Support:
                     mode = " in a private mount namespace" if isolated else ""
                     errors.append(f"as {who}{mode}: {res.output.strip()[:300] or res.exit_code}")
                     continue
-                if run_as is None and os.geteuid() == 0:
-                    log.warning(
-                        "bwrap cannot run as uid %d here; running it as root, so fork bombs are bounded only by "
-                        "the time cap (%s)",
-                        UNPRIVILEGED_ID,
-                        errors[-1] if errors else "",
-                    )
                 return Support(True, run_as, "", isolated, "; ".join(errors), path)
-    return Support(False, None, "bubblewrap cannot create its sandbox here: " + "; ".join(errors))
+    reason = "bubblewrap cannot create its sandbox here: " + "; ".join(errors)
+    if os.geteuid() == 0:
+        reason += (
+            f" (as root it runs as uid {UNPRIVILEGED_ID}, never as root, where the kernel lifts the process-count "
+            "limit: allow that uid unprivileged user namespaces, e.g. sysctl kernel.unprivileged_userns_clone=1 or "
+            "kernel.apparmor_restrict_unprivileged_userns=0, or run as a non-root user)"
+        )
+    return Support(False, None, reason)
 
 
 @functools.cache
-def announce(support: Support, memory_bytes: int, tmp_bytes: int, tmp_inodes: int) -> str:
+def announce(support: Support, memory_bytes: int, tmp_bytes: int, tmp_inodes: int, max_procs: int) -> str:
     """The one start-up line saying which limits bound a call here: logged once per process (a warning when the
-    machine cannot bound a call's memory or /tmp's inodes, so nobody believes in a limit that is not there)."""
+    machine cannot bound a call's memory or /tmp's inodes, or deny the keyring, so nobody believes in a limit that
+    is not there)."""
+    if not support.ok:
+        return ""
     host = bounds.host_bounds()
     if host.isolated and not support.isolated:
         host = dataclasses.replace(host, isolated=False, reason=support.isolation_error or "probe failed")
-    line = host.describe(memory_bytes, tmp_bytes, tmp_inodes) if support.ok else ""
-    if line:
-        log.log(logging.INFO if host.cgroup.ok and host.isolated else logging.WARNING, line)
+    who = f"uid {support.run_as}" if support.run_as is not None else "this uid"
+    keyring = seccomp.program() is not None
+    line = (
+        f"{host.describe(memory_bytes, tmp_bytes, tmp_inodes)}; at most {max_procs} processes per call "
+        f"(RLIMIT_NPROC, as {who} in the sandbox's user namespace); "
+        + (
+            "kernel keyring denied (seccomp)"
+            if keyring
+            else f"kernel keyring NOT denied (no filter for {platform.machine()})"
+        )
+        + "; /proc read-only for commands"
+    )
+    log.log(logging.INFO if host.cgroup.ok and host.isolated and keyring else logging.WARNING, line)
     return line
 
 
@@ -317,16 +356,12 @@ class Sandbox:
         self.sandboxed = support.ok
         self.run_as = support.run_as
         self.isolated = support.isolated
-        self.bounds_line = announce(support, self.limits.memory_bytes, self.limits.tmp_bytes, self.limits.tmp_inodes)
-        if self.run_as is not None and not _reachable_by_others(self.root):
-            log.warning(
-                "sandbox root %s is not reachable by uid %d (a parent directory lacks o+x); running bwrap as root, "
-                "so fork bombs are bounded only by the time cap. Keep workspaces under a world-traversable "
-                "directory (e.g. /tmp/rise-ws) to get the process limit back.",
-                self.root,
-                self.run_as,
-            )
-            self.run_as = None
+        lim = self.limits
+        self.bounds_line = announce(support, lim.memory_bytes, lim.tmp_bytes, lim.tmp_inodes, lim.max_procs)
+        if self.run_as is not None:
+            problem = _unreachable(self.root, self.isolated, support.isolation_error or bounds.host_bounds().reason)
+            if problem:
+                raise SandboxUnavailable(problem)
         if not support.ok:
             if not allow_unsandboxed:
                 raise SandboxUnavailable(
@@ -375,21 +410,21 @@ class Sandbox:
             return self._session
         self.close()
         host = bounds.host_bounds()
-        if (self.run_as is not None and _setpriv() is None) or (self.run_as is None and os.geteuid() == 0):
-            # Popen would have to switch the uid before the cgroup and mount prefixes; bwrap run by root is
-            # privileged and covers parts of /proc, so a call could not mount its own /proc
+        if self.run_as is not None and _setpriv() is None:
+            # Popen would have to switch the uid before the cgroup and mount prefixes
             self.persistent = False
             return None
         fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        filter_fd = seccomp.filter_fd()
         try:
             self._session = Session(
                 lambda program: _launch_argv(
-                    self.bwrap, self.root, fd, self.limits, self.run_as, self.isolated, program, caps="--cap-add"
+                    self.bwrap, self.root, fd, self.limits, self.run_as, self.isolated, program, "--cap-add", filter_fd
                 ),
                 host.cgroup if host.cgroup.ok else None,
                 self.limits.memory_bytes,
                 _sandbox_env(),
-                pass_fds=() if self.isolated else (fd,),
+                pass_fds=(() if self.isolated else (fd,)) + (() if filter_fd is None else (filter_fd,)),
                 check=_request("true", self.limits),
             )
         except (SessionUnavailable, OSError) as e:
@@ -398,6 +433,8 @@ class Sandbox:
             return None
         finally:
             os.close(fd)
+            if filter_fd is not None:
+                os.close(filter_fd)
         self._close_session = weakref.finalize(self, self._session.close)
         return self._session
 
@@ -430,14 +467,29 @@ def _setpriv() -> str | None:
     return which("setpriv")
 
 
-def _reachable_by_others(root: Path) -> bool:
-    """Can the unprivileged uid reach and list `root`? (bwrap resolves the bind source as that uid.)"""
-    for i, p in enumerate((root, *root.parents)):
-        st = os.stat(p)
-        need = stat.S_IXOTH | (stat.S_IROTH if i == 0 else 0)
-        if st.st_uid != UNPRIVILEGED_ID and st.st_mode & need != need:
-            return False
-    return True
+def _unreachable(root: Path, isolated: bool, why_not_isolated: str) -> str:
+    """Why the unprivileged uid the commands run as could not list `root` in the sandbox ("" when it can).
+
+    Isolated, the host (root) mounts the workspace and hands it to bwrap by descriptor, so only `root` itself must
+    be readable by that uid, wherever it lies (under /root, say); otherwise bwrap resolves the bind source as that
+    uid, so every parent must let it through. There is no falling back to bwrap as root: the kernel exempts uid 0
+    from the process-count limit."""
+    st = os.stat(root)
+    if st.st_uid != UNPRIVILEGED_ID and st.st_mode & 0o005 != 0o005:
+        return (
+            f"sandbox root {root} is not readable by uid {UNPRIVILEGED_ID}, the user sandboxed commands run as "
+            f"(mode {stat.S_IMODE(st.st_mode):04o}); make it world-readable (chmod o+rx)"
+        )
+    for parent in () if isolated else root.parents:
+        st = os.stat(parent)
+        if st.st_uid != UNPRIVILEGED_ID and not st.st_mode & stat.S_IXOTH:
+            return (
+                f"sandbox root {root} is not reachable by uid {UNPRIVILEGED_ID}, the user sandboxed commands run as "
+                f"({parent} lacks o+x), and this host gives the sandbox no private mount namespace to hand it over "
+                f"without its path ({why_not_isolated}); keep workspaces under a world-traversable directory "
+                "(e.g. /tmp/rise-ws)"
+            )
+    return ""
 
 
 def _launch_argv(
@@ -449,9 +501,10 @@ def _launch_argv(
     isolated: bool,
     program: list[str],
     caps: str = "--cap-drop",
+    seccomp_fd: int | None = None,
 ) -> list[str]:
     """[private mounts] -> [drop to run_as] -> bwrap -> program (the cgroup join, if any, goes in front)."""
-    argv = _bwrap_argv(bwrap, fd, limits, program, isolated, caps)
+    argv = _bwrap_argv(bwrap, fd, limits, program, isolated, caps, seccomp_fd)
     setpriv = _setpriv() if run_as is not None else None
     if setpriv:  # exec-time switch keeps Popen on vfork; user= forces a fork() of this (large) process
         argv = [setpriv, f"--reuid={run_as}", f"--regid={run_as}", "--clear-groups", "--", *argv]
@@ -476,10 +529,13 @@ def _spawn_collect(
     # the prefixes run as the caller; without setpriv, Popen switches the uid before any of them could
     cgroup = bounds.CallCgroup(host.cgroup, limits.memory_bytes) if host.cgroup.ok and (setpriv or not run_as) else None
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    filter_fd = seccomp.filter_fd() if sandboxed else None
     try:
         if sandboxed:  # isolated, the workspace is reopened by path in the call's own mount namespace
-            argv = _launch_argv(bwrap, root, fd, limits, run_as, isolated, _one_shot(limits, command))
-            cwd, pass_fds = "/", () if isolated else (fd,)
+            argv = _launch_argv(
+                bwrap, root, fd, limits, run_as, isolated, _one_shot(limits, command), seccomp_fd=filter_fd
+            )
+            cwd, pass_fds = "/", (() if isolated else (fd,)) + (() if filter_fd is None else (filter_fd,))
         else:
             argv, cwd, pass_fds = ["/bin/bash", "-c", _with_limits(limits, nproc=False), "bash", command], str(root), ()
         ids: dict = {}
@@ -506,6 +562,9 @@ def _spawn_collect(
         raise
     finally:
         os.close(fd)
+        if filter_fd is not None:
+            os.close(filter_fd)
+    _nice_session(proc.pid, limits.nice)
     try:
         head, cut, timed_out = collect(proc, start + limits.timeout_s, limits.max_output_chars)
         oom = cgroup is not None and cgroup.oom_killed()

@@ -11,9 +11,12 @@ and PID namespace and forks the call's init (pid 1 of the new PID namespace). Th
 shows only this call's processes) and fresh size- and inode-capped tmpfs mounts on /tmp and /dev/shm (state does
 not survive the call), then forks the command: its own process group in the sandbox's session (the session is
 niced as a scheduling group and the command below the supervisor, so agents' commands yield the CPU to the
-harness), oom_score_adj 1000, the same hard rlimits as the one-shot sandbox, every capability dropped (bounding,
-ambient, effective, permitted, inheritable) and
-no_new_privs, stdin /dev/null, stdout and stderr the host's pipe, no other descriptor, then `exec /bin/bash -c`.
+harness), oom_score_adj 1000, the same hard rlimits as the one-shot sandbox, /proc remounted read-only (so the
+command cannot write the session's autogroup niceness, which every later call would inherit), every capability
+dropped (bounding, ambient, effective, permitted, inheritable) and no_new_privs, stdin /dev/null, stdout and
+stderr the host's pipe, no other descriptor, then `exec /bin/bash -c`. The call's helper and init write anything
+they print to the call's pipe too (the sandbox's own stderr is read only when it ends), and the init has no Python
+signal handler, so the kernel drops what a command sends it.
 When the command exits, the init exits with its status (128 + signal when killed) and the kernel kills whatever
 is left in the PID namespace; killing the init (the time cap) does the same. The supervisor lives in the outer
 PID namespace, which no command can see or signal, and keeps its capabilities, so no command can ptrace it or
@@ -35,7 +38,16 @@ import sys
 import time
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 0x4000, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
+    1,
+    2,
+    4,
+    8,
+    32,
+    4096,
+    0x4000,
+    1 << 18,
+)
 PR_SET_CHILD_SUBREAPER, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 36, 24, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
@@ -103,6 +115,12 @@ def _exec_command(libc, req: dict, out_fd: int) -> None:
         for name, value in req["rlimits"].items():
             resource.setrlimit(getattr(resource, name), (value, value))
         os.nice(req.get("nice", 0))  # below the supervisor, within the sandbox's niced session
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # as a one-shot call gets them (Python ignores SIGXFSZ)
+            signal.signal(sig, signal.SIG_DFL)
+        # /proc read-only from here: the command cannot write the session's autogroup (the sandbox's niceness, which
+        # would hold for every later call) or anything else of its processes there
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+        _check(libc.mount(None, b"/proc", None, flags, None), "make /proc read-only")
         drop_capabilities(libc)
     except (OSError, ValueError) as e:
         _fail(out_fd, LIMITS_FAILED, f"cannot set the call's limits: {e}")
@@ -150,6 +168,13 @@ def _start_call(libc, sock: socket.socket, req: dict, out_fd: int) -> int:
     if helper == 0:
         sock.close()
         os.close(ready_r)
+        # Whatever the helper and the call's init print goes to the call's own output, which the host reads, never to
+        # the sandbox's stderr, which nobody reads while it runs (once full, it would block every later call). The
+        # init, pid 1 of the call's PID namespace, keeps no Python handler: the kernel then drops any signal a
+        # command sends it (`kill -INT 1` raised KeyboardInterrupt and printed a traceback).
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         try:
             _check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID), "unshare")
             init = os.fork()

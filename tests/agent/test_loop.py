@@ -111,13 +111,19 @@ def _sleepers(tag: str) -> list[psutil.Process]:
     return out
 
 
+# How far past its budget a trajectory may end before the test calls it a hang: generous, so that a loaded machine
+# (load 20 and more) never fails these tests, and still well short of the sleeps and hangs they cut (93 s, 120 s).
+# How close to the budget it ends is measured by bench/trajectories.py (its overshoot), not asserted.
+HANG_MARGIN_S = 30.0
+
+
 def test_sleeping_tool_is_cut_at_the_wall_clock_budget(agent_world, fake_server):
     budget = Budget(max_calls=20, wall_clock_s=2.0)
     run = _trajectory(agent_world, fake_server.base_url, "What is 'Anarchism'? [fake:tool-sleep=93.17]", budget)
     assert run.stop_reason == "wall_clock"
     assert run.steps[0]["arguments"] == {"command": "sleep 93.17"}
     assert "[killed: exceeded" in run.steps[0]["output"]
-    assert run.elapsed_s < budget.wall_clock_s + 2.0
+    assert run.elapsed_s < budget.wall_clock_s + HANG_MARGIN_S
     assert _sleepers("93.17") == []  # the sandbox's process group went with the deadline
 
 
@@ -139,9 +145,9 @@ def test_the_per_call_cap_leaves_the_sandbox_limits_unchanged(agent_world, fake_
 
 def test_hanging_server_is_cut_at_the_wall_clock_budget(agent_world, fake_server):
     budget = Budget(max_calls=20, wall_clock_s=2.0, call_timeout_s=600)
-    run = _trajectory(agent_world, fake_server.base_url, "What is 'Anarchism'? [fake:hang=60]", budget)
+    run = _trajectory(agent_world, fake_server.base_url, "What is 'Anarchism'? [fake:hang=120]", budget)
     assert run.stop_reason == "wall_clock" and run.model_calls == 1
-    assert run.elapsed_s < budget.wall_clock_s + 2.0
+    assert run.elapsed_s < budget.wall_clock_s + HANG_MARGIN_S
 
 
 def test_api_error_and_context_overflow(agent_world, fake_server):

@@ -67,14 +67,21 @@ def _hunting(actions: dict[str, int]) -> ProcessHunter:
     return hunter
 
 
+# The trajectories' budget: long enough that every query meant to answer does, even at load 20 and more (a few
+# seconds used to be the window, and a busy machine pushed answers past it); the sleeps and hangs meant to be cut go
+# on far longer (120 s). How close to the budget a cut one ends: bench/trajectories.py (its overshoot).
+WALL_S = 20.0
+HANG_MARGIN_S = 30.0
+
+
 def test_mixed_behaviours_over_two_actors(agent_world, fake_server, ray_local):  # noqa: F811
     out = run_dir("ray-mixed")
     items = list(agent_world.titles.items())
     plan = (
         [("", "answered")] * 26
         + [("[fake:never-answer]", "max_calls")] * 4
-        + [("[fake:hang=60]", "wall_clock")] * 4
-        + [("[fake:tool-sleep=60]", "wall_clock")] * 2
+        + [("[fake:hang=120]", "wall_clock")] * 4
+        + [("[fake:tool-sleep=120]", "wall_clock")] * 2
         + [("[fake:error]", "api_error")] * 2
         + [("[fake:tool-sleep=1.31]", "answered"), ("[fake:tool-sleep=1.37]", "answered")]  # their actor crashes
     )
@@ -85,7 +92,7 @@ def test_mixed_behaviours_over_two_actors(agent_world, fake_server, ray_local): 
         expected[f"q{i:02d}"] = reason
     queries = write_queries(out / "q.jsonl", rows)
     cfg = run_config(
-        out / "run", queries, fake_server.base_url, workers=2, concurrency=8, max_calls=6, wall_clock_s=4.0
+        out / "run", queries, fake_server.base_url, workers=2, concurrency=8, max_calls=6, wall_clock_s=WALL_S
     )
     hunter = _hunting({"1.31": signal.SIGKILL, "1.37": signal.SIGKILL})
     try:
@@ -102,8 +109,8 @@ def test_mixed_behaviours_over_two_actors(agent_world, fake_server, ray_local): 
     for qid in ("q38", "q39"):  # the crash queries ran again after their actor died (twice if both hit one)
         assert max(e["attempt"] for e in events if e.get("query_id") == qid) >= 2
     assert all(_gone(pid) for pid in hunter.hit.values())
-    # every trajectory ended within its wall-clock budget (plus the kill and report slack)
-    assert max(t["elapsed_s"] for t in read_trajectories(out / "run").values()) < 4.0 + 2.0
+    # every trajectory ended within its wall-clock budget, give or take what a loaded machine adds (no hang)
+    assert max(t["elapsed_s"] for t in read_trajectories(out / "run").values()) < WALL_S + HANG_MARGIN_S
 
     before = fake_server.stats()["requests"]
     again = run_trajectories(cfg)
@@ -123,7 +130,7 @@ def test_watchdog_kills_a_frozen_actor(agent_world, fake_server, ray_local):  # 
         fake_server.base_url,
         workers=2,
         concurrency=2,
-        wall_clock_s=3.0,
+        wall_clock_s=WALL_S,
         grace_s=1.0,
         kill_grace_s=1.0,
     )

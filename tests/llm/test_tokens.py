@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -71,19 +70,17 @@ def test_request_counts_messages_framing_and_schema() -> None:
     assert nano.request(body) > nano.request({"model": "gpt-5.4-nano", "messages": messages})
 
 
-def test_the_limiter_estimate_is_close_and_cheaper_on_a_40kB_document() -> None:
+def test_the_limiter_estimate_is_close_and_cheaper_on_a_40kB_document(monkeypatch) -> None:
     nano = counter_for("gpt-5.4-nano")
     doc = "\n".join(r["text"] for r in sample_rows(40))[:40_000]
     assert abs(nano.estimate(doc) / nano.count(doc) - 1) < 0.15
     assert nano.estimate(doc[:ESTIMATE_CHARS]) == nano.count(doc[:ESTIMATE_CHARS])  # short texts: exact
 
-    def cost(f) -> float:
-        t0 = time.perf_counter()
-        for _ in range(20):
-            f(doc)
-        return (time.perf_counter() - t0) / 20
-
-    assert cost(nano.estimate) < cost(nano.count)
+    counted: list[int] = []  # what makes it cheaper (by how much: bench/token_estimate.py): it encodes a prefix only
+    count = nano.count
+    monkeypatch.setattr(nano, "count", lambda text: counted.append(len(text)) or count(text))
+    nano.estimate(doc)
+    assert counted == [ESTIMATE_CHARS] and ESTIMATE_CHARS < len(doc) / 4
 
 
 def test_cut_keeps_a_prefix_within_the_token_budget() -> None:

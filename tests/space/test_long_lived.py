@@ -1,5 +1,5 @@
 """The long-lived sandbox (one bubblewrap per workspace, each command in its own namespaces inside it) isolates calls
-from each other as a bubblewrap per call did, and costs less per call.
+from each other as a bubblewrap per call did (what it saves per call: `python bench/workspace.py --sandbox-only`).
 
 Everything runs the real bubblewrap and the real supervisor; the escape table (test_security.py) and the bounds
 tests (test_call_bounds.py) run through the same long-lived sandbox, since it is the default.
@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import statistics
 
 import pytest
 
@@ -104,15 +103,16 @@ def test_close_leaves_no_process_and_no_cgroup(box):
     assert cgroup is None or not cgroup.exists()
 
 
-def test_a_call_costs_less_than_a_sandbox_per_call(box, ws_root):
-    """Interleaved, so machine load hits both alike: the long-lived sandbox's p50 is under half the one-shot's."""
+def test_many_calls_share_one_sandbox_and_one_shot_calls_do_not(box, ws_root):
+    """What makes a call cheap (its cost against a bubblewrap per call is measured by `bench/workspace.py
+    --sandbox-only`, not asserted here): every call of a long-lived sandbox runs in the same bubblewrap, while
+    each one-shot call gets its own (its own user namespace)."""
+    box.run("true")
+    session = box._session
+    users = {_namespaces(box)["user"] for _ in range(15)}
+    assert len(users) == 1 and box._session is session and session.proc.poll() is None
     with Sandbox(ws_root, TEST_LIMITS, persistent=False) as one_shot:
-        box.run("true")
-        long_lived, per_call = [], []
-        for _ in range(15):
-            long_lived.append(box.run("true").elapsed_s)
-            per_call.append(one_shot.run("true").elapsed_s)
-    assert statistics.median(long_lived) < statistics.median(per_call) / 2, (long_lived, per_call)
+        assert len({_namespaces(one_shot)["user"] for _ in range(3)}) == 3
 
 
 NICE_PROBE = "read -a s < /proc/self/stat; echo nice ${s[18]}; cat /proc/self/autogroup 2>/dev/null || echo no-group"

@@ -84,16 +84,38 @@ def test_missing_bubblewrap_is_refused_unless_opted_in(ws_root, capsys):
     assert not res.sandboxed and res.output == f"{ws_root.resolve()}\nx"
 
 
-def test_unreachable_root_falls_back_to_running_bwrap_as_caller(tmp_path, bwrap_ok, caplog):
+def _root_only(tmp_path: Path) -> Path:
     if os.geteuid() != 0:
-        pytest.skip("the uid switch (and so this fallback) only happens when running as root")
+        pytest.skip("the uid switch (and so a root-only parent) only matters when running as root")
     private = tmp_path / "private"  # pytest's tmp dirs are 0700: uid 65534 cannot traverse them
     private.mkdir()
     (private / "a.txt").write_text("hello\n")
-    box = Sandbox(private, TEST_LIMITS)
-    assert box.run_as is None and "not reachable by uid" in caplog.text
-    assert box.run("cat a.txt; echo x >> a.txt").output.startswith("hello\n")
+    return private
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_a_root_only_parent_keeps_every_bound(tmp_path, bwrap_ok, persistent):
+    """A workspace under a directory only root can enter (the demo under /root): the commands still run as the
+    unprivileged uid, with the process-count limit, or the sandbox refuses saying why; never bwrap as root."""
+    private = _root_only(tmp_path)
+    try:
+        box = Sandbox(private, TEST_LIMITS, persistent=persistent)
+    except SandboxUnavailable as e:  # no private mount namespace here to hand the workspace over by descriptor
+        assert str(private) in str(e) and "lacks o+x" in str(e) and "world-traversable" in str(e)
+        return
+    with box:
+        assert box.run_as == 65534
+        res = box.run("id -u; ulimit -u; cat a.txt; echo x >> a.txt")
+    assert res.output.startswith(f"65534\n{TEST_LIMITS.max_procs}\nhello\n"), res.render()
     assert (private / "a.txt").read_text() == "hello\n"
+    assert f"at most {TEST_LIMITS.max_procs} processes per call" in box.bounds_line
+
+
+def test_a_root_the_sandbox_user_cannot_read_is_refused(tmp_path, bwrap_ok):
+    private = _root_only(tmp_path)
+    os.chmod(private, 0o700)
+    with pytest.raises(SandboxUnavailable, match=f"{private} is not readable by uid 65534.*chmod o\\+rx"):
+        Sandbox(private, TEST_LIMITS)
 
 
 def test_render_shapes():
