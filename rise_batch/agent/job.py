@@ -266,10 +266,11 @@ def verify_trajectories(plan: RunPlan, progress: Progress, nodes: dict[str, str]
     gone = missing()
     if not gone:
         return []
+    one = len(gone) == 1
     print(
-        f"rise-batch run: {len(gone)} trajector{'y' if len(gone) == 1 else 'ies'} reported written are not in "
-        f"{plan.cfg.out}/{TRAJECTORIES} (first: {gone[0].query_id}); running {'it' if len(gone) == 1 else 'them'} "
-        "again",
+        f"rise-batch run: {len(gone)} trajector{'y' if one else 'ies'} the workers reported written "
+        f"{'is' if one else 'are'} not in {plan.cfg.out}/{TRAJECTORIES} (first: {gone[0].query_id}); running "
+        f"{'it' if one else 'them'} again",
         file=sys.stderr,
         flush=True,
     )
