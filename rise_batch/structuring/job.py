@@ -229,7 +229,7 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
     if cfg.n_workers > 0:  # workers on other nodes must write the OUT this driver reads, and read the same corpus
         from rise_batch.executor.probe import Input, Output, check_storage
 
-        check_storage(cfg.ray_address, [Output("OUT", cfg.out)], [Input("the corpus", cfg.corpus, "corpus")])
+        check_storage(cfg.ray_address, [Output("OUT", cfg.out)], [Input("the corpus (--corpus)", cfg.corpus, "corpus")])
     plan = prepare_run(cfg)
     rebought = check_checkpoint(cfg, plan, verify)
     if cfg.mode == "online":

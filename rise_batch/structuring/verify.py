@@ -8,6 +8,11 @@ full check: every part's BLAKE2b digest against the marker, every part read whol
 equal to the docmap's, each once. Parts of unfinished shards have no record yet: their footers are checked (and,
 with `--verify`, their rows read).
 
+The driver checks again once the shards ran, before it reports success (`verify_outputs`): on its own view of OUT,
+every shard has its marker, the parts of the shards this run finished match their recorded digests, and every
+document of docmap.parquet has its structured file (`missing_structured`, also checked on resume). A worker that
+wrote somewhere else (a node-local disk) is caught there instead of a run that exits 0 with files missing.
+
 What fails is moved aside under OUT/damaged/ (kept, never deleted: it may be evidence) and the shard loses its done
 marker, so the run redoes exactly the documents that are gone. How many paid replies that re-buys comes from the
 marker's per-part record; for unfinished shards, and for replies a kill lost before they were written, from the

@@ -40,10 +40,6 @@ def test_structure_redoes_a_shard_whose_structured_file_is_gone(two_nodes, tmp_p
     first = two_nodes.cli(*args)
     assert first.returncode == 0, first.stderr
     stats = json.loads(first.stdout[first.stdout.index("{") :])
-    assert (
-        sum(stats["nodes"].values()) == stats["shards"]
-    )  # which node ran each shard, named as in errors: "IP (id start)"
-    assert all(re.fullmatch(r"[0-9.]+ \([0-9a-f]{6}\)", k) for k in stats["nodes"])
     victim = next((out / "corpus").rglob("*.txt"))
     text = victim.read_bytes()
     victim.unlink()
@@ -54,6 +50,8 @@ def test_structure_redoes_a_shard_whose_structured_file_is_gone(two_nodes, tmp_p
     redone = json.loads(again.stdout[again.stdout.index("{") :])
     assert redone["docs_total"] == stats["docs_total"] and redone["docs_this_run"] == 0
     assert redone["rebought_replies"] == 0
+    nodes = stats["nodes"]  # which node ran each shard, named as in errors: "IP (id start)"
+    assert sum(nodes.values()) == stats["shards"] and all(re.fullmatch(r"[0-9.]+ \([0-9a-f]{6}\)", k) for k in nodes)
     assert len(list((out / "corpus").rglob("*.txt"))) == stats["docs_total"]
 
 
@@ -88,9 +86,9 @@ def test_run_reruns_a_query_whose_trajectory_file_is_gone(two_nodes, agent_world
         vanisher.stop.set()
     assert vanisher.done.is_set()
     assert run.returncode == 0, run.stderr
-    assert f"1 trajectory the workers reported written is not in {out}/trajectories (first: {fast_id})" in run.stderr
     got = read_trajectories(out)
     assert {q: t["stop_reason"] for q, t in got.items()} == {fast_id: "answered", slow_id: "answered"}
+    assert f"1 trajectory the workers reported written is not in {out}/trajectories (first: {fast_id})" in run.stderr
     stats = json.loads(run.stdout)
     assert stats["missing"] == 0 and stats["trajectories"] == 2
     assert sum(stats["nodes"].values()) == 2  # which node ran each query (the fast one: its second run)
@@ -110,11 +108,11 @@ def test_rise_bm25_with_the_docs_copied_to_each_node(two_nodes, agent_world, fak
     out = base / "run"
     run = two_nodes.cli(*run_args(queries, docs, docs / "index", out, fake_server.base_url, "rise-bm25"))
     assert run.returncode == 0, run.stderr
-    stats = json.loads(run.stdout)
-    assert stats["stop_reasons"] == {"answered": 6}, stats
-    assert sum(stats["nodes"].values()) == 6, stats
     for twin in (docs / "original", two_nodes.b_disk / "docs" / "original"):  # the worker on B built B's twin
         assert (twin / ".complete").is_file()
         assert not list(twin.parent.glob(".original.tmp-*"))
+    stats = json.loads(run.stdout)
+    assert stats["stop_reasons"] == {"answered": 6}, stats
+    assert sum(stats["nodes"].values()) == 6, stats
     reads = [s["output"] for t in read_trajectories(out).values() for s in t["steps"] if s["tool"] == "read"]
     assert reads and all("## Table of Contents" not in r for r in reads)  # the agents read originals

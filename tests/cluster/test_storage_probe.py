@@ -7,6 +7,7 @@ refuse it up front, with exit code 2 and nothing written.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 
@@ -14,7 +15,7 @@ import pytest
 
 from tests.agent.conftest import agent_world, fake_server  # noqa: F401 - fixtures shared with tests/agent
 from tests.agent.helpers import run_dir, title_query, write_queries
-from tests.conftest import SAMPLE
+from tests.conftest import SAMPLE, sample_rows, write_jsonl
 
 pytestmark = pytest.mark.slow
 
@@ -79,3 +80,23 @@ def test_run_into_a_node_local_run_directory_is_refused(two_nodes, agent_world, 
     assert line.startswith("rise-batch run: error: the run directory (--out) is not on storage every node sees")
     assert fake_server.stats()["requests"] == 0  # refused before any model call
     assert not (out / "trajectories").exists()
+
+
+def test_index_on_ray_reads_the_same_corpus_on_every_node(two_nodes, tmp_path) -> None:
+    """A per-node copy of the corpus is fine (its mtime differs: the fingerprint ignores it); another corpus at the
+    same path on node B is refused before any shard is tokenized."""
+    rows = sample_rows(40)
+    corpus = two_nodes.local / "corpus.jsonl"
+    write_jsonl(corpus, rows)
+    copy = write_jsonl(two_nodes.b_disk / "corpus.jsonl", rows)
+    os.utime(copy, (1_000_000_000, 1_000_000_000))
+    args = ["index", "--corpus", corpus, "--shard-docs", "10", "--no-progress"]
+    same = two_nodes.cli(*args, "--out", tmp_path / "index-same")
+    assert same.returncode == 0, same.stderr
+    write_jsonl(copy, rows[:39])  # node B's copy lost a row
+    other = two_nodes.cli(*args, "--out", tmp_path / "index-other")
+    assert other.returncode == 2, other.stderr
+    line = next(line for line in other.stderr.splitlines() if "error:" in line)
+    assert re.search(r"the corpus \(--corpus\) differs between nodes: node [0-9.]+ \([0-9a-f]{6}\) sees another ", line)
+    assert f"another {corpus}; copy the same files to every node, or {REMEDY}" in line
+    assert not (tmp_path / "index-other").exists()
