@@ -33,7 +33,7 @@ def run_args(queries, docs, index, out, base_url, system: str = "rise") -> list:
             "--rpm", "100000", "--index-backend", "numpy", "--no-progress", "--json"]  # fmt: skip
 
 
-def test_structure_redoes_a_shard_whose_structured_file_is_gone(two_nodes, tmp_path) -> None:
+def test_structure_redoes_a_shard_whose_structured_file_is_gone(two_nodes) -> None:
     out = run_dir("cluster-structure-shared") / "out"
     args = ["structure", "--corpus", SAMPLE, "--out", out, "--limit", "120", "--shard-docs", "20", "--workers", "2",
             "--no-progress", "--json"]  # fmt: skip
@@ -94,6 +94,7 @@ def test_run_reruns_a_query_whose_trajectory_file_is_gone(two_nodes, agent_world
     assert sum(stats["nodes"].values()) == 2  # which node ran each query (the fast one: its second run)
 
 
+@pytest.mark.usefixtures("node_disks")
 def test_rise_bm25_with_the_docs_copied_to_each_node(two_nodes, agent_world, fake_server) -> None:  # noqa: F811
     """Each node holds its own copy of DOCS at the same path (no original/ twin in it): the workers on node B
     derive their node's twin, as the driver derives the head's."""

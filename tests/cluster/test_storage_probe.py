@@ -38,6 +38,7 @@ def structure_args(out, *extra) -> list:
             *extra]  # fmt: skip
 
 
+@pytest.mark.usefixtures("node_disks")
 def test_structure_into_a_node_local_out_is_refused(two_nodes) -> None:
     out = two_nodes.local / "structure-local"
     run = two_nodes.cli(*structure_args(out, "--workers", "2"))
@@ -46,6 +47,7 @@ def test_structure_into_a_node_local_out_is_refused(two_nodes) -> None:
     assert not (two_nodes.b_disk / "structure-local").exists()
 
 
+@pytest.mark.usefixtures("node_disks")
 def test_a_stale_copy_of_out_on_another_node_is_refused(two_nodes) -> None:
     """Node B holds an earlier copy of OUT's manifest and docmap (a cluster.yaml rsync of the working directory):
     its workers would find a run to resume and write their shards on B's disk while the head reports success."""
@@ -66,6 +68,7 @@ def test_a_stale_copy_of_out_on_another_node_is_refused(two_nodes) -> None:
     assert sorted(p.name for p in stale.iterdir()) == ["docmap.parquet", "manifest.json"]  # nothing written on B
 
 
+@pytest.mark.usefixtures("node_disks")
 def test_run_into_a_node_local_run_directory_is_refused(two_nodes, agent_world, fake_server) -> None:  # noqa: F811
     base = run_dir("cluster-run-local")
     rows = [title_query(d, t) for d, t in list(agent_world.titles.items())[:4]]
@@ -82,6 +85,7 @@ def test_run_into_a_node_local_run_directory_is_refused(two_nodes, agent_world, 
     assert not (out / "trajectories").exists()
 
 
+@pytest.mark.usefixtures("node_disks")
 def test_index_on_ray_reads_the_same_corpus_on_every_node(two_nodes, tmp_path) -> None:
     """A per-node copy of the corpus is fine (its mtime differs: the fingerprint ignores it); another corpus at the
     same path on node B is refused before any shard is tokenized."""
