@@ -32,6 +32,11 @@ class ConfigError(ValueError):
     """A configuration the job cannot run with; the message says which key and why."""
 
 
+class StorageError(ConfigError):
+    """Storage a job cannot rely on: a path not every node of the cluster sees alike, or outputs a worker reported
+    written that the driver does not find. The message names the path, the node and the remedy."""
+
+
 class CleanExit:
     """Mixin for an exception that ends a command on purpose, with its own exit code and a message that is a whole
     sentence (printed after the command's name as it is). The mixin keeps this module free of the layers that raise

@@ -65,6 +65,8 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
         raise ConfigError(f"docs directory {cfg.docs} does not exist")
     if system.uses_index and cfg.index:
         refuse_foreign_index(cfg.index, cfg.docs)  # before any model call: every hit would be a missing file
+    if cfg.workers > 0:
+        check_nodes_storage(cfg, system)
     if system.uses_sandbox and not cfg.allow_unsandboxed:
         from rise_batch.space.sandbox import probe
 
@@ -96,6 +98,20 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
     if regold:
         print(f"rise-batch run: {regold} finished trajectories now carry {gold_label(cfg.gold, cfg.qrels)}")
     return RunPlan(cfg, ch, queries, pending)
+
+
+def check_nodes_storage(cfg: RunConfig, system: Any) -> None:
+    """On a cluster, every node must write the run directory this driver reads and read the docs and index it
+    read (a per-node copy of those is fine): probed once before the first query (executor/probe.py)."""
+    from rise_batch.agent.originals import ORIGINAL_DIR
+    from rise_batch.executor.probe import Input, Output, check_storage
+
+    inputs = [Input("the docs directory (--docs)", cfg.docs, "docs")]
+    if system.uses_index and cfg.index:
+        inputs.append(Input("the index (--index)", cfg.index, "index"))
+    if system.docs == ORIGINAL and cfg.original_docs and Path(cfg.original_docs) != Path(cfg.docs) / ORIGINAL_DIR:
+        inputs.append(Input("the original docs (--original-docs)", cfg.original_docs, "docs"))
+    check_storage(cfg.ray_address, [Output("the run directory (--out)", cfg.out)], inputs)
 
 
 def refresh_gold(out: AnyPath, done: list[Query]) -> int:
@@ -197,8 +213,9 @@ class Progress:
         self.shown.close()
 
 
-def run_queries(plan: RunPlan, progress: Progress) -> list[dict[str, Any]]:
-    """Every pending query through the executor the config asks for; returns the workers' transport stats.
+def run_queries(plan: RunPlan, progress: Progress, nodes: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Every pending query through the executor the config asks for; returns the workers' transport stats. On Ray,
+    `nodes` gets the id of the node that ran each query.
 
     `workers: 0` runs `concurrency` trajectories at once in this process (debugging, small runs); otherwise
     `workers` Ray actors share them, with a watchdog at budget + grace_s (cancel, then kill after kill_grace_s)
@@ -229,6 +246,7 @@ def run_queries(plan: RunPlan, progress: Progress) -> list[dict[str, Any]]:
         on_start=outcomes.on_start,
         on_stop=outcomes.on_stop,
         on_result=outcomes.on_result,
+        on_node=lambda q, node: nodes.__setitem__(q.query_id, node) if nodes is not None else None,
         on_lost=outcomes.on_lost,
         on_event=outcomes.on_event,
         finished=outcomes.finished,
@@ -239,6 +257,44 @@ def run_queries(plan: RunPlan, progress: Progress) -> list[dict[str, Any]]:
         return executor_for(cfg.workers, options, cfg.ray_address).map(stage, plan.pending)
     finally:
         outcomes.close()
+
+
+def verify_trajectories(plan: RunPlan, progress: Progress, nodes: dict[str, str]) -> list[dict[str, Any]]:
+    """The driver's check of what the workers reported: one trajectory file per query, under this config hash, on
+    its own view of the run directory. A query whose file it does not find runs once more; still missing, the job
+    fails naming the file and the node that wrote it. Returns the second pass's transport stats."""
+    from rise_batch.errors import StorageError
+    from rise_batch.executor.probe import REMEDY
+
+    def missing() -> list[Query]:
+        return [q for q in plan.pending if not finished(plan.cfg.out, q.query_id, plan.config_hash)]
+
+    gone = missing()
+    if not gone:
+        return []
+    one = len(gone) == 1
+    print(
+        f"rise-batch run: {len(gone)} trajector{'y' if one else 'ies'} the workers reported written "
+        f"{'is' if one else 'are'} not in {plan.cfg.out}/{TRAJECTORIES} (first: {gone[0].query_id}); running "
+        f"{'it' if one else 'them'} again",
+        file=sys.stderr,
+        flush=True,
+    )
+    transport = run_queries(plan._replace(pending=gone), progress, nodes)
+    gone = missing()
+    if gone:
+        node = nodes.get(gone[0].query_id)
+        if node is not None:
+            from rise_batch.executor.probe import node_labels
+
+            node = node_labels().get(node, node)
+        more = f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""
+        raise StorageError(
+            f"{trajectory_path(plan.cfg.out, gone[0].query_id)}: missing{more}, "
+            f"{f'written by node {node}' if node else 'written in this process'}, still after the query ran again: "
+            f"the workers do not write the run directory this driver reads; {REMEDY}"
+        )
+    return transport
 
 
 def summarize(run_dir: str | Path, queries: list[Query], config_hash: str) -> dict[str, Any]:
@@ -283,12 +339,19 @@ def run_trajectories(cfg: RunConfig) -> dict[str, Any]:
     plan = prepare_run(cfg)
     progress = Progress(len(plan.queries), len(plan.queries) - len(plan.pending), cfg.progress)
     transport: list[dict[str, Any]] = []
+    nodes: dict[str, str] = {}  # query id -> the Ray node that ran it
     try:
         if plan.pending:
-            transport = run_queries(plan, progress)
+            transport = run_queries(plan, progress, nodes)
+            transport += verify_trajectories(plan, progress, nodes)
     finally:
         progress.close()
     stats = summarize(cfg.out, plan.queries, plan.config_hash)
+    if nodes:  # on Ray: how many queries each node ran
+        from rise_batch.executor.probe import node_labels
+
+        labels = node_labels()
+        stats["nodes"] = dict(sorted(Counter(labels.get(n, n) for n in nodes.values()).items()))
     if transport:  # this invocation's HTTP traffic: attempts, retries, 429s, timeouts (per-worker sums)
         from rise_batch.structuring.shard import merge_stats
 

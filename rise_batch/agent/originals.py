@@ -3,7 +3,8 @@
 RISE-BM25, the retrieval agent and DCI read the documents as they were. The structure job writes structured files
 only, and a TOC can be removed exactly (DESIGN.md's invariant), so the twin is derived from them: same relpaths,
 same docmap, TOC block and inserted headings removed. Files without a TOC are hardlinked, not copied. The twin is
-built once, into DOCS/original/, and marked complete only at the end, so an interrupted build is redone.
+built once per node that reads it (each node of a cluster may hold its own copy of DOCS), into DOCS/original/,
+under a lock and renamed into place complete, so an interrupted build is redone and a partial one never read.
 
 What to strip is read from the checkpoint, never guessed from the text: a document whose own text holds a
 TOC-like block ("## Table of Contents" ... "=== DOCUMENT BODY ===") is left whole unless its checkpoint row says
@@ -26,6 +27,7 @@ from rise_batch.space.workspace import DocStore
 log = logging.getLogger(__name__)
 ORIGINAL_DIR = "original"
 COMPLETE = ".complete"
+LOCK = ".original.lock"  # in DOCS: one build at a time per node
 # The marker's content: a twin built by an older rule (text-guessed stripping, unchecked) is rebuilt, not reused.
 BUILD_RULE = "checkpoint-outcome+content-hash v1\n"
 _CHUNK = 2000
@@ -56,32 +58,65 @@ def checkpoint_outcomes(docs_dir: Path) -> dict[str, tuple[bool, str]]:
 
 
 def original_docs(docs_dir: str | Path, workers: int = 2) -> Path:
-    """The docs dir holding original text: DOCS/original (built on first use) or DOCS itself if never structured."""
+    """The docs dir holding original text: DOCS/original (built on first use) or DOCS itself if never structured.
+
+    Called by the driver and by every worker that reads originals, so a node that has its own copy of DOCS builds
+    its own twin. One build per node: under a lock file in DOCS, into a temporary sibling renamed into place once
+    complete, so a worker never uses a partial twin and a killed build is redone. A twin is used only when its
+    marker holds the current build rule and its docmap.parquet is DOCS's (a twin of an earlier copy is rebuilt)."""
     docs = Path(docs_dir)
     twin = docs / ORIGINAL_DIR
-    marker = twin / COMPLETE
-    if marker.is_file() and marker.read_text(encoding="utf-8") == BUILD_RULE:
+    if _complete(docs, twin):
         return twin
     if not is_structure_output(docs):
         return docs
+    import fcntl
+
+    with open(docs / LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker of this node building it: wait, then use its twin
+        if not _complete(docs, twin):
+            _build(docs, twin, workers)
+    return twin
+
+
+def _complete(docs: Path, twin: Path) -> bool:
+    import filecmp
+
+    marker = twin / COMPLETE
+    try:
+        return marker.read_text(encoding="utf-8") == BUILD_RULE and filecmp.cmp(
+            docs / "docmap.parquet", twin / "docmap.parquet", shallow=False
+        )
+    except OSError:
+        return False
+
+
+def _build(docs: Path, twin: Path, workers: int) -> None:
     store = DocStore(docs)  # every relpath checked before it is joined below
     rows = checkpoint_outcomes(docs)
-    if twin.exists():
-        shutil.rmtree(twin)
-    (twin / "corpus").mkdir(parents=True)
-    items = [(docid, rel, *rows.get(docid, (False, None))) for docid, rel in store.relpath.items()]
-    chunks = [items[i : i + _CHUNK] for i in range(0, len(items), _CHUNK)]
-    src, dst = str(store.corpus_dir), str(twin / "corpus")
-    if workers > 1 and len(chunks) > 1:
-        with ProcessPoolExecutor(workers) as pool:
-            refused = [r for rs in pool.map(_strip_chunk, [src] * len(chunks), [dst] * len(chunks), chunks) for r in rs]
-    else:
-        refused = [r for chunk in chunks for r in _strip_chunk(src, dst, chunk)]
-    for line in refused:  # absent from the twin, as from the workspaces made from the structured files
-        log.warning("%s", line)
-    shutil.copyfile(docs / "docmap.parquet", twin / "docmap.parquet")
-    marker.write_text(BUILD_RULE, encoding="utf-8")
-    return twin
+    for old in docs.glob(f".{ORIGINAL_DIR}.tmp-*"):  # a build killed on this node (we hold the lock)
+        shutil.rmtree(old, ignore_errors=True)
+    tmp = docs / f".{ORIGINAL_DIR}.tmp-{os.getpid()}"
+    try:
+        (tmp / "corpus").mkdir(parents=True)
+        items = [(docid, rel, *rows.get(docid, (False, None))) for docid, rel in store.relpath.items()]
+        chunks = [items[i : i + _CHUNK] for i in range(0, len(items), _CHUNK)]
+        src, dst = str(store.corpus_dir), str(tmp / "corpus")
+        if workers > 1 and len(chunks) > 1:
+            with ProcessPoolExecutor(workers) as pool:
+                refused = [r for rs in pool.map(_strip_chunk, [src] * len(chunks), [dst] * len(chunks), chunks)
+                           for r in rs]  # fmt: skip
+        else:
+            refused = [r for chunk in chunks for r in _strip_chunk(src, dst, chunk)]
+        for line in refused:  # absent from the twin, as from the workspaces made from the structured files
+            log.warning("%s", line)
+        shutil.copyfile(docs / "docmap.parquet", tmp / "docmap.parquet")
+        (tmp / COMPLETE).write_text(BUILD_RULE, encoding="utf-8")
+        if twin.exists():  # incomplete, by an older rule, or of an earlier copy of DOCS
+            shutil.rmtree(twin)
+        tmp.rename(twin)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _strip_chunk(src: str, dst: str, items: list[tuple[str, str, bool, str | None]]) -> list[str]:

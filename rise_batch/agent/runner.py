@@ -15,6 +15,7 @@ import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -82,8 +83,17 @@ class EventLog:
 
 
 def system_docs(cfg: RunConfig) -> str:
+    """The docs a worker's system reads. Originals derived from DOCS (no --original-docs, or DOCS/original) are
+    derived on this worker's node if need be: the driver's twin is on the driver's node, and a node with its own
+    copy of DOCS has none until one of its workers builds it (once per node, agent/originals.py)."""
     system = get_system(cfg.system)
-    return (cfg.original_docs or cfg.docs) if system.docs == ORIGINAL else cfg.docs
+    if system.docs != ORIGINAL:
+        return cfg.docs
+    from rise_batch.agent.originals import ORIGINAL_DIR, original_docs
+
+    if cfg.original_docs and Path(cfg.original_docs) != Path(cfg.docs) / ORIGINAL_DIR:
+        return cfg.original_docs  # the user's own originals
+    return str(original_docs(cfg.docs, workers=1))
 
 
 class WorkerContext:

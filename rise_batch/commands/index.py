@@ -56,9 +56,12 @@ def run(args: argparse.Namespace) -> int:
 
     runner = None
     if args.ray or args.ray_address:
+        from rise_batch.executor.probe import Input, check_storage
         from rise_batch.index.shards import RayShardRunner
 
         runner = RayShardRunner(args.ray_address)
+        # every node's tasks read the corpus (a per-node copy is fine); OUT is written by this process alone
+        check_storage(args.ray_address, inputs=[Input("the corpus (--corpus)", args.corpus, "corpus")])
     if not 0 <= args.gpus < float("inf"):
         from rise_batch.errors import ConfigError
 

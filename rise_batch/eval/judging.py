@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from rise_batch.config import LLMConfig
+from rise_batch.eval.judge import judges
 from rise_batch.eval.judge_batch import judge_run_batch
 from rise_batch.eval.judge_runner import JudgeSummary, judge_run
 from rise_batch.eval.metrics import run_metrics
-from rise_batch.eval.rundir import load_run
+from rise_batch.eval.rundir import judgment_path, load_run
 
 
 def judge_run_sync(
@@ -35,8 +36,21 @@ def judge_run_sync(
 
 
 def with_accuracy(summary: JudgeSummary, run_dir: str | Path) -> JudgeSummary:
-    """Fill the summary's run-wide figures from the judgments on disk (the report's own computation)."""
+    """Fill the summary's run-wide figures from the judgments on disk (the report's own computation), once the
+    judgments the summary counts are found there: one per trajectory, except those without a gold answer and those
+    whose call failed (no file: the next run grades them)."""
     run = load_run(run_dir)
+    judged = [s for s, t in run.trajectories.items() if s in run.judgments and judges(run.judgments[s], t)]
+    if len(judged) < summary.total - summary.no_gold - summary.failed:
+        from rise_batch.errors import StorageError
+
+        gone = sorted(set(run.trajectories) - set(judged))
+        raise StorageError(
+            f"{judgment_path(run.path, '*').parent}: {len(gone)} of {len(run.trajectories)} trajectories have no "
+            f"judgment, {summary.no_gold} without a gold answer and {summary.failed} failed calls explain only "
+            f"{summary.no_gold + summary.failed} (missing among: {', '.join(gone[:5])}): the judgments are not "
+            "where this process wrote them"
+        )
     m = run_metrics(run.meta, run.trajectories, run.judgments)
     summary.n_judged, summary.unjudged_total = m["n_judged"], m["n_unjudged"]
     summary.accuracy, summary.accuracy_ci95 = m["accuracy"], m["accuracy_ci95"]

@@ -79,7 +79,8 @@ class Stage:
     ones finish; then raise" (structure's --max-cost stop). `services(kind)` starts what all workers share (the
     job's limiter actor): it returns the mapping each worker's factory receives and a handle the driver holds until
     every item is done. `finished(item)` is asked before an item is resubmitted: a worker may have written its
-    result just before dying (a per-item done marker); a non-None answer is taken as the item's result.
+    result just before dying (a per-item done marker); a non-None answer is taken as the item's result. `on_node`
+    says which node ran an item that came back, so the driver can name it when it does not find what it wrote.
     """
 
     worker: WorkerSpec
@@ -88,6 +89,7 @@ class Stage:
     on_start: Callable[[Any], None] = _nothing
     on_stop: Callable[[Any], None] = _nothing  # the item left flight, whatever its outcome
     on_result: Callable[[Any, Any], None] = _nothing
+    on_node: Callable[[Any, str], None] = _nothing  # (item, Ray node id) of a result, before on_result; Ray only
     on_lost: Callable[[Any, Lost], None] | None = None
     on_event: Callable[[str, Any, dict[str, Any]], None] = _nothing  # (event, item or None, fields)
     finished: Callable[[Any], Any] = _nothing

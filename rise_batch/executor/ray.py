@@ -88,8 +88,9 @@ class _StageActor:
             await warm_up()
         return self.where
 
-    async def run(self, item: Any, attempt: int) -> Any:
-        return await self.worker.run(item, attempt)
+    async def run(self, item: Any, attempt: int) -> tuple[str, Any]:
+        """(this actor's node id, the item's result): the driver records where each item ran."""
+        return self.where[1], await self.worker.run(item, attempt)
 
     async def close(self) -> Any:
         return await self.worker.close()
@@ -238,7 +239,7 @@ class _Dispatch:
         f = self.flights[ref]
         item = self.items[f.index]
         try:
-            result = ray.get(ref)
+            node, result = ray.get(ref)
         except ray.exceptions.TaskCancelledError:
             self._land(ref)
             self._lost(f, "cancelled", "cancelled by the watchdog")
@@ -256,6 +257,7 @@ class _Dispatch:
             self._lost(f, "error", str(e), e)
             return
         self._land(ref)
+        self.stage.on_node(item, node)
         self.stage.on_result(item, result)
 
     def _worker_died(self, i: int, first: Any, why: str, error: BaseException) -> None:

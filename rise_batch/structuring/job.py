@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
@@ -143,8 +144,11 @@ def _structured_change(manifest: dict, cfg: StructureConfig) -> str:
 MAX_SHARD_ATTEMPTS = 3  # worker deaths under one shard before it is an application bug and the job fails loudly
 
 
-def run_shards(cfg: StructureConfig, plan: RunPlan, bar) -> tuple[list[dict], list[dict]]:
-    """Every shard of `plan` through the executor `cfg` asks for: (per-shard stats, per-worker transport stats).
+def run_shards(
+    cfg: StructureConfig, plan: RunPlan, bar, nodes: dict[int, str] | None = None
+) -> tuple[dict[int, dict], list[dict]]:
+    """Every shard of `plan` through the executor `cfg` asks for: (stats by shard id, per-worker transport stats);
+    on Ray, `nodes` gets the id of the node that ran each shard.
 
     `--workers 0` runs the shards in this process, two at once for the LLM backend, one after another for the
     heuristic (the bar counts documents); otherwise `workers` Ray actors each run a share of `max_shards_in_flight`
@@ -156,12 +160,16 @@ def run_shards(cfg: StructureConfig, plan: RunPlan, bar) -> tuple[list[dict], li
     from rise_batch.structuring.budget import BudgetExceeded
     from rise_batch.structuring.worker import describe_shard, shard_services
 
-    results: list[dict] = []
+    results: dict[int, dict] = {}
     local = cfg.n_workers == 0
+
+    def on_node(spec: ShardSpec, node: str) -> None:
+        if nodes is not None:
+            nodes[spec.shard_id] = node
 
     def on_result(spec: ShardSpec, stats: dict) -> None:
         seen = stats.pop("transport_delta", {})  # this shard's share of its worker's retries and 429s
-        results.append(stats)
+        results[spec.shard_id] = stats
         # in process the bar counted each document (and its cost) as it finished; a shard an earlier run finished,
         # and on Ray the rows an earlier run checkpointed, count as done but not towards the rate (nor the ETA)
         if stats.get("resumed_done"):
@@ -191,6 +199,7 @@ def run_shards(cfg: StructureConfig, plan: RunPlan, bar) -> tuple[list[dict], li
         what="structure",
         describe=describe_shard,
         on_result=on_result,
+        on_node=on_node,
         services=shard_services(cfg, plan.run_hash, lambda n, usd: bar.update(n, cost=usd)),
         stop_on=(BudgetExceeded,),
     )
@@ -201,9 +210,10 @@ def run_shards(cfg: StructureConfig, plan: RunPlan, bar) -> tuple[list[dict], li
 def check_checkpoint(cfg: StructureConfig, plan: RunPlan, full: bool) -> dict:
     """Verify the checkpoint before resuming it (structuring/verify.py); damaged files are moved aside, named on
     stderr, and their documents redone. Returns the stats.json keys saying what that re-buys ({} when nothing)."""
-    from rise_batch.structuring.verify import repair, verify_checkpoint
+    from rise_batch.structuring.verify import missing_structured, repair, verify_checkpoint
 
     found = verify_checkpoint(cfg.out, plan.shards, full)
+    found = found._replace(damaged=found.damaged + missing_structured(cfg.out, plan.shards))
     repair(cfg.out, found, lambda line: print(f"rise-batch: {line}", file=sys.stderr, flush=True))
     return found.stats()
 
@@ -215,12 +225,17 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
 
     t0 = time.monotonic()
     require_price(cfg)  # a --max-cost over an unpriced model could never stop the run: refuse before the scan
+    if cfg.n_workers > 0:  # workers on other nodes must write the OUT this driver reads, and read the same corpus
+        from rise_batch.executor.probe import Input, Output, check_storage
+
+        check_storage(cfg.ray_address, [Output("OUT", cfg.out)], [Input("the corpus (--corpus)", cfg.corpus, "corpus")])
     plan = prepare_run(cfg)
     rebought = check_checkpoint(cfg, plan, verify)
     if cfg.mode == "online":
         refuse_if_batches_open(cfg.out)
     llm = cfg.backend == "llm"  # dollars exist only there; retries and 429s are counted online, per shard
     online = llm and cfg.mode == "online"
+    nodes: dict[int, str] = {}  # shard id -> the Ray node that ran it
     with Progress(
         f"structure[{cfg.backend}]", plan.n_docs, enabled=cfg.progress, show_cost=llm, show_transport=online
     ) as bar:
@@ -229,8 +244,15 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
 
             shard_stats, transport = run_batch(cfg, plan, bar)
         else:
-            shard_stats, transport = run_shards(cfg, plan, bar)
+            by_shard, transport = run_shards(cfg, plan, bar, nodes)
+            transport += verify_shards(cfg, plan, bar, nodes, by_shard)
+            shard_stats = list(by_shard.values())
     stats = merge_stats(shard_stats)
+    if nodes:  # on Ray: how many shards each node ran
+        from rise_batch.executor.probe import node_labels
+
+        labels = node_labels()
+        stats["nodes"] = dict(sorted(Counter(labels.get(n, n) for n in nodes.values()).items()))
     if cfg.backend == "llm":
         stats["transport"] = merge_stats(transport)  # this run's HTTP traffic (not that of killed earlier runs)
         stats.update(structured_output_stats(cfg, stats["transport"]))
@@ -253,6 +275,47 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
         stats["index"] = build_job_index(cfg, plan)
     dump_json(stats, location(cfg.out) / "stats.json")
     return stats
+
+
+def verify_shards(
+    cfg: StructureConfig, plan: RunPlan, bar, nodes: dict[int, str], by_shard: dict[int, dict]
+) -> list[dict]:
+    """The driver's check of what the workers reported, on its own view of OUT (structuring/verify.py): a shard
+    whose marker, parts or structured files it does not find as recorded is repaired and run once more (its rows
+    are checkpointed: nothing is re-bought unless a part is gone); still missing after that, the job fails naming
+    the file and the node that wrote it. Returns the second pass's transport stats."""
+    from rise_batch.errors import StorageError
+    from rise_batch.executor.probe import REMEDY
+    from rise_batch.structuring.verify import Verification, repair, verify_outputs
+
+    def say(line: str) -> None:
+        print(f"rise-batch: {line}", file=sys.stderr, flush=True)
+
+    def fresh() -> set[int]:
+        return {sid for sid, stats in by_shard.items() if not stats.get("resumed_done")}
+
+    bad = verify_outputs(cfg.out, plan.shards, fresh())
+    if not bad:
+        return []
+    repair(cfg.out, Verification(bad, {}, {}), say)
+    again = {d.shard_id for d in bad}
+    redo, transport = run_shards(cfg, plan._replace(shards=[s for s in plan.shards if s.shard_id in again]), bar, nodes)
+    by_shard.update(redo)
+    bad = verify_outputs(cfg.out, plan.shards, fresh())
+    if bad:
+        d = bad[0]
+        node = nodes.get(d.shard_id)
+        if node is not None:
+            from rise_batch.executor.probe import node_labels
+
+            node = node_labels().get(node, node)
+        where = f"written by node {node}" if node else "written in this process"
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise StorageError(
+            f"{d.path}: {d.reason}{more}, {where}, still after the shard ran again: the workers do not write the "
+            f"OUT this driver reads; {REMEDY}"
+        )
+    return transport
 
 
 def docs_this_run(shard_stats: list[dict]) -> int:

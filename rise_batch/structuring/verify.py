@@ -8,6 +8,11 @@ full check: every part's BLAKE2b digest against the marker, every part read whol
 equal to the docmap's, each once. Parts of unfinished shards have no record yet: their footers are checked (and,
 with `--verify`, their rows read).
 
+The driver checks again once the shards ran, before it reports success (`verify_outputs`): on its own view of OUT,
+every shard has its marker, the parts of the shards this run finished match their recorded digests, and every
+document of docmap.parquet has its structured file (`missing_structured`, also checked on resume). A worker that
+wrote somewhere else (a node-local disk) is caught there instead of a run that exits 0 with files missing.
+
 What fails is moved aside under OUT/damaged/ (kept, never deleted: it may be evidence) and the shard loses its done
 marker, so the run redoes exactly the documents that are gone. How many paid replies that re-buys comes from the
 marker's per-part record; for unfinished shards, and for replies a kill lost before they were written, from the
@@ -17,13 +22,14 @@ reported as re-buying an unknown number of replies.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
 from rise_batch.corpus.readers import ShardSpec
-from rise_batch.storage import AnyPath, arrow_source, location, move
+from rise_batch.storage import AnyPath, ObjectPath, arrow_source, location, move
 from rise_batch.structuring.checkpoint import REPAIR, CheckpointError, CheckpointStore, file_digest
 from rise_batch.types import DocResult
 
@@ -81,8 +87,11 @@ def docmap_shards(out: AnyPath, with_docids: bool) -> tuple[Counter[int], dict[i
     return Counter(shards), docids
 
 
-def _part_problem(store: CheckpointStore, path: AnyPath, rec: dict | None, full: bool) -> tuple[str | None, int]:
-    """(why the part cannot be trusted or None, its footer's row count)."""
+def _part_problem(
+    store: CheckpointStore, path: AnyPath, rec: dict | None, full: bool, digests: bool = False
+) -> tuple[str | None, int]:
+    """(why the part cannot be trusted or None, its footer's row count); `digests` checks the recorded digest
+    without reading the rows (`full` does both)."""
     import pyarrow.parquet as pq
 
     where, fs = arrow_source(path)
@@ -96,9 +105,9 @@ def _part_problem(store: CheckpointStore, path: AnyPath, rec: dict | None, full:
             return f"{size} bytes, the done marker recorded {rec.get('bytes')}", rows
         if rows != rec.get("rows"):
             return f"{rows} rows, the done marker recorded {rec.get('rows')}", rows
+    if (full or digests) and rec is not None and file_digest(path) != rec.get("blake2b"):
+        return "its digest differs from the done marker's", rows
     if full:
-        if rec is not None and file_digest(path) != rec.get("blake2b"):
-            return "its digest differs from the done marker's", rows
         try:
             table = store.read_part(path)
         except CheckpointError as e:
@@ -125,7 +134,9 @@ def _marker_records(store: CheckpointStore, sid: int) -> tuple[dict | None, dict
         return None, None, "its part records are malformed"
 
 
-def check_shard(store: CheckpointStore, sid: int, expected: int, docids: list[str] | None, full: bool) -> list[Damage]:
+def check_shard(
+    store: CheckpointStore, sid: int, expected: int, docids: list[str] | None, full: bool, digests: bool = False
+) -> list[Damage]:
     """Every damaged file of one shard (parts and marker); an empty list when the shard can be trusted."""
     marker, records, marker_problem = _marker_records(store, sid)
     damaged: list[Damage] = []
@@ -140,7 +151,7 @@ def check_shard(store: CheckpointStore, sid: int, expected: int, docids: list[st
     rows_ok = 0
     for name, path in on_disk.items():
         rec = (records or {}).get(name)
-        problem, rows = _part_problem(store, path, rec, full)
+        problem, rows = _part_problem(store, path, rec, full, digests)
         if problem is None and records is not None and rec is None:
             problem = "not recorded in the done marker"
         if problem is None:
@@ -190,6 +201,57 @@ def verify_checkpoint(out: str | AnyPath, shards: Iterable[ShardSpec], full: boo
             kept[sid] = {d: r for d, r in journal.items() if d in have}
             lost[sid] = {d: r for d, r in journal.items() if d not in have}
     return Verification(damaged, lost, kept)
+
+
+def missing_structured(out: str | AnyPath, shards: Iterable[ShardSpec]) -> list[Damage]:
+    """One Damage per shard marked done whose structured files are not all under OUT/corpus (one file per docmap
+    row of the shard). Its checkpoint holds every row, so repairing it re-writes the files and re-buys nothing.
+    The tree is listed once (a directory walk, not a stat per document)."""
+    import pyarrow.parquet as pq
+
+    out = location(out)
+    if isinstance(out, ObjectPath):  # no file per document in object storage: the checkpoint is the corpus
+        return []
+    store = CheckpointStore(out)
+    done = {s.shard_id for s in shards if store.is_done(s.shard_id)}
+    if not done:
+        return []
+    corpus = out / "corpus"
+    present: set[str] = set()
+    for d, _, files in os.walk(corpus):
+        prefix = d[len(str(corpus)) + 1 :]
+        present.update(f"{prefix}/{f}" if prefix else f for f in files)
+    table = pq.read_table(out / "docmap.parquet", columns=["relpath", "shard"])
+    missing: dict[int, list[str]] = {}
+    totals: Counter[int] = Counter()
+    for rel, sid in zip(table.column("relpath").to_pylist(), table.column("shard").to_pylist(), strict=True):
+        if sid in done:
+            totals[sid] += 1
+            if rel not in present:
+                missing.setdefault(sid, []).append(rel)
+    return [
+        Damage(corpus / rels[0], sid, f"missing: {len(rels)} of the shard's {totals[sid]} structured files", None, 0)
+        for sid, rels in sorted(missing.items())
+    ]
+
+
+def verify_outputs(out: str | AnyPath, shards: Iterable[ShardSpec], fresh: set[int]) -> list[Damage]:
+    """What the driver checks once the shards ran, on its own view of OUT, before it reports success: every shard
+    has its done marker, every part it records is there as recorded (size, rows; and the digest for the `fresh`
+    shards, those finished by this run: an earlier run's parts get resume's cheap check, `--verify` reads them
+    all), its rows add up to its documents in docmap.parquet, and each of those documents has its structured file."""
+    out = location(out)
+    shards = list(shards)
+    store = CheckpointStore(out)
+    counts, _ = docmap_shards(out, False)
+    damaged: list[Damage] = []
+    for spec in shards:
+        sid = spec.shard_id
+        if not store.is_done(sid):
+            damaged.append(Damage(store.stats_path(sid), sid, "missing: its worker reported the shard done", None, 0))
+            continue
+        damaged.extend(check_shard(store, sid, counts.get(sid, 0), None, full=False, digests=sid in fresh))
+    return damaged + missing_structured(out, shards)
 
 
 def _aside(out: AnyPath, path: AnyPath) -> AnyPath:

@@ -153,3 +153,22 @@ def test_batch_mode_grades_the_same_at_half_price_and_resumes_without_resubmitti
         assert main(["judge", str(batch), *base, "--mode", "batch", "--poll-s", "0.01"]) == 0
         assert read_judgments(batch)["wrong"]["correct"] is False
         assert s.batch_api.stats()["batches_created"] == 2  # only the missing one, as a new group
+
+
+def test_a_judgment_gone_from_the_run_directory_is_an_error(tmp_path: Path, server: FakeLLMServer) -> None:
+    """The judge counts what it wrote, then checks the run directory holds it: a judgment that is not there when it
+    looks (written to storage the next stage does not read) fails the command instead of a summary that counts it."""
+    from rise_batch.errors import StorageError
+    from rise_batch.eval.judging import judge_run_sync
+
+    run = make_run(tmp_path / "run")
+    llm = LLMConfig(base_url=server.base_url, model="gpt-5.4-mini", concurrency=2)
+
+    def vanish(judgment: dict) -> None:
+        if judgment["query_id"] == "wrong":
+            (run / "judgments" / "wrong.json").unlink()
+
+    with pytest.raises(StorageError, match=r"judgments: 3 of 7 trajectories have no judgment, 2 without a gold .*"
+                       r"explain only 2 \(missing among: nogold, squad, wrong\)"):  # fmt: skip
+        judge_run_sync(run, llm, on_judged=vanish)
+    assert sorted(read_judgments(run)) == ["budget", "exact", "para", "prose"]

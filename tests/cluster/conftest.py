@@ -1,0 +1,18 @@
+"""Fixtures of the cluster tests: node-local disks left as each test found them."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+
+@pytest.fixture
+def node_disks(two_nodes):
+    """The 2-node cluster, with whatever a test puts on the node-local disks (`local` on the head, `b_disk` on node
+    B) removed afterwards: the cluster is shared by the session's tests, which expect those disks as they were."""
+    before = {d: set(d.iterdir()) for d in (two_nodes.local, two_nodes.b_disk)}
+    yield two_nodes
+    for d, kept in before.items():
+        for p in set(d.iterdir()) - kept:
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
