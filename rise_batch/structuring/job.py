@@ -15,6 +15,7 @@ from typing import NamedTuple
 from rise_batch.config import ConfigError, StructureConfig, config_to_dict, run_hash
 from rise_batch.corpus.readers import ShardSpec
 from rise_batch.corpus.scan import scan_corpus, shards_from_json, shards_to_json, write_bad_rows
+from rise_batch.errors import RunIncomplete
 from rise_batch.io import dump_json, make_output_dir, supersede, write_parquet_atomic
 from rise_batch.progress import Progress
 from rise_batch.structuring.batch import refuse_if_batches_open
@@ -150,11 +151,12 @@ def run_shards(cfg: StructureConfig, plan: RunPlan, bar) -> tuple[list[dict], li
     `--workers 0` runs the shards in this process, two at once for the LLM backend, one after another for the
     heuristic (the bar counts documents); otherwise `workers` Ray actors each run a share of `max_shards_in_flight`
     shards at once (the bar counts whole shards).
-    A --max-cost stop lets the running shards finish with their rows flushed, then raises BudgetExceeded.
+    A --max-cost stop, or a key the endpoint refuses, lets the running shards finish with their rows flushed, then
+    raises BudgetExceeded or KeyRefused.
     """
     from rise_batch.executor import executor_for
     from rise_batch.executor.base import MapOptions, Stage, WorkerSpec
-    from rise_batch.structuring.budget import BudgetExceeded
+    from rise_batch.structuring.shard import STOPS
     from rise_batch.structuring.worker import describe_shard, shard_services
 
     results: list[dict] = []
@@ -193,9 +195,10 @@ def run_shards(cfg: StructureConfig, plan: RunPlan, bar) -> tuple[list[dict], li
         describe=describe_shard,
         on_result=on_result,
         services=shard_services(cfg, plan.run_hash, lambda n, usd: bar.update(n, cost=usd)),
-        stop_on=(BudgetExceeded,),
+        stop_on=STOPS,
     )
-    transport = executor_for(cfg.n_workers, options, cfg.ray_address).map(stage, plan.shards)
+    env = (cfg.llm.api_key_env,) if cfg.backend == "llm" else ()  # lent to the actors when attached to a cluster
+    transport = executor_for(cfg.n_workers, options, cfg.ray_address, env).map(stage, plan.shards)
     return results, transport
 
 
@@ -249,11 +252,27 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
         cost_usd=round(stats.get("cost_usd", 0.0), 6),
     )
     stats["outcomes"] = stats.get("outcomes", {}) | ({"skipped": plan.n_bad_rows} if plan.n_bad_rows else {})
-    stats.update(rebought)
+    for k, v in rebought.items():  # found by the resume's verification, plus what shards rerun in this job re-bought
+        stats[k] = stats.get(k, 0) + v if k in ("rebought_replies", "rebought_cost_usd") else v
+    if "rebought_cost_usd" in stats:
+        stats["rebought_cost_usd"] = round(stats["rebought_cost_usd"], 6)
+    if stats.get("docs_left"):
+        dump_json(stats, Path(cfg.out) / "stats.json")
+        raise RunIncomplete(left_message(stats, next(s["left_example"] for s in shard_stats if s.get("docs_left"))))
     if cfg.index:
         stats["index"] = build_job_index(cfg, plan)
     dump_json(stats, Path(cfg.out) / "stats.json")
     return stats
+
+
+def left_message(stats: dict, example: str) -> str:
+    """Why the run exits before its end: documents whose requests failed for a transient reason were left undone."""
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(stats.get("left_kinds", {}).items()))
+    return (
+        f"{stats['docs_left']} documents were left undone: their requests failed for a transient reason after every "
+        f"attempt ({kinds}; e.g. {example}). Nothing was recorded for them; the {stats.get('docs_total', 0)} documents "
+        "finished are kept. Re-run the same command to do the rest."
+    )
 
 
 def docs_this_run(shard_stats: list[dict]) -> int:
