@@ -85,6 +85,9 @@ class LimiterActor:
     def snapshot(self) -> dict[str, Any]:
         return self.rate.snapshot()
 
+    def node(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
 
 class BatchedRate:
     """A worker's side of the job's limiter: the RateLimiter interface, served from leases fetched in batches.
@@ -200,6 +203,8 @@ def start_limiter(llm: LLMConfig, run_hash: str) -> tuple[str, Any]:
     """Create (or find) the job's limiter actor: its name (what workers look it up by) and the handle.
 
     It is placed on this (the driver's) node, hard: a worker node lost takes none of the job's rate state with it.
+    One of that name already running on another node (a detached one, a concurrent driver's) is not used: this
+    driver starts its own, named after its node as well.
     The driver must hold the handle for the whole job: a named actor nobody references is reclaimed. The name is
     registered when `.remote()` returns, so workers can look it up at once; the driver does not wait for the actor's
     process to start (a second or more, which used to come before the structure workers were even created): it
@@ -207,12 +212,27 @@ def start_limiter(llm: LLMConfig, run_hash: str) -> tuple[str, Any]:
     """
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    node = ray.get_runtime_context().get_node_id()
     name = limiter_name(run_hash)
-    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+    if not _runs_on(name, node):
+        name = f"{name}-{node[:12]}"
+    here = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
     handle = LimiterActor.options(name=name, namespace=NAMESPACE, get_if_exists=True, scheduling_strategy=here).remote(
         RateLimits(rpm=llm.rpm, tpm=llm.tpm, window_s=llm.limit_window_s + WINDOW_SLACK_S, adapt=True)
     )
     return name, handle
+
+
+def _runs_on(name: str, node: str) -> bool:
+    """Is the limiter `name` absent (so it will be created here) or running on `node`?"""
+    try:
+        found = ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        return True
+    try:
+        return ray.get(found.node.remote(), timeout=30) == node
+    except (*LOST, ray.exceptions.GetTimeoutError, AttributeError):
+        return False
 
 
 def RemoteLimiter(name: str, concurrency: int = 32) -> AsyncLimiter:  # noqa: N802 - reads as a type at call sites
