@@ -21,7 +21,8 @@ def corpus(tmp: Path, n: int) -> Path:
 
 def structure_args(corpus_path: Path, out: Path, base_url: str, *extra: object) -> list[object]:
     return ["structure", "--corpus", corpus_path, "--out", out, "--backend", "llm", "--base-url", base_url,
-            "--workers", 2, "--shard-docs", 10, "--concurrency", 4, "--no-progress", *extra]  # fmt: skip
+            "--workers", 2, "--shard-docs", 10, "--concurrency", 4, "--rpm", 100_000, "--tpm", 10**9, "--no-progress",
+            *extra]  # fmt: skip
 
 
 def start_cli(cluster, args: list[object], env: dict[str, str]) -> subprocess.Popen:
@@ -82,6 +83,25 @@ def run_losing_b(cluster, args: list[object], limiter: str, started: Callable[[]
         cluster.restart_b()
         remove_limiter(cluster, limiter)
     return proc.returncode, stdout, stderr
+
+
+def busy_on_b(cluster, actor: str, requests: Callable[[], int], more: int) -> Callable[[], bool]:
+    """A condition for the kill: an actor `ray::<actor>` runs on node B and `more` requests were sent since it was
+    first seen (an actor on B starts seconds after the head's: it must have work in flight when B goes)."""
+    seen: list[int] = []
+
+    def ready() -> bool:
+        if not seen:
+            for pid in cluster.b_pids():
+                try:
+                    if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(f"ray::{actor}".encode()):
+                        seen.append(requests())
+                        break
+                except OSError:
+                    continue
+        return bool(seen) and requests() >= seen[0] + more
+
+    return ready
 
 
 def structure_run_hash(args: list[object]) -> str:

@@ -9,18 +9,19 @@ import pytest
 from rise_batch.fake_llm import FakeLLMServer
 from rise_batch.llm.limiter_actor import limiter_name
 from rise_batch.structuring.checkpoint import CheckpointStore
-from tests.cluster.helpers import corpus, run_losing_b, stats_of, structure_args, structure_run_hash
+from tests.cluster.helpers import busy_on_b, corpus, run_losing_b, stats_of, structure_args, structure_run_hash
 
 pytestmark = pytest.mark.slow
 N = 100  # the whole sample
 
 
 def test_node_b_lost_mid_structuring_loses_nothing(two_nodes, tmp_path) -> None:
-    with FakeLLMServer(latency_ms=400) as server:
+    with FakeLLMServer(latency_ms=2000) as server:
         out = tmp_path / "out"
         args = structure_args(corpus(tmp_path, N), out, server.base_url)
         name = limiter_name(structure_run_hash(args))
-        code, stdout, stderr = run_losing_b(two_nodes, args, name, lambda: server.stats()["requests"] >= 30)
+        started = busy_on_b(two_nodes, "StructureWorker", lambda: server.stats()["requests"], 16)
+        code, stdout, stderr = run_losing_b(two_nodes, args, name, started)
         assert code == 0, stderr[-3000:]
         stats = stats_of(out)
         assert stats["docs_total"] == N and "error" not in stats["outcomes"], stats["outcomes"]
@@ -44,7 +45,8 @@ def test_node_b_lost_mid_trajectories_records_no_api_error(two_nodes, agent_worl
     with FakeLLMServer(responders=[AgentResponder(), FallbackResponder()], latency_ms=300) as server:
         args = run_args(queries, out / "run", agent_world, server.base_url)
         name = limiter_name(run_config_hash(args))
-        code, _, stderr = run_losing_b(two_nodes, args, name, lambda: server.stats()["requests"] >= 12)
+        started = busy_on_b(two_nodes, "TrajectoryWorker", lambda: server.stats()["requests"], 8)
+        code, _, stderr = run_losing_b(two_nodes, args, name, started)
     assert code == 0, stderr[-3000:]
     got = read_trajectories(out / "run")
     assert len(got) == len(items)
@@ -54,7 +56,7 @@ def test_node_b_lost_mid_trajectories_records_no_api_error(two_nodes, agent_worl
 def run_args(queries, out, world, base_url: str, *extra: object) -> list[object]:
     return ["run", "--system", "rise", "--queries", queries, "--docs", world.docs, "--index", world.index, "--out", out,
             "--workers", 2, "--concurrency", 8, "--base-url", base_url, "--model", "gpt-5.4-mini",
-            "--index-backend", "numpy", "--no-progress", *extra]  # fmt: skip
+            "--index-backend", "numpy", "--rpm", 100_000, "--tpm", 10**9, "--no-progress", *extra]  # fmt: skip
 
 
 def run_config_hash(args: list[object]) -> str:
