@@ -42,7 +42,7 @@ def test_node_b_lost_mid_trajectories_records_no_api_error(two_nodes, agent_worl
     out = run_dir("cluster-lost-b")
     items = list(agent_world.titles.items())[:24]
     queries = write_queries(out / "q.jsonl", [title_query(f"q{i:02d}", t) for i, (_, t) in enumerate(items)])
-    with FakeLLMServer(responders=[AgentResponder(), FallbackResponder()], latency_ms=300) as server:
+    with FakeLLMServer(responders=[AgentResponder(), FallbackResponder()], latency_ms=1000) as server:
         args = run_args(queries, out / "run", agent_world, server.base_url)
         name = limiter_name(run_config_hash(args))
         started = busy_on_b(two_nodes, "TrajectoryWorker", lambda: server.stats()["requests"], 8)
