@@ -13,6 +13,8 @@ the job that runs the same function exit the same way:
   FileExistsError; printed as `<name>: error: <message>`;
 - an exception that says how it ends (the `CleanExit` mixin: the cost limit's BudgetExceeded exits 3, a missing
   sandbox 2): printed as `<name>: <message>`, its message being a whole sentence;
+- 75 (`EXIT_RETRY`, sysexits' EX_TEMPFAIL): a run that finished what it could but left work that failed for a
+  transient reason (`RunIncomplete`: a connection refused, a lost node); the same command retries exactly that work;
 - 130 (`EXIT_INTERRUPTED`) on Ctrl-C: everything written so far is kept, so the advice is to re-run;
 - anything else is a bug: it propagates with its traceback.
 """
@@ -24,6 +26,7 @@ from collections.abc import Callable
 
 EXIT_USAGE = 2
 EXIT_BUDGET = 3
+EXIT_RETRY = 75
 EXIT_INTERRUPTED = 130
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, FileExistsError)
 
@@ -43,6 +46,13 @@ class CleanExit:
     them (structuring's BudgetExceeded, the sandbox's SandboxUnavailable)."""
 
     exit_code: int = EXIT_USAGE
+
+
+class RunIncomplete(CleanExit, Exception):
+    """Work that failed for a transient reason was left undone (never recorded as its outcome), so that the same
+    command retries it; everything else the run finished is kept."""
+
+    exit_code = EXIT_RETRY
 
 
 def exit_code_for(exc: BaseException) -> int | None:

@@ -22,6 +22,7 @@ from rise_batch.agent.runner import EVENT_PARTS, EVENTS, TRAJECTORIES, finished,
 from rise_batch.agent.systems import ORIGINAL, get_system
 from rise_batch.agent.workspace_root import claim_workspace_root
 from rise_batch.config import ConfigError, config_to_dict
+from rise_batch.errors import RunIncomplete
 from rise_batch.io import make_output_dir, read_json, supersede, write_json_atomic
 from rise_batch.prompts import load_prompt
 from rise_batch.queries import Query, gold_label, read_queries, select_gold
@@ -224,6 +225,7 @@ def run_queries(plan: RunPlan, progress: Progress, nodes: dict[str, str] | None 
     from rise_batch.agent.stage import STUCK_WHY, TrajectoryOutcomes
     from rise_batch.executor import executor_for
     from rise_batch.executor.base import MapOptions, Stage, WorkerSpec
+    from rise_batch.llm.errors import KeyRefused
 
     cfg = plan.cfg
     options = MapOptions(
@@ -251,10 +253,11 @@ def run_queries(plan: RunPlan, progress: Progress, nodes: dict[str, str] | None 
         on_event=outcomes.on_event,
         finished=outcomes.finished,
         services=outcomes.services,
+        stop_on=(KeyRefused,),
         stuck_why=STUCK_WHY,
     )
-    try:
-        return executor_for(cfg.workers, options, cfg.ray_address).map(stage, plan.pending)
+    try:  # the key's variable is lent to the actors when attached to a cluster
+        return executor_for(cfg.workers, options, cfg.ray_address, (cfg.llm.api_key_env,)).map(stage, plan.pending)
     finally:
         outcomes.close()
 
@@ -266,8 +269,8 @@ def verify_trajectories(plan: RunPlan, progress: Progress, nodes: dict[str, str]
     from rise_batch.errors import StorageError
     from rise_batch.executor.probe import REMEDY
 
-    def missing() -> list[Query]:
-        return [q for q in plan.pending if not finished(plan.cfg.out, q.query_id, plan.config_hash)]
+    def missing() -> list[Query]:  # a retryable trajectory was written: the resume redoes it (RunIncomplete)
+        return [q for q in plan.pending if not finished(plan.cfg.out, q.query_id, plan.config_hash, True)]
 
     gone = missing()
     if not gone:
@@ -301,7 +304,7 @@ def summarize(run_dir: str | Path, queries: list[Query], config_hash: str) -> di
     """Totals over this run's trajectory files (this config hash only)."""
     reasons: Counter[str] = Counter()
     tools: Counter[str] = Counter()
-    calls = tokens_in = tokens_out = missing = 0
+    calls = tokens_in = tokens_out = missing = retryable = 0
     cost = 0.0
     for q in queries:
         try:
@@ -313,6 +316,7 @@ def summarize(run_dir: str | Path, queries: list[Query], config_hash: str) -> di
             missing += 1
             continue
         reasons[t["stop_reason"]] += 1
+        retryable += bool(t.get("retryable"))
         tools.update(t.get("tool_calls") or {})
         calls += t.get("model_calls", 0)
         tokens_in += t["usage"]["input_tokens"]
@@ -323,6 +327,7 @@ def summarize(run_dir: str | Path, queries: list[Query], config_hash: str) -> di
         "queries": len(queries),
         "trajectories": sum(reasons.values()),
         "missing": missing,
+        "retryable": retryable,
         "stop_reasons": dict(sorted(reasons.items())),
         "model_calls_mean": round(calls / n, 2),
         "tool_calls": dict(sorted(tools.items())),
@@ -333,8 +338,10 @@ def summarize(run_dir: str | Path, queries: list[Query], config_hash: str) -> di
     }
 
 
-def run_trajectories(cfg: RunConfig) -> dict[str, Any]:
-    """The whole run; returns totals (also printed by the CLI and the job script)."""
+def run_trajectories(cfg: RunConfig, incomplete_ok: bool = False) -> dict[str, Any]:
+    """The whole run; returns totals (also printed by the CLI and the job script). Trajectories a transient failure
+    ended (`retryable`) make it raise RunIncomplete once the rest is done, unless `incomplete_ok` (a sweep, which
+    marks the cell incomplete instead)."""
     t0 = time.monotonic()
     plan = prepare_run(cfg)
     progress = Progress(len(plan.queries), len(plan.queries) - len(plan.pending), cfg.progress)
@@ -365,6 +372,12 @@ def run_trajectories(cfg: RunConfig) -> dict[str, Any]:
         skipped=len(plan.queries) - len(plan.pending),
         wall_seconds=round(time.monotonic() - t0, 3),
     )
+    if stats["retryable"] and not incomplete_ok:
+        raise RunIncomplete(
+            f"{stats['retryable']} of {stats['queries']} trajectories ended on a transient failure (their worker's "
+            "node lost, connection refused, 5xx after every attempt; see `error` in their files, marked retryable). "
+            f"The others are kept. Re-run the same command to run those again. ({summary_line(stats, cfg.out)})"
+        )
     return stats
 
 

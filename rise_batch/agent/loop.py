@@ -8,7 +8,9 @@ command is killed at the deadline, not at its own 60 s cap). No final answer is 
 out of budget is a no-answer labelled with why.
 
 The caller owns the `AgentRun` record and passes it in, so a trajectory cancelled from outside (a watchdog)
-still leaves everything it did behind.
+still leaves everything it did behind. A model call that failed for a transient reason (connection refused, 5xx, a
+lost rate limiter, after every attempt) ends the trajectory as `api_error` marked `retryable`: a resume runs it
+again. A refused key (KeyRefused) is not the query's outcome: it passes through and stops the job.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rise_batch.llm.errors import LLMError
+from rise_batch.llm.retry import is_transient
 from rise_batch.space.tools import ToolResult, ToolSet
 
 STEP_OUTPUT_CHARS = 2000  # what a trajectory file keeps of each tool output
@@ -81,6 +84,7 @@ class AgentRun:
     error: str | None = None
     model_s: float = 0.0  # time spent waiting on the model
     tool_s: float = 0.0  # time spent in tools
+    retryable: bool = False  # ended by a transient failure (not the query's doing): a resume runs it again
 
     def usage(self) -> dict[str, int]:
         return {
@@ -304,6 +308,7 @@ async def _turns(client, tools, budget, run, ctx, params, executor, emit, clock,
                 return run.end("context_overflow", str(e))
             if deadline - clock() <= 0.05:
                 return run.end("wall_clock", str(e))
+            run.retryable = is_transient(e)
             return run.end("api_error", str(e))
         run.model_s += clock() - t0
         reply = done.reply

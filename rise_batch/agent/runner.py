@@ -25,6 +25,7 @@ from rise_batch.agent.run_config import RunConfig
 from rise_batch.agent.systems import ORIGINAL, get_system, open_tools, workspace_docs
 from rise_batch.agent.workspace_root import claim_workspace_root
 from rise_batch.io import read_json, write_json_atomic
+from rise_batch.llm.errors import KeyRefused
 from rise_batch.names import safe_stem as safe_name  # a query id's file stem
 from rise_batch.prompts import load_prompt
 from rise_batch.queries import Query
@@ -42,11 +43,13 @@ def trajectory_path(run_dir: str | AnyPath, query_id: str) -> AnyPath:
     return location(run_dir) / TRAJECTORIES / f"{safe_name(query_id)}.json"
 
 
-def finished(run_dir: str | AnyPath, query_id: str, config_hash: str) -> bool:
-    """Does this query already have a trajectory written under this config hash?"""
+def finished(run_dir: str | AnyPath, query_id: str, config_hash: str, retryable_too: bool = False) -> bool:
+    """Does this query already have a trajectory written under this config hash (and not one a transient failure
+    ended, which a resume runs again, unless `retryable_too`: the driver's check that a file was written at all)?"""
     path = trajectory_path(run_dir, query_id)
     try:
-        return read_json(path).get("config_hash") == config_hash
+        record = read_json(path)
+        return record.get("config_hash") == config_hash and (retryable_too or not record.get("retryable"))
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -165,7 +168,7 @@ def trajectory_record(ctx: WorkerContext, query: Query, run: AgentRun, ws_docs: 
         "steps": run.steps,
         "error": run.error,
         "timing": {"model_s": round(run.model_s, 3), "tool_s": round(run.tool_s, 3)},
-    }
+    } | ({"retryable": True} if run.retryable else {})
 
 
 def summary_of(record: dict[str, Any]) -> dict[str, Any]:
@@ -217,6 +220,11 @@ async def run_query(ctx: WorkerContext, query: Query, attempt: int = 1) -> dict[
         run.end("wall_clock", "cancelled by the driver's watchdog after the wall-clock budget")
         _finish(ctx, query, run, ws, emit)
         raise
+    except KeyRefused:  # the job stops; the query has no outcome (no file), so a resume runs it
+        emit({"event": "key_refused"})
+        if ws is not None:
+            ws.close()
+        raise
     except Exception as e:  # a harness failure must not take the worker's other trajectories down
         run.end("api_error", f"harness error: {type(e).__name__}: {e}")
     return _finish(ctx, query, run, ws, emit)
@@ -241,8 +249,11 @@ def _emitter(ctx: WorkerContext, query_id: str, attempt: int):
     return emit
 
 
-def failed_record(cfg_hash: str, cfg: RunConfig, query: Query, reason: str, error: str, elapsed: float) -> dict:
-    """A trajectory file the driver writes itself, for a query whose worker never reported back."""
+def failed_record(
+    cfg_hash: str, cfg: RunConfig, query: Query, reason: str, error: str, elapsed: float, retryable: bool = False
+) -> dict:
+    """A trajectory file the driver writes itself, for a query whose worker never reported back (`retryable`: for
+    a reason not the query's own, such as its workers' node lost, so that a resume runs it again)."""
     return {
         "query_id": query.query_id,
         "query": query.query,
@@ -265,4 +276,4 @@ def failed_record(cfg_hash: str, cfg: RunConfig, query: Query, reason: str, erro
         "answer": query.answer,
         "steps": [],
         "error": error,
-    }
+    } | ({"retryable": True} if retryable else {})

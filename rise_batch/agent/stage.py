@@ -105,24 +105,26 @@ class TrajectoryOutcomes:
 
     def on_lost(self, query: Query, lost: Any) -> None:
         """A query that never came back is recorded as failed (unless its worker wrote its file after all)."""
+        retryable = False
         if lost.kind == "cancelled":
             reason, error = "wall_clock", "cancelled by the watchdog"
         elif lost.kind == "stuck":
             reason, error = "wall_clock", "the worker did not stop at the wall-clock budget; the watchdog killed it"
-        elif lost.kind == "died":
-            reason = "api_error"
+        elif lost.kind == "died":  # a lost node, an OOM kill: not the query's answer, so a resume runs it again
+            reason, retryable = "api_error", True
             error = f"its worker process died {lost.deaths} times while running it; last: {lost.why}"
         else:  # run_query records harness errors itself: a task error is a bug
             reason, error = "api_error", f"worker task failed: {lost.error}"
-        self._record_if_missing(query, reason, error, lost.elapsed)
+        self._record_if_missing(query, reason, error, lost.elapsed, retryable)
         if lost.kind == "stuck":
             shutil.rmtree(self.cfg.workspace_dir / safe_name(query.query_id), ignore_errors=True)
 
-    def _record_if_missing(self, query: Query, reason: str, error: str, elapsed: float) -> None:
+    def _record_if_missing(self, query: Query, reason: str, error: str, elapsed: float, retryable: bool) -> None:
         """Count a query as done, writing its trajectory file unless its worker already did."""
         path = trajectory_path(self.cfg.out, query.query_id)
         if not finished(self.cfg.out, query.query_id, self.config_hash):
-            write_json_atomic(path, failed_record(self.config_hash, self.cfg, query, reason, error, elapsed))
+            record = failed_record(self.config_hash, self.cfg, query, reason, error, elapsed, retryable)
+            write_json_atomic(path, record)
             self.events.write({"event": "driver_record", "query_id": query.query_id, "stop_reason": reason})
         self.progress.finished(summary_of(read_json(path)))
 

@@ -40,7 +40,8 @@ class _JudgeLimiter:
     """One judge rate budget for the whole sweep: a Ray limiter actor when the sweep uses Ray, else nothing (each
     cell's judge then builds its own in-process limiter from the same settings; cells do not overlap)."""
 
-    def __init__(self, cfg: SweepConfig, llm: Any, uses_ray: bool) -> None:
+    def __init__(self, cfg: SweepConfig, llm: Any, uses_ray: bool, env: tuple[str, ...] = ()) -> None:
+        """`env`: the variables the cells' agents need (their key's), lent to every actor with the judge's own."""
         self.name: str | None = None
         self._handle: Any = None
         self.concurrency = llm.concurrency
@@ -48,7 +49,7 @@ class _JudgeLimiter:
             from rise_batch.executor.ray import init_ray
             from rise_batch.llm.limiter_actor import start_limiter
 
-            init_ray(cfg.run.get("ray_address"))
+            init_ray(cfg.run.get("ray_address"), env=(*env, llm.api_key_env))  # the process's first init decides
             key = hashlib.sha256(f"judge\0{cfg.name}\0{cfg.out}\0{llm.model}".encode()).hexdigest()[:16]
             self.name, self._handle = start_limiter(llm, key)
 
@@ -80,7 +81,8 @@ def run_sweep(cfg: SweepConfig, *, only: list[str] | None = None, force_judge: b
     out.mkdir(parents=True, exist_ok=True)
     state = _state(out, cfg.name)
     judge_llm = judge_llm_config(cfg.judge) if cfg.judge.enabled else None
-    judge_limiter = _JudgeLimiter(cfg, judge_llm, any(r.workers >= 1 for _, r in plan)) if judge_llm else None
+    keys = tuple(dict.fromkeys(r.llm.api_key_env for _, r in plan))
+    judge_limiter = _JudgeLimiter(cfg, judge_llm, any(r.workers >= 1 for _, r in plan), keys) if judge_llm else None
     ran = skipped = 0
     for i, (cell, run_cfg) in enumerate(plan, 1):
         cid = cell.cell_id
@@ -91,9 +93,9 @@ def run_sweep(cfg: SweepConfig, *, only: list[str] | None = None, force_judge: b
             continue
         _log(f"[{i}/{len(plan)}] {cid}: running")
         write_json_atomic(cell_dir(cfg, cell) / "cell.json", cell.labels())
-        stats = run_trajectories(run_cfg)
+        stats = run_trajectories(run_cfg, incomplete_ok=True)  # a cell left incomplete is run again by a re-run
         entry = {"status": "incomplete", "run": stats, "labels": cell.labels()}
-        complete = stats.get("missing", 0) == 0
+        complete = stats.get("missing", 0) == 0 and stats.get("retryable", 0) == 0
         if judge_llm is not None and judge_limiter is not None:
             judged = judge_run_sync(
                 cell_dir(cfg, cell),

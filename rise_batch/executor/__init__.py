@@ -6,18 +6,20 @@ builds their workers from an importable factory path, see executor/base.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rise_batch.executor.base import Executor, MapOptions
 
 
-def executor_for(workers: int, options: MapOptions, address: str | None = None) -> Executor:
-    """`workers == 0`: this process (debugging, small runs); otherwise `workers` Ray actors (local Ray or `address`)."""
+def executor_for(workers: int, options: MapOptions, address: str | None = None, env: Sequence[str] = ()) -> Executor:
+    """`workers == 0`: this process (debugging, small runs); otherwise `workers` Ray actors (local Ray or `address`),
+    lent the variables named in `env` (and executor.ray.FORWARDED_ENV) when `address` is a cluster."""
     if workers == 0:
         from rise_batch.executor.local import LocalExecutor
 
         return LocalExecutor(options)
     from rise_batch.executor.ray import RayExecutor
 
-    return RayExecutor(workers, options, address)
+    return RayExecutor(workers, options, address, env)

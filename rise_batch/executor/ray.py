@@ -17,6 +17,7 @@ This module and rise_batch/llm/limiter_actor.py are the only ones that import ra
 from __future__ import annotations
 
 import atexit
+import json
 import math
 import os
 import signal
@@ -32,16 +33,43 @@ from rise_batch.errors import USER_ERRORS
 from rise_batch.executor.base import Lost, LostKind, MapOptions, Stage, WorkerSpec, build_worker
 
 POLL_S = 0.2
+# What a driver's environment lends to every actor and task of a cluster it attaches to (with `init_ray(env=...)`'s
+# names: the LLM key's variable, llm.api_key_env): the storage credentials pyarrow's and fsspec's filesystems read.
+# Workers on other nodes start from their raylet's environment, not the driver's, so without this a key exported in
+# the shell that runs `rise-batch ... --ray-address` reaches no actor. The one list of these names.
+FORWARDED_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_CLOUD_PROJECT",
+)
 _DIED = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.ActorUnavailableError)
 
 
-def init_ray(address: str | None, log_to_driver: bool = True) -> None:
+def forwarded_env(names: Sequence[str] = (), environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The variables of FORWARDED_ENV and `names` set in `environ`, less those the runtime env of a submitted job
+    sets already (its driver runs with them, its workers get them; Ray refuses to merge a variable set twice)."""
+    job = json.loads(environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR") or "{}").get("runtime_env") or {}
+    given = job.get("env_vars") or {}
+    return {n: environ[n] for n in dict.fromkeys((*FORWARDED_ENV, *names)) if environ.get(n) and n not in given}
+
+
+def init_ray(address: str | None, log_to_driver: bool = True, env: Sequence[str] = ()) -> None:
     """Connect to `address`, to the cluster of a `ray job submit` (RAY_ADDRESS), or start a local Ray.
 
     Never ray.init()'s own fallback: without an address it attaches to whatever `ray start` cluster last ran on the
     machine (read from /tmp/ray/ray_current_cluster), so a command meant to run locally would use, or fail on the
     auth token of, someone else's cluster. "local" always starts a private one; RAY_ADDRESS must then be passed
-    explicitly, because "local" ignores it."""
+    explicitly, because "local" ignores it.
+
+    Attached to a cluster, the job's runtime env carries `forwarded_env(env)` to every actor and task, merged by Ray
+    with a submitted job's own (a local Ray's workers inherit this process's environment anyway). The first call
+    of a process decides: Ray takes a runtime env only when it connects."""
     if not ray.is_initialized():
         from rise_batch.logs import route_ray_logging
 
@@ -49,7 +77,9 @@ def init_ray(address: str | None, log_to_driver: bool = True) -> None:
         target = address or os.environ.get("RAY_ADDRESS") or "local"
         if target == "local":  # Ray starts workers at niceness 15: beside any busy process they starved (issue 14)
             os.environ.setdefault("RAY_worker_niceness", "0")  # as `ray job submit` runs its jobs; the raylet reads it
-        ray.init(address=target, log_to_driver=log_to_driver, include_dashboard=False)
+        lent = forwarded_env(env) if target != "local" else {}
+        runtime_env = {"env_vars": lent} if lent else None
+        ray.init(address=target, log_to_driver=log_to_driver, include_dashboard=False, runtime_env=runtime_env)
         if target == "local":
             atexit.register(stop_local_ray)  # runs before Ray's own exit hook, registered when ray was imported
 
@@ -130,11 +160,12 @@ class RayExecutor:
 
     name = "ray"
 
-    def __init__(self, workers: int, options: MapOptions, address: str | None = None) -> None:
-        self.workers, self.options, self.address = max(workers, 1), options, address
+    def __init__(self, workers: int, options: MapOptions, address: str | None = None, env: Sequence[str] = ()) -> None:
+        """`env`: names of variables the actors need beyond FORWARDED_ENV (the LLM key's), see init_ray."""
+        self.workers, self.options, self.address, self.env = max(workers, 1), options, address, env
 
     def map(self, stage: Stage, items: Sequence[Any]) -> list[Any]:
-        init_ray(self.address)
+        init_ray(self.address, env=self.env)
         services, handle = stage.services("ray") if stage.services is not None else ({}, None)
         d = _Dispatch(stage, items, self.options, self.workers, services)
         try:
@@ -166,7 +197,8 @@ class _Dispatch:
         self.slots = [self._spawn() for _ in range(n)]
 
     def _spawn(self) -> _Slot:
-        opts: dict[str, Any] = {"max_concurrency": self.per + self.o.spare_calls}
+        # SPREAD: an actor holds no CPU once placed, so without it Ray may put every actor on one node
+        opts: dict[str, Any] = {"max_concurrency": self.per + self.o.spare_calls, "scheduling_strategy": "SPREAD"}
         if self.o.worker_cpus is not None:
             opts["num_cpus"] = self.o.worker_cpus
         actor = self.cls.options(**opts).remote(self.stage.worker, self.services)

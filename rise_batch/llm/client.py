@@ -6,10 +6,13 @@ Transports do not retry (the SDK's `max_retries=0`): tenacity owns retries, so t
 decides what is retried, every HTTP attempt takes a lease from the shared limiter (a retry costs rate like any
 request), a 429 cools the whole limiter down, and attempts, retries and 429s are counted where a run can report them.
 
-Failure contract: `chat()` either returns a Reply or raises `LLMError` — for a non-retryable error (400, 401, 404,
+Failure contract: `chat()` either returns a Reply or raises `LLMError` — for a non-retryable error (400, 404,
 context too long...) at once, for a retryable one after `max_attempts`. The structuring backend records the document
-as outcome `error` with `str(exc)`; nothing else escapes except cancellation. A reply whose content is not the JSON
-the caller wanted is still a Reply: judging content is the caller's job (the backend re-asks once, counted apart).
+as outcome `error` with `str(exc)`, unless the failure is transient (retry.is_transient: it is then left for a
+resume). A 401 or 403 raises `KeyRefused` instead: the key is wrong for every request, so the job stops; from then
+on this client sends nothing and every call raises it at once (at most the requests already in flight meet it too).
+A reply whose content is not the JSON the caller wanted is still a Reply: judging content is the caller's job (the
+backend re-asks once, counted apart).
 
 Structured outputs: a client built with a `response_format` (structuring's TOC schema, the judge's) sends it with
 every `chat()` while `config.structured_output` is on, and marks those replies `constrained`. A server that refuses
@@ -34,6 +37,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from rise_batch.config import LLMConfig
 from rise_batch.llm.errors import (  # LLMError: also importable from here
+    KeyRefused,
     LLMError,
     UnusableReplyError,
     refuses_response_format,
@@ -129,6 +133,7 @@ class LLMClient:
         self.max_retry_after_s, self.cooldown_s = max_retry_after_s, cooldown_s
         self._sleep = sleep
         self.stats = LLMStats()
+        self.refused: str | None = None  # why the endpoint refused the key, once it has
         self.transport: Transport = make_transport(config, http_backend=http_backend, api=api)
 
     async def __aenter__(self) -> LLMClient:
@@ -179,6 +184,8 @@ class LLMClient:
         self, messages: list[dict[str, Any]], timeout: float | None, params: dict[str, Any], typed: bool
     ) -> Completion:
         """`typed`: build the SDK's ChatCompletion (~1 ms of CPU per reply; chat() needs only the text)."""
+        if self.refused is not None:
+            raise KeyRefused(self.refused)
         self.stats.calls += 1
         request = chat_request(self.config, messages, **params)
         # the reservation: the model's own tokenizer, long texts sampled (trued up from the reply's usage)
@@ -202,6 +209,9 @@ class LLMClient:
         except Exception as exc:
             self.stats.failures += 1
             verdict = self._classify(exc)
+            if verdict.status in (401, 403):
+                self.refused = self.refused or key_refused(self.config, verdict.status, str(exc))
+                raise KeyRefused(self.refused) from None  # the chain would carry the request's headers
             where = f"HTTP {verdict.status} " if verdict.status else ""
             raise LLMError(
                 f"{where}{verdict.kind} after {attempts} attempt(s): {exc}",
@@ -268,6 +278,24 @@ class LLMClient:
 
     def _count_retry(self, state: RetryCallState) -> None:
         self.stats.retries += 1
+
+
+def key_refused(config: LLMConfig, status: int, detail: str) -> str:
+    """The one line a refused key ends a job with: which endpoint, which variable, and what to do. Never the key."""
+    import os
+
+    url = config.base_url or "https://api.openai.com/v1"
+    key = os.environ.get(config.api_key_env)
+    if key:
+        detail = detail.replace(key, "***")
+        held = f"the key in ${config.api_key_env}"
+    else:
+        held = f"the request: ${config.api_key_env} is not set where the request was sent"
+    return (
+        f"the endpoint {url} refused {held} (HTTP {status}: {detail[:200]}); set a valid key in "
+        f"${config.api_key_env} (or name another variable with --api-key-env) and re-run the same command: finished "
+        "work is kept, and what the refusal stopped is done then"
+    )
 
 
 def chat_request(config: LLMConfig, messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:

@@ -9,7 +9,9 @@ policy (`rise_batch.llm.retry.classify`) then decides on it whichever transport 
 - `TransportTimeout` / `TransportConnectionError`: no answer in time / no connection. They subclass the builtin
   `TimeoutError` / `ConnectionError`, which the classifier already treats as retryable;
 - `UnusableReplyError`: a 2xx reply the client cannot use at all;
-- `LLMError`: what `LLMClient.chat()` raises once a call has failed for good.
+- `LLMError`: what `LLMClient.chat()` raises once a call has failed for good;
+- `KeyRefused`: a 401/403, a configuration error that stops the job (never a document's or a query's outcome);
+- `LimiterUnavailable`: the job's shared rate limiter could not be reached (a lost node, a restarting actor).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import json
 import re
 from collections.abc import Mapping
 
+from rise_batch.errors import EXIT_USAGE, CleanExit
+
 
 class LLMError(Exception):
     """A call that failed for good. `kind` is a retry.Verdict kind; `status` the HTTP status when there was one."""
@@ -25,6 +29,20 @@ class LLMError(Exception):
     def __init__(self, message: str, *, kind: str, status: int | None = None, attempts: int = 0) -> None:
         super().__init__(message)
         self.kind, self.status, self.attempts = kind, status, attempts
+
+
+class KeyRefused(CleanExit, BaseException):
+    """The endpoint refused the API key (HTTP 401 or 403): every request will fail the same way, so the job stops
+    (no new documents or queries; running ones finish) and exits naming the variable and the remedy. A
+    BaseException, like the budget stop, so that no per-document or per-query `except Exception` records it as
+    that item's outcome: the items it hit are left undone and a resume with the right key does them."""
+
+    exit_code = EXIT_USAGE
+
+
+class LimiterUnavailable(Exception):
+    """The job's rate limiter actor did not answer (gone with its node, or restarting) for longer than a worker
+    waits: the call was never sent, so it is retried by a resume, not recorded as an outcome."""
 
 
 class UnusableReplyError(Exception):

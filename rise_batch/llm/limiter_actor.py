@@ -5,6 +5,11 @@ and tokens per minute hold across all actors of a job, a 429 seen by one worker 
 reported by a reply trues up the shared budget. The actor is tiny (num_cpus=0) and named after the run, so a
 resubmitted driver or a replacement worker finds the same one.
 
+Losing a worker node loses nothing: the actor lives on the driver's node (hard node affinity), so it goes only when
+the job's driver goes, and restarts in place (`max_restarts`, with fresh arithmetic) should its process die. A worker
+whose call finds it restarting or gone asks again, looking it up by name, with backoff, for up to RECONNECT_S; only
+then does the call fail, as `LimiterUnavailable` (a transient failure: left for a resume, never an outcome).
+
 Admission is batched: a Ray call costs a millisecond or more of CPU on each side, which at one call (or three)
 per request made the limiter the busiest process of a job and capped a single actor at a few hundred requests per
 second. A worker asks for as many leases as it will use within HOLD_S (its recent grant rate), hands them out
@@ -16,6 +21,7 @@ any window of the provider's length.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -24,6 +30,7 @@ from typing import Any
 import ray
 
 from rise_batch.config import LLMConfig
+from rise_batch.llm.errors import LimiterUnavailable
 from rise_batch.llm.limiter import AsyncLimiter
 from rise_batch.llm.ratelimit import Lease, RateLimiter, RateLimits
 
@@ -31,6 +38,8 @@ NAMESPACE = "rise_batch"
 HOLD_S = 0.1  # a worker uses a granted lease within this long, or gives it back (its request count stays spent)
 WINDOW_SLACK_S = 0.25  # HOLD_S plus grant-to-arrival delays
 MAX_BATCH = 64
+RECONNECT_S = 120.0  # how long a worker keeps asking a restarting or vanished limiter before its call fails
+LOST = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
 
 
 @ray.remote(num_cpus=0, max_restarts=-1)
@@ -76,13 +85,16 @@ class LimiterActor:
     def snapshot(self) -> dict[str, Any]:
         return self.rate.snapshot()
 
+    def node(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
 
 class BatchedRate:
     """A worker's side of the job's limiter: the RateLimiter interface, served from leases fetched in batches.
 
     `reserve` returns a held lease at once, or an awaitable that fetches a batch (AsyncLimiter awaits it under its
     queue lock, so a worker has at most one fetch in flight). `actor` is the LimiterActor handle; tests pass an
-    object with the same `.method.remote(...)` shape.
+    object with the same `.method.remote(...)` shape. `resolve()` looks the actor up again after it was lost.
     """
 
     def __init__(
@@ -91,8 +103,12 @@ class BatchedRate:
         max_batch: int = MAX_BATCH,
         hold_s: float = HOLD_S,
         clock: Callable[[], float] = time.monotonic,
+        resolve: Callable[[], Any] | None = None,
+        reconnect_s: float = RECONNECT_S,
     ) -> None:
         self.actor, self.hold_s, self.clock = actor, hold_s, clock
+        self.resolve, self.reconnect_s = resolve, reconnect_s
+        self.reconnects = 0  # calls asked again because the actor was restarting or gone
         self.max_batch = max(1, min(max_batch, MAX_BATCH))
         self._held: deque[tuple[float, Lease]] = deque()  # (local time of the grant, lease), oldest first
         self._settled: list[tuple[Lease, int]] = []
@@ -120,12 +136,34 @@ class BatchedRate:
         per_lease = max(est_tokens, *self._ests) if n > 1 else est_tokens  # held leases must fit later requests
         settled, headers = self._pending()
         self.fetches += 1
-        got = await self.actor.reserve_many.remote(n, per_lease, settled, headers)
+        got = await self._ask("reserve_many", n, per_lease, settled, headers)
         if not isinstance(got, list):
             return got
         t = self.clock()
         self._held.extend((t, lease) for lease in got[1:])
         return self._grant(got[0], t)
+
+    async def _ask(self, method: str, *args: Any) -> Any:
+        """One awaited call to the actor, asked again (the actor looked up again by name) while it is restarting or
+        gone, with backoff, for up to `reconnect_s`; then LimiterUnavailable."""
+        delay, start = 0.2, self.clock()
+        while True:
+            try:
+                return await getattr(self.actor, method).remote(*args)
+            except LOST as e:
+                waited = self.clock() - start
+                if waited >= self.reconnect_s:
+                    raise LimiterUnavailable(
+                        f"the job's rate limiter did not answer for {waited:.0f} s ({type(e).__name__})"
+                    ) from None
+                self.reconnects += 1
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                if self.resolve is not None:
+                    try:
+                        self.actor = self.resolve()
+                    except ValueError:  # not registered (yet): the same handle is asked again
+                        pass
 
     def _grant(self, lease: Lease, now: float) -> Lease:
         self._grants.append(now)
@@ -149,7 +187,7 @@ class BatchedRate:
         """A 429: every worker must stop at once, and leases held here must not be spent into it."""
         self._settled.extend((lease, 0) for _, lease in self._held)
         self._held.clear()
-        return self.actor.penalize.remote(seconds)
+        return self._ask("penalize", seconds)
 
     def observe(self, headers: Mapping[str, str] | None) -> None:
         limits = {k: v for k, v in (headers or {}).items() if k.lower().startswith("x-ratelimit-")}
@@ -164,19 +202,41 @@ def limiter_name(run_hash: str) -> str:
 def start_limiter(llm: LLMConfig, run_hash: str) -> tuple[str, Any]:
     """Create (or find) the job's limiter actor: its name (what workers look it up by) and the handle.
 
+    It is placed on this (the driver's) node, hard: a worker node lost takes none of the job's rate state with it.
+    One of that name already running on another node (a detached one, a concurrent driver's) is not used: this
+    driver starts its own, named after its node as well.
     The driver must hold the handle for the whole job: a named actor nobody references is reclaimed. The name is
     registered when `.remote()` returns, so workers can look it up at once; the driver does not wait for the actor's
     process to start (a second or more, which used to come before the structure workers were even created): it
     starts beside them, and their first admission calls queue until it is up.
     """
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray.get_runtime_context().get_node_id()
     name = limiter_name(run_hash)
-    handle = LimiterActor.options(name=name, namespace=NAMESPACE, get_if_exists=True).remote(
+    if not _runs_on(name, node):
+        name = f"{name}-{node[:12]}"
+    here = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+    handle = LimiterActor.options(name=name, namespace=NAMESPACE, get_if_exists=True, scheduling_strategy=here).remote(
         RateLimits(rpm=llm.rpm, tpm=llm.tpm, window_s=llm.limit_window_s + WINDOW_SLACK_S, adapt=True)
     )
     return name, handle
 
 
+def _runs_on(name: str, node: str) -> bool:
+    """Is the limiter `name` absent (so it will be created here) or running on `node`?"""
+    try:
+        found = ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        return True
+    try:
+        return ray.get(found.node.remote(), timeout=30) == node
+    except (*LOST, ray.exceptions.GetTimeoutError, AttributeError):
+        return False
+
+
 def RemoteLimiter(name: str, concurrency: int = 32) -> AsyncLimiter:  # noqa: N802 - reads as a type at call sites
     """A worker-side limiter: local concurrency slots, cluster-wide rate admission."""
     actor = ray.get_actor(name, namespace=NAMESPACE)
-    return AsyncLimiter(concurrency=concurrency, rate=BatchedRate(actor, max_batch=concurrency))
+    rate = BatchedRate(actor, max_batch=concurrency, resolve=lambda: ray.get_actor(name, namespace=NAMESPACE))
+    return AsyncLimiter(concurrency=concurrency, rate=rate)

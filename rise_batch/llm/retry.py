@@ -9,6 +9,10 @@ Retryable: 408 (request timeout), 409 (conflict: a lock on the provider side), 4
 timeouts, connection errors, and a 2xx reply that is unusable as a whole (no choices, a body that is not the API's
 schema). Not retryable: every other 4xx — the request itself is wrong and will fail again (bad request, auth, not
 found, context too long), so the document is recorded as `error` at once instead of burning attempts.
+
+Transient (`is_transient`): a call that failed for good for a reason that is not the request's own (the retryable
+kinds above, plus a rate limiter that could not be reached) is not a document's or a query's outcome: it is left
+undone, so that the same command retries it.
 """
 
 from __future__ import annotations
@@ -18,15 +22,17 @@ import time
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from rise_batch.llm.errors import UnusableReplyError
+from rise_batch.llm.errors import LimiterUnavailable, LLMError, UnusableReplyError
 
 RETRYABLE_4XX = frozenset({408, 409, 429})
 TIMEOUT_TYPES: tuple[type[BaseException], ...] = (TimeoutError,)  # asyncio.TimeoutError is TimeoutError on 3.11
 CONNECTION_TYPES: tuple[type[BaseException], ...] = (ConnectionError,)
+TRANSIENT_KINDS = frozenset({"rate-limit", "server", "timeout", "request-timeout", "connection", "conflict", "limiter"})
 
 
 class Verdict(NamedTuple):
-    """kind: rate-limit | server | timeout | connection | conflict | request-timeout | bad-response | client | other."""
+    """kind: rate-limit | server | timeout | connection | conflict | request-timeout | bad-response | client |
+    limiter | other."""
 
     retryable: bool
     kind: str
@@ -101,8 +107,15 @@ def classify(
         return Verdict(retryable, kind, status, parse_retry_after(headers))
     if isinstance(exc, UnusableReplyError):
         return Verdict(True, "bad-response")
+    if isinstance(exc, LimiterUnavailable):  # already waited for: another attempt would wait again
+        return Verdict(False, "limiter")
     if isinstance(exc, timeout_types):  # before connection: openai's timeout error subclasses its connection error
         return Verdict(True, "timeout")
     if isinstance(exc, connection_types):
         return Verdict(True, "connection")
     return Verdict(False, "other")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A call that failed for good for a reason that is not its request's own (see the module docstring)."""
+    return isinstance(exc, LLMError) and exc.kind in TRANSIENT_KINDS

@@ -6,7 +6,9 @@ holds validated lines, not anchors) is enough to re-render a document later (`re
 materialize) without calling anything again.
 
 The LLM backend never raises for a bad document: the transport has already retried, so a request that fails for
-good becomes an `error` row and the run moves on. Unparseable replies and replies whose anchors all fail get one
+good becomes an `error` row and the run moves on. A transient failure (llm.retry.is_transient: connection refused,
+5xx, a lost rate limiter, after every attempt) is not the document's outcome: it is raised, and the shard leaves the
+document for a resume. Unparseable replies and replies whose anchors all fail get one
 re-ask with feedback (a fresh sample usually fixes both); the better attempt is kept and the usage of both paid.
 """
 
@@ -18,6 +20,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import NamedTuple
 
+from rise_batch.llm.retry import is_transient
 from rise_batch.llm.tokens import TokenCounter
 from rise_batch.structure.anchors import LOCATED, validate_anchors
 from rise_batch.structure.heuristic import is_too_short, propose_heuristic
@@ -215,6 +218,8 @@ class LLMBackend:
         try:
             reply = await self.chat(messages)
         except Exception as e:  # the transport already retried: this document is an error row, not a crash
+            if is_transient(e):
+                raise
             return finish(doc, run_hash, Evaluation("error", [], [], Proposal(())), self.name, usage, 0, note, _msg(e))
         usage = usage.add(reply)
         ev = evaluate(doc.text, parse_reply(reply.text))

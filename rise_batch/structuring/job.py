@@ -16,6 +16,7 @@ from typing import NamedTuple
 from rise_batch.config import ConfigError, StructureConfig, config_to_dict, run_hash
 from rise_batch.corpus.readers import ShardSpec
 from rise_batch.corpus.scan import scan_corpus, shards_from_json, shards_to_json, write_bad_rows
+from rise_batch.errors import RunIncomplete
 from rise_batch.io import dump_json, make_output_dir, read_json, supersede, write_parquet_atomic
 from rise_batch.progress import Progress
 from rise_batch.storage import ObjectPath, location, redact
@@ -153,11 +154,12 @@ def run_shards(
     `--workers 0` runs the shards in this process, two at once for the LLM backend, one after another for the
     heuristic (the bar counts documents); otherwise `workers` Ray actors each run a share of `max_shards_in_flight`
     shards at once (the bar counts whole shards).
-    A --max-cost stop lets the running shards finish with their rows flushed, then raises BudgetExceeded.
+    A --max-cost stop, or a key the endpoint refuses, lets the running shards finish with their rows flushed, then
+    raises BudgetExceeded or KeyRefused.
     """
     from rise_batch.executor import executor_for
     from rise_batch.executor.base import MapOptions, Stage, WorkerSpec
-    from rise_batch.structuring.budget import BudgetExceeded
+    from rise_batch.structuring.shard import STOPS
     from rise_batch.structuring.worker import describe_shard, shard_services
 
     results: dict[int, dict] = {}
@@ -201,9 +203,10 @@ def run_shards(
         on_result=on_result,
         on_node=on_node,
         services=shard_services(cfg, plan.run_hash, lambda n, usd: bar.update(n, cost=usd)),
-        stop_on=(BudgetExceeded,),
+        stop_on=STOPS,
     )
-    transport = executor_for(cfg.n_workers, options, cfg.ray_address).map(stage, plan.shards)
+    env = (cfg.llm.api_key_env,) if cfg.backend == "llm" else ()  # lent to the actors when attached to a cluster
+    transport = executor_for(cfg.n_workers, options, cfg.ray_address, env).map(stage, plan.shards)
     return results, transport
 
 
@@ -270,7 +273,13 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
         cost_usd=round(stats.get("cost_usd", 0.0), 6),
     )
     stats["outcomes"] = stats.get("outcomes", {}) | ({"skipped": plan.n_bad_rows} if plan.n_bad_rows else {})
-    stats.update(rebought)
+    for k, v in rebought.items():  # found by the resume's verification, plus what shards rerun in this job re-bought
+        stats[k] = stats.get(k, 0) + v if k in ("rebought_replies", "rebought_cost_usd") else v
+    if "rebought_cost_usd" in stats:
+        stats["rebought_cost_usd"] = round(stats["rebought_cost_usd"], 6)
+    if stats.get("docs_left"):
+        dump_json(stats, location(cfg.out) / "stats.json")
+        raise RunIncomplete(left_message(stats, next(s["left_example"] for s in shard_stats if s.get("docs_left"))))
     if cfg.index:
         stats["index"] = build_job_index(cfg, plan)
     dump_json(stats, location(cfg.out) / "stats.json")
@@ -294,14 +303,17 @@ def verify_shards(
     def fresh() -> set[int]:
         return {sid for sid, stats in by_shard.items() if not stats.get("resumed_done")}
 
-    bad = verify_outputs(cfg.out, plan.shards, fresh())
+    def reported_done() -> list[ShardSpec]:  # a shard that left documents undone has no marker on purpose
+        return [s for s in plan.shards if not by_shard.get(s.shard_id, {}).get("docs_left")]
+
+    bad = verify_outputs(cfg.out, reported_done(), fresh())
     if not bad:
         return []
     repair(cfg.out, Verification(bad, {}, {}), say)
     again = {d.shard_id for d in bad}
     redo, transport = run_shards(cfg, plan._replace(shards=[s for s in plan.shards if s.shard_id in again]), bar, nodes)
     by_shard.update(redo)
-    bad = verify_outputs(cfg.out, plan.shards, fresh())
+    bad = verify_outputs(cfg.out, reported_done(), fresh())
     if bad:
         d = bad[0]
         node = nodes.get(d.shard_id)
@@ -316,6 +328,16 @@ def verify_shards(
             f"OUT this driver reads; {REMEDY}"
         )
     return transport
+
+
+def left_message(stats: dict, example: str) -> str:
+    """Why the run exits before its end: documents whose requests failed for a transient reason were left undone."""
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(stats.get("left_kinds", {}).items()))
+    return (
+        f"{stats['docs_left']} documents were left undone: their requests failed for a transient reason after every "
+        f"attempt ({kinds}; e.g. {example}). Nothing was recorded for them; the {stats.get('docs_total', 0)} documents "
+        "finished are kept. Re-run the same command to do the rest."
+    )
 
 
 def docs_this_run(shard_stats: list[dict]) -> int:

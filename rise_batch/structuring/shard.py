@@ -4,6 +4,12 @@ Online, this is the only function that structures documents: the in-process exec
 it with a ShardSpec and a backend, so whatever the tests prove about it holds on a cluster. Batch mode replays the
 same backend over the provider's replies (structuring/batch.py). Both end every shard in `finish_shard`, whose order
 of writes is the resume contract: parts (atomic) -> structured files (atomic) -> shard stats (the done marker, last).
+
+What is not a document's outcome gets no row: a stop (`--max-cost`, a refused key) ends the shard unfinished with
+its finished rows flushed; a transient failure (connection refused, a lost limiter, after every attempt) leaves its
+document out and the shard unfinished (`docs_left` in the returned stats), so a resume does exactly those. A shard
+run again in the same job (its worker's node was lost) counts the replies its first run received but never wrote
+(`rebought_replies`, from the reply journal), as a resume does.
 """
 
 from __future__ import annotations
@@ -20,11 +26,14 @@ from rise_batch.config import StructureConfig
 from rise_batch.corpus.docmap import checked_columns
 from rise_batch.corpus.readers import ShardSpec, read_shard
 from rise_batch.io import write_text_atomic
+from rise_batch.llm.errors import KeyRefused
+from rise_batch.llm.retry import is_transient
 from rise_batch.storage import AnyPath, ObjectPath, arrow_source, location
 from rise_batch.structuring.budget import BudgetExceeded
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.types import OUTCOME_TOC, DocResult
 
+STOPS = (BudgetExceeded, KeyRefused)  # stop the job: no new documents, finished rows kept, the shard left unfinished
 RETAIN_CHARS = 100_000_000  # rendered text kept per shard for materialize; past it, docs are re-read and re-rendered
 STAT_SUMS = (
     "anchors_proposed",
@@ -150,6 +159,9 @@ async def structure_shard(
         return store.shard_stats(spec.shard_id) | {"resumed_done": 1}
     t0 = time.monotonic()
     done = store.done_docids(spec.shard_id)
+    rebought = count_rebought(store, spec.shard_id, done)
+    left: Counter[str] = Counter()  # documents left for a resume, by the kind of their transient failure
+    left_example = ""
     concurrency = cfg.llm.concurrency if backend.name == "llm" else 1
     buffer: list[DocResult] = []
     rendered: dict[str, str] = {}  # written by materialize without re-reading or re-rendering the shard
@@ -192,10 +204,15 @@ async def structure_shard(
     pending: set[asyncio.Task] = set()
 
     def take(tasks: Iterable[asyncio.Task]) -> None:
+        nonlocal left_example
         stop = None
         for t in tasks:
-            if isinstance(t.exception(), BudgetExceeded):
-                stop = t.exception()
+            e = t.exception()
+            if isinstance(e, STOPS):
+                stop = e
+            elif e is not None and is_transient(e):
+                left[e.kind] += 1  # type: ignore[attr-defined]  # an LLMError
+                left_example = left_example or str(e)[:300]
             else:
                 finished(t.result())
         if stop is not None:
@@ -218,24 +235,43 @@ async def structure_shard(
         while pending:
             complete, pending = await wait(pending)
             take(complete)
-    except BudgetExceeded:  # --max-cost: keep every finished row, leave the shard unfinished for a resume
+    except STOPS:  # --max-cost, a refused key: keep every finished row, leave the shard unfinished for a resume
         if pending:
             await asyncio.wait(pending)
             for t in pending:
-                if not isinstance(t.exception(), BudgetExceeded):
+                e = t.exception()
+                if not isinstance(e, STOPS) and not (e is not None and is_transient(e)):
                     finished(t.result())
         flush()
         raise
     finally:
         os.close(journal)
     flush()
-    return await finish_shard(
+    if left:  # not done: no marker, so a resume redoes exactly these documents
+        return rebought | {"docs_left": sum(left.values()), "left_kinds": dict(left), "left_example": left_example}
+    stats = await finish_shard(
         out,
         spec,
         cfg.max_doc_chars,
         rendered,
         lambda: {"resumed_docs": skipped, "shard_seconds": time.monotonic() - t0},
     )
+    return stats | rebought  # this run's, not the marker's: a later resume does not count them again
+
+
+def count_rebought(store: CheckpointStore, shard_id: int, done: set[str]) -> dict:
+    """Replies an earlier run of this shard received (journalled) but never checkpointed: this run buys them again.
+    The journal keeps only checkpointed documents afterwards, so they are counted once. At the start of a job the
+    verification has already done this (structuring/verify.py); here it catches a shard rerun within the job."""
+    journal = store.read_journal(shard_id)
+    lost = [r for d, r in journal.items() if d not in done]
+    if not lost:
+        return {}
+    store.rewrite_journal(shard_id, {d: r for d, r in journal.items() if d in done})
+    return {
+        "rebought_replies": sum(r["llm_calls"] for r in lost),
+        "rebought_cost_usd": sum(r.get("cost_usd", 0.0) for r in lost),
+    }
 
 
 async def finish_shard(

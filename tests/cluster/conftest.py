@@ -1,10 +1,13 @@
-"""Fixtures of the cluster tests: node-local disks left as each test found them."""
+"""Fixtures of the cluster tests beyond `two_nodes`: node-local disks left as each test found them, and the agent
+tests' shared docs + index world."""
 
 from __future__ import annotations
 
 import shutil
 
 import pytest
+
+from tests.agent.conftest import agent_world  # noqa: F401 - a fixture, used by name
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import ray
 
 from rise_batch.llm.limiter import AsyncLimiter
 from rise_batch.llm.limiter_actor import HOLD_S, WINDOW_SLACK_S, BatchedRate, LimiterActor
-from rise_batch.llm.ratelimit import RateLimiter, RateLimits
+from rise_batch.llm.ratelimit import Lease, RateLimiter, RateLimits
 from tests.llm.test_limiter import VirtualTime
 
 
@@ -153,3 +153,39 @@ def test_two_workers_share_one_real_actor(ray_local) -> None:
     assert max_in_window(used, 1.0) <= 60
     assert fetches < 150
     ray.kill(handle)
+
+
+def test_a_limiter_restarting_or_gone_is_asked_again_then_given_up_on() -> None:
+    """ActorUnavailableError (restarting) and ActorDiedError (gone): asked again, looked up again by name, until it
+    answers; past reconnect_s, LimiterUnavailable, which the client reports as a transient failure."""
+    import ray
+
+    from rise_batch.llm.errors import LimiterUnavailable
+
+    lease = Lease(1, 1, 0.0)
+
+    class Flaky:
+        def __init__(self, failures: int) -> None:
+            self.failures = failures
+
+        @property
+        def reserve_many(self) -> _Method:
+            def call(*_args: Any) -> Any:
+                if self.failures:
+                    self.failures -= 1
+                    raise ray.exceptions.ActorUnavailableError("restarting", None)
+                return [lease]
+
+            return _Method(call)
+
+    resolved: list[Flaky] = []
+
+    def resolve() -> Flaky:
+        resolved.append(Flaky(0))
+        return resolved[-1]
+
+    rate = BatchedRate(Flaky(1), resolve=resolve)
+    assert asyncio.run(rate.reserve(1)) == lease and len(resolved) == 1 and rate.reconnects == 1
+    gone = BatchedRate(Flaky(10**6), reconnect_s=0.5)
+    with pytest.raises(LimiterUnavailable):
+        asyncio.run(gone.reserve(1))

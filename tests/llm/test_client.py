@@ -12,7 +12,7 @@ import pytest
 from rise_batch.config import ConfigError, LLMConfig
 from rise_batch.fake_llm import FakeLLMServer
 from rise_batch.llm.client import LLMClient, client_from_config, parse_body
-from rise_batch.llm.errors import LLMError, UnusableReplyError
+from rise_batch.llm.errors import KeyRefused, LLMError, UnusableReplyError
 from rise_batch.llm.limiter import AsyncLimiter
 from rise_batch.llm.pricing import PriceTable
 from rise_batch.llm.ratelimit import RateLimits
@@ -122,11 +122,17 @@ def test_400_is_not_retried_and_surfaces_as_llm_error(server: FakeLLMServer) -> 
 
 
 def test_wrong_key_401_is_not_retried(server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 401 is the job's configuration, not the call's outcome: KeyRefused, naming the variable (never the key),
+    and the client sends nothing more."""
     server.configure(require_key="right")
-    monkeypatch.setenv("RISE_TEST_KEY", "wrong")
-    with pytest.raises(LLMError) as info:
-        call(make_client(server, api_key_env="RISE_TEST_KEY"))
-    assert info.value.status == 401 and server.stats()["requests"] == 1
+    monkeypatch.setenv("RISE_TEST_KEY", "wrong-key-value")
+    client = make_client(server, api_key_env="RISE_TEST_KEY")
+    with pytest.raises(KeyRefused) as info:
+        call(client)
+    assert "$RISE_TEST_KEY (HTTP 401" in str(info.value) and "wrong-key-value" not in str(info.value)
+    with pytest.raises(KeyRefused):
+        call(client)
+    assert server.stats()["requests"] == 1
     monkeypatch.setenv("RISE_TEST_KEY", "right")
     assert call(make_client(server, api_key_env="RISE_TEST_KEY")).text
 
