@@ -14,7 +14,7 @@ all documents, every query a trajectory and a judgment). Per stage: wall, CPU, p
 bytes written, output size and file count, and the load average, since the machine is shared (bench/pipeline_probe).
 
     python bench/pipeline_1m.py --docs 20000          # rehearsal, minutes
-    python bench/pipeline_1m.py                       # 1M (derives bench/scratch/syn1000000 first if missing)
+    python bench/pipeline_1m.py                       # 1M (derives bench/scratch/syn1m first if missing)
 
 Writes bench/results/pipeline_1m[_<docs>].json and .md (not committed); work files under --scratch.
 """
@@ -292,7 +292,7 @@ def machine() -> dict:
 
 
 def table(res: dict) -> str:
-    """README's 'At 1M' table: one row per stage."""
+    """docs/cluster.md's 'At 1M' table: one row per stage."""
     rows = ["| stage | end | wall s | CPU s | peak RSS GB (PSS) | written GB | out GB / files | load 1m mean (max) |"]
     rows.append("|---|---|---|---|---|---|---|---|")
     for name, s in res.get("stages", {}).items():
