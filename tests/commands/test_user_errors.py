@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SAMPLE, sample_rows, write_jsonl
+from tests.docs import doc_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,18 +59,23 @@ def test_workspace_search_on_a_run_without_index_is_one_line_and_makes_no_worksp
     assert not ws.exists()
 
 
-def test_readme_builds_the_index_its_workspace_example_searches() -> None:
-    """Every README `workspace search --index I --docs D` reads an index some README command builds: `structure
-    --out D ... --index` (which writes D/index) or `index ... --out I`, and docs a `structure --out D` writes."""
-    readme = (ROOT / "README.md").read_text()
-    searches = re.findall(r"rise-batch workspace search --index (\S+) --docs (\S+)", readme)
-    assert searches, "README has no workspace search example"
-    structures = re.findall(r"rise-batch structure --corpus \S+ --out (\S+)([^\n]*)", readme)
+@pytest.mark.parametrize("doc", doc_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_each_page_builds_the_index_its_workspace_example_searches(doc: Path) -> None:
+    """Every `workspace search --index I --docs D` of a page (the README, a guide) reads an index the same page
+    builds: `structure --out D ... --index` (which writes D/index) or `index ... --out I`, and docs a `structure
+    --out D` of the page writes, so a reader who follows one page from the top gets a working command."""
+    text = doc.read_text()
+    searches = re.findall(r"rise-batch workspace search --index (\S+) --docs (\S+)", text)
+    structures = re.findall(r"rise-batch structure --corpus \S+ --out (\S+)([^\n]*)", text)
     built = {f"{out}/index" for out, rest in structures if "--index" in rest}
-    built |= set(re.findall(r"rise-batch index --corpus \S+ --out (\S+)", readme))
+    built |= set(re.findall(r"rise-batch index --corpus \S+ --out (\S+)", text))
     structured = {out for out, _ in structures}
     for index, docs in searches:
         assert index in built and docs in structured, (index, docs, sorted(built), sorted(structured))
+
+
+def test_the_readme_has_a_workspace_example() -> None:
+    assert "rise-batch workspace search --index" in (ROOT / "README.md").read_text(), "README has no workspace example"
 
 
 def test_a_mistyped_query_file_is_named(struct: Path, tmp_path: Path) -> None:
