@@ -68,6 +68,12 @@ def write_bytes_atomic(path: str | Path | ObjectPath, data: bytes) -> None:
     _write_via(loc, lambda fh: fh.write(data))
 
 
+def write_parts_atomic(path: str | Path, parts: Iterable[Any]) -> None:
+    """Bytes-like `parts` (bytes, memoryviews, contiguous numpy arrays) written in order as the content of a local
+    `path`, appearing at once, without joining them into one copy first (a 1M-document string table is ~100 MB)."""
+    _write_via(Path(path), lambda fh: [fh.write(memoryview(p).cast("B")) for p in parts])
+
+
 def write_text_atomic(path: str | Path | ObjectPath, text: str) -> None:
     """`text` as UTF-8, byte for byte (no newline translation: a document's `\\r\\n` stays `\\r\\n`)."""
     write_bytes_atomic(path, text.encode("utf-8"))

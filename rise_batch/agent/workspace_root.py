@@ -24,17 +24,18 @@ from pathlib import Path
 
 from rise_batch.errors import ConfigError
 from rise_batch.io import read_regular_file, write_json_atomic
+from rise_batch.storage import AnyPath, is_local_path, redact
 
 MARKER = ".rise-batch-workspaces"
 
 
-def claim_workspace_root(root: Path, run_dir: str | Path, *, default: bool, driver: bool = True) -> Path:
+def claim_workspace_root(root: Path, run_dir: str | AnyPath, *, default: bool, driver: bool = True) -> Path:
     """Make or accept `root` as this run's workspace root (see the module docstring); returns it.
 
     `default`: `root` is RUN_DIR/workspaces (adopted even without a marker). `driver`: the check made once before
     a run starts, which also refuses a root claimed by another run directory; a worker (`driver=False`) accepts any
     marker, since its working directory, and so how it would resolve a relative run directory, may differ."""
-    owner = str(Path(run_dir).resolve())
+    owner = str(Path(run_dir).resolve()) if is_local_path(run_dir) else redact(run_dir)  # s3://: no keys kept
     created = False
     try:
         root.mkdir(parents=True)

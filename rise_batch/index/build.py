@@ -2,8 +2,9 @@
 
 The directory is bm25s's own format (written by `BM25.save`, loadable by `bm25s.BM25.load`), plus
 `docids.json` (row -> docid) and `meta.json` (parameters, tokenizer settings, corpus fingerprint, counts), so
-queries are always tokenized the way the documents were. It is built in a temporary sibling directory and
-renamed into place, so a reader never sees half an index.
+queries are always tokenized the way the documents were; and the docids and the vocabulary again as memory-mapped
+tables (`docids.strtab`, `vocab.strtab`: rise_batch.index.tables), which the loader maps instead of holding. It is
+built in a temporary sibling directory and renamed into place, so a reader never sees half an index.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rise_batch.index.tables import DOCIDS_FILE, write_docid_table, write_vocab_table
 from rise_batch.index.tokenize import TokenizerSettings
 from rise_batch.progress import Progress
 from rise_batch.storage import AnyPath, ObjectPath, location, publish_tree, redact
@@ -29,7 +31,6 @@ if TYPE_CHECKING:
     from rise_batch.types import BadRow
 
 META_FILE = "meta.json"
-DOCIDS_FILE = "docids.json"
 FORMAT = "rise_batch.bm25/1"
 K1, B, METHOD = 1.5, 0.75, "lucene"
 
@@ -147,6 +148,10 @@ def build_index(
         # the directory and return docids with its results, as an index saved by bm25s itself would
         model.save(tmp, corpus=({"id": i, "docid": d} for i, d in enumerate(stats.docids)), show_progress=False)
         (tmp / DOCIDS_FILE).write_text(json.dumps(stats.docids, ensure_ascii=False))
+        model.scores = None
+        del data, indices  # saved: the tables below need their memory more
+        write_docid_table(tmp, stats.docids)
+        write_vocab_table(tmp, stats.vocab_dict)
         t3 = time.perf_counter()
         say(f"merged and saved in {t3 - t2:.1f}s")
         meta = IndexMeta(

@@ -25,6 +25,7 @@ from rise_batch.errors import ConfigError
 from rise_batch.index.build import DOCIDS_FILE
 from rise_batch.index.embedders import EmbedderSpec, load_embedder, parse_embedder
 from rise_batch.index.search import Hits, clamp_k
+from rise_batch.index.tables import docid_table, write_docid_table
 
 if TYPE_CHECKING:
     import numpy as np
@@ -189,6 +190,7 @@ def build_dense(
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False))
         if not (out / DOCIDS_FILE).exists():
             (out / DOCIDS_FILE).write_text(json.dumps(docids, ensure_ascii=False))
+            write_docid_table(out, docids)
         tmp.rename(out / DENSE_DIR)
         return meta
     finally:
@@ -248,7 +250,7 @@ class DenseIndex:
                 f"model's weights are {self.embedder.weights_sha256[:12]} (another version): rebuild the dense index"
             )
         self.vectors = np.load(d / "embeddings.npy", mmap_mode="r")
-        self.docids: list[str] = json.loads((self.path / DOCIDS_FILE).read_text())
+        self.docids = docid_table(self.path)  # mapped, shared with the node's other processes
         if self.vectors.shape != (len(self.docids), self.embedder.dim):
             raise ValueError(f"{d}/embeddings.npy: shape {self.vectors.shape} for {len(self.docids)} docids")
         self.block_rows = max(1, int(block_rows))
@@ -287,5 +289,5 @@ class DenseIndex:
                 out.append(Hits([], []))
                 continue
             order = np.lexsort((best_r[i], -best_s[i]))  # best first; ties by row, so the order is deterministic
-            out.append(Hits([self.docids[r] for r in best_r[i][order]], best_s[i][order].astype(float).tolist()))
+            out.append(Hits(self.docids.take(best_r[i][order].tolist()), best_s[i][order].astype(float).tolist()))
         return out

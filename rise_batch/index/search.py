@@ -7,12 +7,12 @@ padding and answers such queries with empty Hits, so callers can take every hit 
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 from typing import NamedTuple
 
-from rise_batch.index.build import DOCIDS_FILE, IndexMeta
+from rise_batch.index.build import IndexMeta
+from rise_batch.index.tables import docid_table, vocabulary
 from rise_batch.index.tokenize import query_tokenizer
 
 
@@ -33,6 +33,10 @@ def clamp_k(queries: list[str], k: int, n_docs: int) -> int:
 
 class BM25Index:
     """A built index: `search(queries, k)`, `docids` (row order), `len(index)`, `meta`.
+
+    Everything is memory-mapped, shared with the other processes of the node that open the same directory: bm25s's
+    arrays, the docids and the vocabulary (rise_batch.index.tables; bm25s's own JSON vocabulary and its set of ids
+    are not loaded).
 
     backend "numba" (the default when numba is installed) runs bm25s's numba kernel without the GIL: the queries
     of one call run on up to `threads` threads, and searches from several caller threads run side by side.
@@ -57,11 +61,14 @@ class BM25Index:
         self.threads = max(1, threads or min(4, os.cpu_count() or 1))
         self._pool = None
         # bm25s's own retrieve is only used for "numpy"; loading as numpy skips compiling its numba dispatchers.
-        self._model = bm25s.BM25.load(self.path, mmap=True, backend="numpy", show_progress=False)
-        self.docids: list[str] = json.loads((self.path / DOCIDS_FILE).read_text())
+        self._model = bm25s.BM25.load(self.path, mmap=True, backend="numpy", show_progress=False, load_vocab=False)
+        self.docids = docid_table(self.path)
         if len(self.docids) != self._model.scores["num_docs"]:
             raise ValueError(f"{self.path}: {len(self.docids)} docids for {self._model.scores['num_docs']} rows")
-        self._vocab: dict[str, int] = self._model.vocab_dict
+        self._vocab = vocabulary(self.path)
+        # what stock `retrieve` consults for the "numpy" backend: the vocabulary, and a container of the valid ids
+        self._model.vocab_dict = self._vocab
+        self._model.unique_token_ids_set = range(len(self._vocab))
         self._terms = query_tokenizer(self.meta.tokenizer)
         if warmup:
             self.warmup()
@@ -71,14 +78,15 @@ class BM25Index:
 
     def warmup(self) -> None:
         """Compile numba's scorer now (or load it from numba's disk cache), not inside the first timed search."""
-        some = next((i for t, i in self._vocab.items() if t), None)
+        terms = self._vocab.terms
+        some = next((i for i in range(len(terms)) if terms[i]), None)
         if some is not None and self.docids:
             self._retrieve([[some]], 1)
 
     def query_term_ids(self, query: str) -> list[int]:
         """Vocabulary ids of a query's terms, repeats kept (a repeated term counts twice, as in stock)."""
-        vocab = self._vocab
-        return [vocab[t] for t in self._terms(query) if t in vocab]
+        find = self._vocab.terms.find
+        return [i for i in map(find, self._terms(query)) if i is not None]
 
     def search(self, queries: list[str], k: int) -> list[Hits]:
         """Top-k documents per query, best first; k is clamped to the corpus size."""
@@ -92,7 +100,7 @@ class BM25Index:
         for j, i in enumerate(todo):
             keep = scores[j] > 0
             rows = docs[j][keep].tolist()
-            out[i] = Hits([self.docids[r] for r in rows], scores[j][keep].tolist())
+            out[i] = Hits(self.docids.take(rows), scores[j][keep].tolist())
         return out
 
     def _retrieve(self, ids: list[list[int]], k: int):

@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import orjson
 
+from rise_batch.corpus import docmap_table
 from rise_batch.corpus.docmap import check_relpath, check_relpaths, checked_columns
 from rise_batch.space.safe_open import THROUGH_LINK, Below, NotADocument, copy_from, kind_of, link_from, open_path
 
@@ -42,6 +43,8 @@ class DocStore:
     """A materialized corpus: DIR/corpus/<relpath> files plus DIR/docmap.parquet (docid, relpath).
 
     Every relpath is checked once here, so the joins below (workspace links, previews, reads) never leave corpus/.
+    The docs dir's own map is memory-mapped (DIR/docmap.strtab, derived on first use: rise_batch.corpus.docmap_table),
+    so the trajectory actors of a node share one copy of it.
     """
 
     def __init__(self, docs_dir: str | Path, relpaths: Mapping[str, str] | None = None) -> None:
@@ -51,12 +54,14 @@ class DocStore:
             raise FileNotFoundError(f"no corpus/ directory in {self.dir} (expected DIR/corpus/<relpath> files)")
         if relpaths is not None:
             check_relpaths(list(relpaths.values()), f"relpaths for {self.dir}", names=list(relpaths))
-        self.relpath: Mapping[str, str] = relpaths if relpaths is not None else load_docmap(self.dir)
+        self.relpath: Mapping[str, str] = relpaths if relpaths is not None else docmap_table.mapped_docmap(self.dir)
         self._docid: dict[str, str] | None = None
         self.docs = Below(self.corpus_dir)
         self.docs.fd()  # a corpus/ that is itself a symlink is refused here, before any document is opened
 
     def docid(self, relpath: str) -> str | None:
+        if isinstance(self.relpath, docmap_table.MappedDocmap):  # the docs dir's own map: its reverse is mapped too
+            return self.relpath.docid(relpath)
         if self._docid is None:
             self._docid = {rel: d for d, rel in self.relpath.items()}
         return self._docid.get(relpath)

@@ -121,6 +121,31 @@ def test_hybrid_search_is_the_fusion_of_both_lists(hybrid_dir):
         assert got == top(rrf([a, b], 10), 5)
 
 
+def test_both_parts_map_one_docid_table_and_hybrid_refuses_parts_that_differ(hybrid_dir, tmp_path):
+    """The dense part's docids are the mapped table the BM25 part maps (no list per part); parts over other
+    documents are still refused, now by comparing the tables."""
+    import shutil
+
+    from rise_batch.index.retriever import open_retriever
+    from rise_batch.index.tables import DOCIDS_TABLE
+    from rise_batch.strtable import StrColumn
+
+    h = open_retriever(hybrid_dir, "hybrid", backend="numpy")
+    assert isinstance(h.bm25.docids, StrColumn) and isinstance(h.dense.docids, StrColumn)
+    assert list(h.dense.docids) == json.loads((hybrid_dir / "docids.json").read_text())
+    other = tmp_path / "other"
+    shutil.copytree(hybrid_dir, other)
+    (other / DOCIDS_TABLE).unlink()
+    docids = json.loads((other / "docids.json").read_text())
+    (other / "docids.json").write_text(json.dumps(docids[::-1]))
+    bm25 = open_retriever(hybrid_dir, "bm25", backend="numpy")
+    from rise_batch.index.dense import DenseIndex
+    from rise_batch.index.hybrid import HybridIndex
+
+    with pytest.raises(ValueError, match="different documents"):
+        HybridIndex(bm25, DenseIndex(other))
+
+
 def test_parse_retriever():
     from rise_batch.index.retriever import parse_retriever
 

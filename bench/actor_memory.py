@@ -1,0 +1,235 @@
+"""Private memory of trajectory-actor-like processes at 1M documents, one checkout beside another, in one run.
+
+A trajectory actor loads the index (`open_retriever`) and the docs' map (`DocStore`), then every search call maps its
+hits to relpaths (`Workspace.add`) and paths shown to the agent back to docids. This bench synthesizes a 1M-document
+index-like set of files once (no text: only what those loads read), then for each checkout (`--before DIR`, e.g. a
+`git archive` of the code before the change, and this one) starts N such processes at once, each loading both and
+running its own searches (3 sub-queries x top-1000, the union's relpaths, the top-10's reverse lookups), and, while
+all N are alive, reads each one's /proc/PID/smaps: USS (Private_Clean + Private_Dirty), PSS, RSS, split into
+anonymous memory (the Python heap) and file mappings (the index's arrays, the string tables). Both checkouts answer
+the same searches, and their answers are compared by digest. Each search call (search + mapping its hits) is timed
+by the wall clock and by the process's CPU time (all threads), p50; on a busy machine the CPU figure is the one to
+compare.
+
+What is synthesized (printed in the output): docids 10% BrowseComp-Plus-like numbers, 90% FineWeb-like
+`<urn:uuid:...>`; relpaths `host/Title_words.txt`; a vocabulary of `--terms` random lowercase words (3-16 letters,
+a real 1M web corpus gives a few million terms after stemming), ids in a shuffled order as bm25s's set order gives;
+a CSC score matrix with Zipf-distributed document frequencies (`--postings` in all) and random scores. Queries are
+2-4 words drawn from the 20,000 most frequent terms. The string tables of the index are written as the build writes
+them, the docs' table is derived by one process first, as the first actor of a node would.
+
+    python bench/actor_memory.py --before ../before [--docs 1000000 --terms 2500000 --actors 2 --searches 200]
+
+Writes bench/results/actor_memory.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MB = 1024**2
+CHILD = "--child"
+
+
+def synthesize(root: Path, n_docs: int, n_terms: int, n_postings: int, seed: int = 22) -> dict:
+    """The index dir and docs dir (corpus/ empty, docmap.parquet) of a synthetic corpus; returns what was made."""
+    import bm25s
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rise_batch.index.build import DOCIDS_FILE, K1, METHOD, B, IndexMeta
+    from rise_batch.index.tables import write_docid_table, write_vocab_table
+    from rise_batch.index.tokenize import TokenizerSettings
+
+    rng = np.random.default_rng(seed)
+    t0 = time.perf_counter()
+    n_num = n_docs // 10
+    docids = [str(x) for x in rng.choice(10 * n_docs, n_num, replace=False).tolist()]
+    docids += [f"<urn:uuid:{u[:8]}-{u[8:12]}-{u[12:16]}-{u[16:20]}-{u[20:32]}>" for u in _hexes(rng, n_docs - n_num)]
+    letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", np.uint8)
+    terms: set[str] = set()
+    while len(terms) < n_terms:
+        lens = rng.integers(3, 17, n_terms)
+        chars = letters[rng.integers(0, 26, int(lens.sum()))].tobytes().decode()
+        cuts = np.concatenate([[0], np.cumsum(lens)]).tolist()
+        terms.update(chars[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True))
+    order = sorted(terms)[:n_terms]
+    rng.shuffle(order)
+    vocab = {t: i for i, t in enumerate(order)}
+    vocab[""] = n_terms
+    df = np.maximum(1, (n_postings / np.log(n_terms) / np.arange(1, n_terms + 1))).astype(np.int64)
+    df = np.minimum(df, n_docs // 2)
+    indptr = np.zeros(n_terms + 1, np.int64)
+    np.cumsum(df, out=indptr[1:])
+    index, docs = root / "index", root / "docs"
+    for d in (index, docs / "corpus"):
+        d.mkdir(parents=True, exist_ok=True)
+    model = bm25s.BM25(k1=K1, b=B, method=METHOD)
+    model.scores = {
+        "data": rng.uniform(0.1, 4.0, int(indptr[-1])).astype(np.float32),
+        "indices": rng.integers(0, n_docs, int(indptr[-1])).astype(np.int32),
+        "indptr": indptr,
+        "num_docs": n_docs,
+    }
+    model.vocab_dict, model.nonoccurrence_array = vocab, None
+    model.save(index, show_progress=False)
+    (index / DOCIDS_FILE).write_text(json.dumps(docids))
+    write_docid_table(index, docids)
+    write_vocab_table(index, vocab)
+    counts = {"n_docs": n_docs, "n_terms": n_terms, "n_postings": int(indptr[-1]), "n_tokens": 0}
+    meta = IndexMeta(str(index), K1, B, METHOD, TokenizerSettings(), counts, {}, bm25s.__version__)
+    (index / "meta.json").write_text(json.dumps(meta.to_json()))
+    words = ["".join(chr(97 + c) for c in rng.integers(0, 26, rng.integers(3, 10))) for _ in range(5000)]
+    hosts = [f"www.{words[i]}{words[i + 1]}.com" for i in range(0, 4000, 2)] + ["en.wikipedia.org"] * 500
+    rels = [
+        f"{hosts[h]}/{'_'.join(words[w] for w in ws)}_{i}.txt"
+        for i, (h, ws) in enumerate(
+            zip(rng.integers(0, len(hosts), n_docs).tolist(), rng.integers(0, 5000, (n_docs, 5)).tolist(), strict=True)
+        )
+    ]
+    table = pa.table({"docid": docids, "relpath": rels, "shard": pa.array(np.arange(n_docs) // 1000, pa.int32())})
+    pq.write_table(table, docs / "docmap.parquet")
+    frequent = _stem_stable(order[:20_000])
+    picks = rng.integers(0, len(frequent), (20_000, 4)).tolist()
+    queries = [" ".join(frequent[j] for j in row[: 2 + i % 3]) for i, row in enumerate(picks)]
+    (root / "queries.json").write_text(json.dumps(queries))
+    made = {"docs": n_docs, "terms": n_terms, "postings": int(indptr[-1]), "seconds": round(time.perf_counter() - t0)}
+    made["bytes"] = {p.name: p.stat().st_size for p in sorted([*index.iterdir(), docs / "docmap.parquet"])}
+    return made
+
+
+def _hexes(rng, n: int) -> list[str]:
+    raw = rng.bytes(16 * n).hex()
+    return [raw[i : i + 32] for i in range(0, 32 * n, 32)]
+
+
+def _stem_stable(terms: list[str]) -> list[str]:
+    """Terms the query tokenizer leaves as they are (not stopwords, unchanged by the stemmer)."""
+    from rise_batch.index.tokenize import TokenizerSettings, query_tokenizer
+
+    tok = query_tokenizer(TokenizerSettings())
+    return [t for t in terms if tok(t) == [t]]
+
+
+def child(root: Path, actor: int, searches: int) -> None:
+    """One actor-like process: load, search, map hits; report; then wait (alive) until the parent says so."""
+    from rise_batch.index.retriever import open_retriever
+    from rise_batch.space.workspace import DocStore
+
+    rng = __import__("random").Random(actor)
+    queries = json.loads((root / "queries.json").read_text())
+    say = lambda **kw: print(json.dumps(kw), flush=True)  # noqa: E731
+    t0 = time.perf_counter()
+    index = open_retriever(root / "index", "bm25", backend="numba")
+    store = DocStore(root / "docs")
+    loaded = time.perf_counter() - t0
+    digest, ms, cpu_ms, found, back = hashlib.sha256(), [], [], 0, 0
+    for _ in range(searches):
+        subs = [queries[rng.randrange(len(queries))] for _ in range(3)]
+        t, c = time.perf_counter(), time.process_time()
+        hits = index.search(subs, 1000)
+        union = dict.fromkeys(d for h in hits for d in h.docids)
+        rels = [store.relpath.get(d) for d in union]
+        found += sum(r is not None for r in rels)
+        back += sum(store.docid(r) is not None for h in hits for r in map(store.relpath.get, h.docids[:10]))
+        ms.append((time.perf_counter() - t) * 1000)
+        cpu_ms.append((time.process_time() - c) * 1000)
+        digest.update(json.dumps([[h.docids, h.scores] for h in hits]).encode())
+    p50 = lambda xs: round(sorted(xs)[len(xs) // 2], 2)  # noqa: E731
+    say(ready=True, load_s=round(loaded, 2), search_map_p50_ms=p50(ms), search_map_cpu_p50_ms=p50(cpu_ms))
+    say(hits=found, reverse=back)
+    say(digest=digest.hexdigest())
+    sys.stdin.readline()
+
+
+def measure(pid: int) -> dict:
+    """MB of one process: USS/PSS/RSS, and USS split into anonymous memory and each kind of file mapping."""
+    import psutil
+
+    rows = psutil.Process(pid).memory_maps(grouped=True)
+    uss = lambda m: m.private_clean + m.private_dirty  # noqa: E731
+    out = {
+        "uss_mb": sum(map(uss, rows)),
+        "pss_mb": sum(m.pss for m in rows),
+        "rss_mb": sum(m.rss for m in rows),
+        "uss_anonymous_mb": sum(uss(m) for m in rows if not m.path.startswith("/")),
+        "uss_index_arrays_mb": sum(uss(m) for m in rows if m.path.endswith(".index.npy")),
+        "uss_tables_mb": sum(uss(m) for m in rows if m.path.endswith(".strtab")),
+        "tables_rss_mb": sum(m.rss for m in rows if m.path.endswith(".strtab")),
+    }
+    out["uss_libraries_and_other_mb"] = out["uss_mb"] - sum(out[k] for k in list(out)[3:6])
+    return {k: round(v / MB, 1) for k, v in out.items()}
+
+
+def run_actors(code: Path, root: Path, n: int, searches: int) -> dict:
+    # PWD too: a site hook may put the checkout named by the working directory first on sys.path
+    env = dict(os.environ, PYTHONPATH=str(code), PWD=str(code), DISABLE_TQDM="1")
+    cmd = [sys.executable, str(Path(__file__).resolve()), CHILD, str(root)]
+    procs = [
+        subprocess.Popen(
+            [*cmd, str(i), str(searches)], cwd=code, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        for i in range(n)
+    ]
+    reports = []
+    for p in procs:
+        lines = [p.stdout.readline(), p.stdout.readline()]
+        if not all(lines):
+            raise SystemExit(f"an actor of {code} failed (exit {p.wait()})")
+        reports.append(json.loads(lines[0]) | json.loads(lines[1]))
+    time.sleep(1.0)
+    mem = [measure(p.pid) for p in procs]
+    for p in procs:
+        p.stdin.write("exit\n")
+        p.stdin.flush()
+    digests = [json.loads(p.stdout.readline())["digest"] for p in procs]
+    for p in procs:
+        p.wait()
+    return {"code": str(code), "actors": [r | m for r, m in zip(reports, mem, strict=True)], "digests": digests}
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == CHILD:
+        return child(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--before", type=Path, help="a checkout of the code before the change, measured first")
+    ap.add_argument("--docs", type=int, default=1_000_000)
+    ap.add_argument("--terms", type=int, default=2_500_000)
+    ap.add_argument("--postings", type=int, default=30_000_000)
+    ap.add_argument("--actors", type=int, default=2)
+    ap.add_argument("--searches", type=int, default=200)
+    ap.add_argument("--scratch", type=Path, default=REPO / "bench" / "scratch" / "actor_memory")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "actor_memory.json")
+    a = ap.parse_args()
+    root = a.scratch / f"d{a.docs}-t{a.terms}-p{a.postings}"
+    made_file = root / "made.json"
+    if not made_file.is_file():
+        made_file.parent.mkdir(parents=True, exist_ok=True)
+        made_file.write_text(json.dumps(synthesize(root, a.docs, a.terms, a.postings), indent=1))
+    from rise_batch.space.workspace import DocStore
+
+    DocStore(root / "docs")  # the docs' table, derived once, as the first actor of a node derives it
+    res = {"made": json.loads(made_file.read_text()), "loadavg_1m_start": round(os.getloadavg()[0], 2)}
+    for tag, code in (("before", a.before), ("after", REPO)):
+        if code is not None:
+            res[tag] = run_actors(code.resolve(), root, a.actors, a.searches)
+            print(tag, json.dumps(res[tag]["actors"]), flush=True)
+    if "before" in res:
+        res["same_answers"] = res["before"]["digests"] == res["after"]["digests"]
+    res["loadavg_1m_end"] = round(os.getloadavg()[0], 2)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(res, indent=1))
+    print(json.dumps({k: v for k, v in res.items() if k not in ("before", "after")}))
+
+
+if __name__ == "__main__":
+    main()

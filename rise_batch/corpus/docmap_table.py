@@ -1,0 +1,110 @@
+"""docid <-> relpath of a docs directory as a memory-mapped table, shared by every process of a node.
+
+At 1M documents the map as two Python dicts (docid -> relpath, and its reverse for the agent's paths) cost each
+trajectory actor ~0.45 GB. `DOCS/docmap.strtab` (rise_batch.strtable) holds both columns with a hash index each;
+it is derived from `docmap.parquet` on first use, every relpath checked then, exactly as the Parquet reader checks
+them, and derived again whenever docmap.parquet changes. Each relpath is checked again when it is handed out (the
+fast path of `relpath_problem`, well under a microsecond), so a table altered after it was written is refused
+where it is read, as an altered docmap is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import ItemsView, Iterator, ValuesView
+from pathlib import Path
+
+from rise_batch.corpus.docmap import REMEDY_DOCMAP, UnsafePathError, checked_columns, relpath_problem
+from rise_batch.strtable import KeyedColumn, StrColumn, derived_table
+
+DOCMAP_TABLE = "docmap.strtab"
+
+
+class MappedDocmap(KeyedColumn[str]):
+    """docid -> relpath (a Mapping, in docmap order) and `docid(relpath)`, over one mapped table."""
+
+    def __init__(self, docids: StrColumn, relpaths: StrColumn, where: str) -> None:
+        super().__init__(docids)
+        self.docids, self.relpaths, self.where = docids, relpaths, where
+        self._rel_buf, self._rel_off = relpaths.parts
+
+    def value(self, row: int) -> str:
+        rel = self.relpaths[row]
+        if not _plainly_safe(rel) and relpath_problem(rel) is not None:
+            raise UnsafePathError(f"{self.where}: row {row}: unsafe path {rel[:200]!r}; {REMEDY_DOCMAP}")
+        return rel
+
+    def get(self, docid: str, default: str | None = None) -> str | None:  # type: ignore[override]
+        """`value(find(docid))` in one frame: Workspace.add calls it for each of a search's ~3,000 hits."""
+        row = self.docids.find(docid) if isinstance(docid, str) else None
+        if row is None:
+            return default
+        off = self._rel_off
+        rel = self._rel_buf[off[row] : off[row + 1]].decode("utf-8", "surrogatepass")
+        return rel if _plainly_safe(rel) else self.value(row)
+
+    def items(self) -> ItemsView[str, str]:
+        return _Items(self)
+
+    def values(self) -> ValuesView[str]:
+        return _Values(self)
+
+    def docid(self, relpath: str) -> str | None:
+        """The document whose file is `relpath`, or None."""
+        row = self.relpaths.find(relpath) if isinstance(relpath, str) else None
+        return None if row is None else self.docids[row]
+
+
+def _plainly_safe(rel: str) -> bool:
+    """A sufficient test for `relpath_problem(rel) is None`, in C string methods: printable ASCII, at most 255 bytes,
+    no empty component, none starting with a dot, no backslash. Anything else takes the full check."""
+    return (
+        rel.isascii()
+        and rel.isprintable()
+        and 0 < len(rel) <= 255
+        and rel[0] not in "./"
+        and rel[-1] != "/"
+        and "/." not in rel
+        and "//" not in rel
+        and "\\" not in rel
+    )
+
+
+class _Items(ItemsView):
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        m: MappedDocmap = self._mapping  # type: ignore[assignment]
+        return zip(m.docids, map(m.value, range(len(m))), strict=True)
+
+
+class _Values(ValuesView):
+    def __iter__(self) -> Iterator[str]:
+        m: MappedDocmap = self._mapping  # type: ignore[assignment]
+        return map(m.value, range(len(m)))
+
+
+def mapped_docmap(docs_dir: str | Path) -> MappedDocmap:
+    """The docmap of a docs dir as a MappedDocmap; its table is derived beside docmap.parquet when missing or stale.
+
+    Refuses what the Parquet reader refuses (an unsafe relpath, invalid UTF-8), and a docid or relpath listed
+    twice (two documents would share one file)."""
+    path = Path(docs_dir) / "docmap.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"no docmap.parquet in {docs_dir} (written by `rise-batch structure`)")
+    where = f"{path}: refusing this docs dir"
+
+    def derive(data: bytes) -> dict:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        docids, rels = checked_columns(pq.read_table(pa.BufferReader(data), columns=["docid", "relpath"]), where)
+        bad = next((i for i, d in enumerate(docids) if not isinstance(d, str) or not d), None)
+        if bad is not None:
+            raise UnsafePathError(f"{where}: row {bad}: docid {docids[bad]!r} is not a docid; {REMEDY_DOCMAP}")
+        for name, values in (("docid", docids), ("relpath", rels)):
+            if len(set(values)) != len(values):
+                seen: set = set()
+                twice = next(v for v in values if v in seen or seen.add(v))
+                raise UnsafePathError(f"{where}: {name} {twice!r} is listed twice; {REMEDY_DOCMAP}")
+        return {"docid": (docids, True), "relpath": (rels, True)}
+
+    table = derived_table(path.with_name(DOCMAP_TABLE), path, derive)
+    return MappedDocmap(table.columns["docid"], table.columns["relpath"], f"{path.with_name(DOCMAP_TABLE)}")
