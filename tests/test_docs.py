@@ -23,7 +23,7 @@ import pytest
 
 from rise_batch.cli import build_parser
 from tests.conftest import REPO, SAMPLE
-from tests.docs import doc_files, quoted_commands, without_code
+from tests.docs import doc_files, quoted_commands, shell_blocks, shell_lines, without_code
 
 COMMANDS = quoted_commands("rise-batch")
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -183,3 +183,11 @@ def test_the_readme_free_commands_run_in_order(tmp_path: Path) -> None:
             timeout=600,
         )  # fmt: skip
         assert done.returncode == 0, (argv, done.stdout[-2000:], done.stderr[-2000:])
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    """`.ci/run` runs the README's quick-start test command, verbatim: what a newcomer types is what CI checks."""
+    ci = (REPO / ".ci" / "run").read_text().strip().splitlines()[-1]
+    blocks = shell_blocks((REPO / "README.md").read_text(encoding="utf-8"))
+    readme = [line.strip() for block in blocks for line in shell_lines(block)]
+    assert ci in readme, (ci, readme[:3])
