@@ -97,9 +97,16 @@ class TwoNodes:
         prefix = [UNSHARE, "-m", "--propagation", "private", "sh", "-c", inner, "sh"]
         cmd = [RAY, "start", f"--address={self.address}", "--block", f"--temp-dir={self.root}/b"]
         cmd += ['--resources={"node_b": 1}']
-        self.b = self._start(cmd, "b", prefix)
-        self._wait_nodes("node_b", self.b)
-        self.b_ns = os.readlink(f"/proc/{self.b.pid}/ns/mnt")
+        for attempt in range(3):  # a raylet gets 30 s (Ray's constant) to register: on a loaded machine it may not
+            self.b = self._start(cmd, "b", prefix)
+            self.b_ns = os.readlink(f"/proc/{self.b.pid}/ns/mnt")
+            try:
+                self._wait_nodes("node_b", self.b)
+                return
+            except RuntimeError:
+                self.kill_b()
+                if attempt == 2:
+                    raise
 
     def alive_nodes(self) -> list[str]:
         """The custom resource (node_head, node_b) of each alive node, as the GCS sees them; asked by a separate
