@@ -99,7 +99,7 @@ class TwoNodes:
         cmd += ['--resources={"node_b": 1}']
         for attempt in range(3):  # a raylet gets 30 s (Ray's constant) to register: on a loaded machine it may not
             self.b = self._start(cmd, "b", prefix)
-            self.b_ns = os.readlink(f"/proc/{self.b.pid}/ns/mnt")
+            self.b_ns = self._own_namespace(self.b)
             try:
                 self._wait_nodes("node_b", self.b)
                 return
@@ -107,6 +107,21 @@ class TwoNodes:
                 self.kill_b()
                 if attempt == 2:
                     raise
+
+    @staticmethod
+    def _own_namespace(proc: subprocess.Popen) -> str:
+        """Node B's mount namespace, once `unshare` has made it: never this process's own (kill_b kills every
+        process of that namespace)."""
+        mine = os.readlink("/proc/self/ns/mnt")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ns = os.readlink(f"/proc/{proc.pid}/ns/mnt")
+            if ns != mine:
+                return ns
+            if proc.poll() is not None:
+                raise RuntimeError("unshare exited before node B started")
+            time.sleep(0.05)
+        raise RuntimeError("node B never got its own mount namespace")
 
     def alive_nodes(self) -> list[str]:
         """The custom resource (node_head, node_b) of each alive node, as the GCS sees them; asked by a separate
@@ -136,6 +151,7 @@ class TwoNodes:
 
     def b_pids(self) -> list[int]:
         """Every process of node B: those in its mount namespace."""
+        assert self.b_ns != os.readlink("/proc/self/ns/mnt"), "node B shares this process's mount namespace"
         pids = []
         for p in Path("/proc").iterdir():
             if p.name.isdigit():
