@@ -73,11 +73,15 @@ class TwoNodes:
         head = [RAY, "start", "--head", "--block", f"--port={gcs_port}", f"--temp-dir={self.root}/head"]
         head += ["--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}"]
         head += [f"--ray-client-server-port={client_port}", '--resources={"node_head": 1}']
-        self.head = self._start(head, "head")
-        self._wait_nodes("node_head", self.head)
         self.b: subprocess.Popen | None = None
         self.b_ns: str | None = None
-        self.restart_b()
+        self.head = self._start(head, "head")
+        try:
+            self._wait_nodes("node_head", self.head)
+            self.restart_b()
+        except BaseException:  # the fixture never gets to stop() what it started: no orphan cluster is left
+            self.stop()
+            raise
 
     def _start(self, cmd: list[str], name: str, prefix: list[str] | None = None) -> subprocess.Popen:
         cmd = [*cmd, f"--num-cpus={self.cpus}", "--disable-usage-stats"]
