@@ -112,7 +112,8 @@ def check_nodes_storage(cfg: RunConfig, system: Any) -> None:
         inputs.append(Input("the index (--index)", cfg.index, "index"))
     if system.docs == ORIGINAL and cfg.original_docs and Path(cfg.original_docs) != Path(cfg.docs) / ORIGINAL_DIR:
         inputs.append(Input("the original docs (--original-docs)", cfg.original_docs, "docs"))
-    check_storage(cfg.ray_address, [Output("the run directory (--out)", cfg.out)], inputs)
+    lent = (cfg.llm.api_key_env,)  # what run_queries lends the actors (the probe connects first)
+    check_storage(cfg.ray_address, [Output("the run directory (--out)", cfg.out)], inputs, env=lent)
 
 
 def refresh_gold(out: AnyPath, done: list[Query]) -> int:

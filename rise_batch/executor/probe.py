@@ -148,11 +148,15 @@ def node_labels() -> dict[str, str]:
     return {n["NodeID"]: node_label(n) for n in ray.nodes()}
 
 
-def check_storage(address: str | None, outputs: Sequence[Output] = (), inputs: Sequence[Input] = ()) -> None:
+def check_storage(
+    address: str | None, outputs: Sequence[Output] = (), inputs: Sequence[Input] = (), env: Sequence[str] = ()
+) -> None:
     """Refuse, in one line, a POSIX output or input that not every alive node of the cluster sees alike.
 
     `address` is the job's --ray-address; without one (and without RAY_ADDRESS) the job starts a local Ray, one
     node, and nothing is probed. Output directories are created if need be (the driver writes its token there).
+    `env`: the variables the job's actors need (its API key's name), as the executor will lend them: the probe is
+    the job's first connection, and Ray takes a runtime env only when a process connects.
     """
     outputs = [o for o in outputs if _posix(o.path)]
     inputs = [i for i in inputs if _posix(i.path)]
@@ -163,7 +167,7 @@ def check_storage(address: str | None, outputs: Sequence[Output] = (), inputs: S
 
     from rise_batch.executor.ray import init_ray
 
-    init_ray(address)
+    init_ray(address, env=env)
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     if len(nodes) < 2:
         return

@@ -145,6 +145,12 @@ def _structured_change(manifest: dict, cfg: StructureConfig) -> str:
 MAX_SHARD_ATTEMPTS = 3  # worker deaths under one shard before it is an application bug and the job fails loudly
 
 
+def lent_env(cfg: StructureConfig) -> tuple[str, ...]:
+    """The variables the job lends its actors when attached to a cluster (beside executor.ray.FORWARDED_ENV): the
+    API key's. Every connection of the job asks for them, since the first one decides."""
+    return (cfg.llm.api_key_env,) if cfg.backend == "llm" else ()
+
+
 def run_shards(
     cfg: StructureConfig, plan: RunPlan, bar, nodes: dict[int, str] | None = None
 ) -> tuple[dict[int, dict], list[dict]]:
@@ -205,8 +211,7 @@ def run_shards(
         services=shard_services(cfg, plan.run_hash, lambda n, usd: bar.update(n, cost=usd)),
         stop_on=STOPS,
     )
-    env = (cfg.llm.api_key_env,) if cfg.backend == "llm" else ()  # lent to the actors when attached to a cluster
-    transport = executor_for(cfg.n_workers, options, cfg.ray_address, env).map(stage, plan.shards)
+    transport = executor_for(cfg.n_workers, options, cfg.ray_address, lent_env(cfg)).map(stage, plan.shards)
     return results, transport
 
 
@@ -231,7 +236,8 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
     if cfg.n_workers > 0:  # workers on other nodes must write the OUT this driver reads, and read the same corpus
         from rise_batch.executor.probe import Input, Output, check_storage
 
-        check_storage(cfg.ray_address, [Output("OUT", cfg.out)], [Input("the corpus (--corpus)", cfg.corpus, "corpus")])
+        corpus = [Input("the corpus (--corpus)", cfg.corpus, "corpus")]
+        check_storage(cfg.ray_address, [Output("OUT", cfg.out)], corpus, env=lent_env(cfg))
     plan = prepare_run(cfg)
     rebought = check_checkpoint(cfg, plan, verify)
     if cfg.mode == "online":
