@@ -73,7 +73,12 @@ def add_structure_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-progress", dest="progress", action="store_false", default=None, help="no progress bar or lines"
     )
-    g = p.add_argument_group("llm backend")
+    add_llm_backend_flags(p.add_argument_group("llm backend"))
+    add_cost_flags(p.add_argument_group("cost control"))
+
+
+def add_llm_backend_flags(g: argparse._ActionsContainer) -> None:
+    """The endpoint, model and request settings of the llm backend (LLMConfig's keys, as `llm_*` overrides)."""
     g.add_argument("--base-url", dest="llm_base_url", help="OpenAI-compatible base URL (e.g. http://127.0.0.1:8000/v1)")
     g.add_argument("--model", dest="llm_model", help="model name (default gpt-5.4-nano)")
     g.add_argument(
@@ -102,7 +107,10 @@ def add_structure_flags(p: argparse.ArgumentParser) -> None:
         help="do not send the TOC's JSON schema as response_format (for providers without structured outputs; a "
         "server that refuses it switches it off by itself, after one refused request per worker)",
     )
-    g = p.add_argument_group("cost control")
+
+
+def add_cost_flags(g: argparse._ActionsContainer) -> None:
+    """What a run may spend and how: online or Batch API, the cost cap, prices, the LLM tier, batch settings."""
     g.add_argument("--mode", choices=["online", "batch"], help="online (default) or the OpenAI Batch API (half price)")
     g.add_argument(
         "--max-cost",
