@@ -18,7 +18,8 @@ from typing import Any, get_type_hints
 
 from rise_batch.corpus.readers import canonical_columns
 from rise_batch.errors import ConfigError as ConfigError  # re-exported: callers import it from here too
-from rise_batch.structure.tier import parse_tier
+from rise_batch.registry import TRANSPORTS, one_of
+from rise_batch.tier_rule import parse_tier
 
 BACKENDS = ("heuristic", "llm")
 HEURISTIC_VERSION = "1"
@@ -41,7 +42,7 @@ class LLMConfig:
     max_input_chars: int = 200_000
     max_input_tokens: int | None = None  # cut longer inputs at a line break, counted with the model's tokenizer
     prices_file: str | None = None
-    # the transport, a name registered in rise_batch.llm.transport.TRANSPORTS. direct (the default): the project's
+    # the transport, a name registered in rise_batch.registry.TRANSPORTS. direct (the default): the project's
     # lean aiohttp + orjson path, ~1.5 ms less CPU per request than the SDK, with the SDK's URL, headers, error
     # wording and retry classification (tests/llm/test_foreign_faults.py); httpx / aiohttp: the openai SDK's
     # AsyncOpenAI on either HTTP client (the reference path)
@@ -52,10 +53,7 @@ class LLMConfig:
     structured_output: bool = True
 
     def validate(self) -> None:
-        # read from the registry, so a new transport needs no edit here; imported here, not at the top: config sits
-        # below llm in the layers (the registry itself imports nothing)
-        from rise_batch.llm.transport import TRANSPORTS, one_of
-
+        # read from the registry, so a new transport needs no edit here
         if self.http_backend not in TRANSPORTS:
             raise ConfigError(f"llm.http_backend must be {one_of(TRANSPORTS)}, got {self.http_backend!r}")
         if self.rpm <= 0:

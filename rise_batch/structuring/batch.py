@@ -37,10 +37,10 @@ from rise_batch.config import ConfigError, StructureConfig
 from rise_batch.corpus.readers import ShardSpec, read_shard
 from rise_batch.llm.batch import BatchResult, reply_from_body, request_line
 from rise_batch.llm.errors import refuses_response_format
-from rise_batch.structure.tier import goes_to_llm, tier_rule
 from rise_batch.structuring.budget import BudgetExceeded
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.structuring.shard import finish_shard
+from rise_batch.tier_rule import goes_to_llm, tier_rule
 from rise_batch.types import Doc, DocResult, Reply
 
 MANIFEST = "batches.json"

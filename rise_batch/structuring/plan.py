@@ -101,7 +101,7 @@ def estimate_doc(
     from rise_batch.structure.backends import model_input
     from rise_batch.structure.heuristic import is_too_short
     from rise_batch.structure.propose import build_messages
-    from rise_batch.structure.tier import goes_to_llm
+    from rise_batch.tier_rule import goes_to_llm
 
     if is_too_short(doc.text) or not goes_to_llm(tier, doc):
         return DocEstimate(len(doc.text), False, 0, 0.0, False)
@@ -217,7 +217,7 @@ def make_plan(
     corpus's text bytes when the Parquet footers give them; `calibrate=False` scales simply, for comparison)."""
     from rise_batch.prompts import load_prompt
     from rise_batch.structure.propose import build_messages
-    from rise_batch.structure.tier import tier_rule
+    from rise_batch.tier_rule import tier_rule
 
     prices = prices or PriceTable.load()
     prompt_text = load_prompt(prompt)

@@ -39,9 +39,10 @@ def make_backend(cfg: StructureConfig, prompt_text: str, limiter=None):
         chat = budget.guard(chat, estimate)
     backend = LLMBackend(chat, prompt_text, reask=cfg.llm.reask, max_input_chars=cfg.llm.max_input_chars,
                          max_input_tokens=cfg.llm.max_input_tokens, counter=counter_for(cfg.llm.model))  # fmt: skip
-    from rise_batch.structure.tier import TieredBackend, tier_rule
+    from rise_batch.structure.tier import TieredBackend
+    from rise_batch.tier_rule import tier_rule
 
-    rule = tier_rule(cfg.tier)  # the same routing batch mode and the cost plan use (structure.tier.goes_to_llm)
+    rule = tier_rule(cfg.tier)  # the same routing batch mode and the cost plan use (tier_rule.goes_to_llm)
     if rule is not None:
         backend = TieredBackend(backend, rule)
     backend.client = client  # type: ignore[attr-defined]  # for transport stats and closing
