@@ -21,10 +21,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from rise_batch.config import LLMConfig
 from rise_batch.llm.pricing import PriceTable
 from rise_batch.llm.tokens import TokenCounter, counter_for, message_text
+from rise_batch.prompts import load_prompt
+from rise_batch.structure.backends import model_input
+from rise_batch.structure.heuristic import is_too_short
+from rise_batch.structure.propose import TOC_RESPONSE_FORMAT, build_messages
 from rise_batch.structuring.plan_sample import plan_sample
 from rise_batch.structuring.plan_sample import sample_docs as sample_docs  # re-exported: callers import it here
+from rise_batch.tier_rule import goes_to_llm, tier_rule
 from rise_batch.types import Doc
 
 CACHE_MIN_TOKENS = 1024  # OpenAI caches a prompt prefix only from this length on
@@ -54,9 +60,7 @@ def messages_tokens(messages: Sequence[dict], counter: TokenCounter | None = Non
 def request_tokens(messages: list[dict], model: str, counter: TokenCounter, structured: bool = True) -> int:
     """Prompt tokens of the request a run sends for `messages`: the body `chat_request` builds, with the TOC schema
     as `response_format` when structured outputs are on (llm/client.py), so the schema's tokens are priced too."""
-    from rise_batch.config import LLMConfig
-    from rise_batch.llm.client import chat_request, format_params
-    from rise_batch.structure.propose import TOC_RESPONSE_FORMAT
+    from rise_batch.llm.client import chat_request, format_params  # lazy: loads openai, aiohttp, tenacity (~4 s)
 
     cfg = LLMConfig(model=model, structured_output=structured)
     return counter.request(chat_request(cfg, messages, **format_params(cfg, TOC_RESPONSE_FORMAT)))
@@ -98,11 +102,6 @@ def estimate_doc(
     output: OutputModel = DEFAULT_OUTPUT,
     structured: bool = True,
 ) -> DocEstimate:
-    from rise_batch.structure.backends import model_input
-    from rise_batch.structure.heuristic import is_too_short
-    from rise_batch.structure.propose import build_messages
-    from rise_batch.tier_rule import goes_to_llm
-
     if is_too_short(doc.text) or not goes_to_llm(tier, doc):
         return DocEstimate(len(doc.text), False, 0, 0.0, False)
     counter = counter_for(model)
@@ -215,10 +214,6 @@ def make_plan(
 
     Totals weight each sampled document by the rows it stands for (structuring/plan_sample.py: calibrated on the
     corpus's text bytes when the Parquet footers give them; `calibrate=False` scales simply, for comparison)."""
-    from rise_batch.prompts import load_prompt
-    from rise_batch.structure.propose import build_messages
-    from rise_batch.tier_rule import tier_rule
-
     prices = prices or PriceTable.load()
     prompt_text = load_prompt(prompt)
     rule = tier_rule(tier)

@@ -29,6 +29,7 @@ from rise_batch.io import write_text_atomic
 from rise_batch.llm.errors import KeyRefused
 from rise_batch.llm.retry import is_transient
 from rise_batch.storage import AnyPath, ObjectPath, arrow_source, location
+from rise_batch.structure.backends import render_result
 from rise_batch.structuring.budget import BudgetExceeded
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.types import OUTCOME_TOC, DocResult
@@ -122,8 +123,6 @@ def materialize_shard(
     `rendered` holds texts the backend already rendered in this process; only docs missing from it (checkpointed
     by an earlier, interrupted run) cost a re-read of the shard and a re-render from their checkpoint row.
     """
-    from rise_batch.structure.backends import render_result
-
     store = CheckpointStore(out_dir)
     dest = dest if dest is not None else Path(out_dir) / "corpus"
     by_id = {r.docid: r for r in (rows if rows is not None else store.read_rows(spec.shard_id))}
