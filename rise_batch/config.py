@@ -18,10 +18,9 @@ from typing import Any, get_type_hints
 
 from rise_batch.corpus.readers import canonical_columns
 from rise_batch.errors import ConfigError as ConfigError  # re-exported: callers import it from here too
-from rise_batch.registry import TRANSPORTS, one_of
+from rise_batch.registry import BACKENDS, TRANSPORTS, one_of
 from rise_batch.tier_rule import parse_tier
 
-BACKENDS = ("heuristic", "llm")
 HEURISTIC_VERSION = "1"
 
 
@@ -163,7 +162,7 @@ class StructureConfig:
         if self.mode not in ("online", "batch"):
             raise ConfigError(f"mode must be 'online' or 'batch', got {self.mode!r}")
         for name in ("mode", "tier"):
-            if getattr(self, name) not in (None, "online") and self.backend != "llm":
+            if getattr(self, name) not in (None, "online") and not self.calls_llm:
                 raise ConfigError(f"{name}={getattr(self, name)!r} needs backend 'llm' (got {self.backend!r})")
         if self.max_cost_usd is not None and self.max_cost_usd <= 0:
             raise ConfigError(f"max_cost_usd must be > 0, got {self.max_cost_usd!r}")
@@ -173,23 +172,28 @@ class StructureConfig:
             canonical_columns(self.columns)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        if self.backend == "llm":
+        if self.calls_llm:
             self.llm.api_key()
+
+    @property
+    def calls_llm(self) -> bool:
+        """The backend sends requests to an LLM (priced, rate-limited, keyed): rise_batch.registry.BACKENDS."""
+        return BACKENDS[self.backend].calls_llm
 
     @property
     def n_workers(self) -> int:
         if self.workers is not None:
             return self.workers
-        return 2 if self.backend == "llm" else 0
+        return BACKENDS[self.backend].default_workers
 
 
 def run_hash(cfg: StructureConfig, prompt_text: str) -> str:
     """Everything that changes what a document becomes, and nothing else (so limits can change on resume)."""
-    if cfg.backend == "heuristic":
-        basis: dict[str, Any] = {"backend": "heuristic", "version": HEURISTIC_VERSION}
+    if not cfg.calls_llm:
+        basis: dict[str, Any] = {"backend": cfg.backend, "version": HEURISTIC_VERSION}
     else:
         basis = {
-            "backend": "llm",
+            "backend": cfg.backend,
             "prompt": hashlib.sha256(prompt_text.encode()).hexdigest(),
             "model": cfg.llm.model,
             "reasoning_effort": cfg.llm.reasoning_effort,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class Lazy:
@@ -31,6 +31,23 @@ TRANSPORTS: dict[str, Callable[[Any], Any]] = {
     "httpx": Lazy("rise_batch.llm.sdk:SdkTransport", http_client="httpx"),
     "aiohttp": Lazy("rise_batch.llm.sdk:SdkTransport", http_client="aiohttp"),
     "direct": Lazy("rise_batch.llm.direct:DirectTransport"),
+}
+
+
+class Backend(NamedTuple):
+    """A structuring backend: what builds it inside a worker, and whether it calls an LLM (then its rows are priced,
+    its requests rate-limited and keyed, its prompt and model enter the run hash, and it runs 2 workers by default)."""
+
+    name: str
+    factory: Callable[..., Any]  # (cfg: StructureConfig, prompt_text, limiter) -> backend with `structure(doc, hash)`
+    calls_llm: bool
+    default_workers: int  # `workers` unset: 0 runs in this process, N >= 1 starts N Ray actors
+
+
+# name -> Backend
+BACKENDS: dict[str, Backend] = {
+    "heuristic": Backend("heuristic", Lazy("rise_batch.structuring.worker:heuristic_backend"), False, 0),
+    "llm": Backend("llm", Lazy("rise_batch.structuring.worker:llm_backend"), True, 2),
 }
 
 

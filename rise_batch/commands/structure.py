@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from rise_batch.registry import BACKENDS
+
 
 def add_columns_flag(p: argparse.ArgumentParser) -> None:
     """--columns, the same for structure, index and plan: one syntax to read rows whose columns are named otherwise."""
@@ -48,7 +50,7 @@ def add_structure_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="output directory (created; re-running the same command resumes)")
     p.add_argument(
         "--backend",
-        choices=["heuristic", "llm"],
+        choices=list(BACKENDS),
         help="heuristic: free, offline (default); llm: any OpenAI-compatible endpoint",
     )
     add_columns_flag(p)
@@ -180,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     del args.json, args.verify  # command options, not run settings (the manifest's config stays the same)
     cfg = config_from_args(args)
     stats = run_structure(cfg, verify)  # --max-cost reached: BudgetExceeded, exit 3 (rise_batch.errors)
-    label = cost_label(cfg.llm.base_url) if cfg.backend == "llm" else ""
+    label = cost_label(cfg.llm.base_url) if cfg.calls_llm else ""
     if want_json:
         print(json.dumps(stats | {"cost_simulated": bool(label)}, indent=2, sort_keys=True))
     else:

@@ -85,7 +85,7 @@ class CostBudget:
 def require_price(cfg: Any) -> None:
     """Refuse to start a --max-cost run whose model has no price: every reply would cost $0 and the limit would let
     the run spend without bound. Called by the job before the scan, so nothing is read or paid first."""
-    if cfg.backend != "llm" or cfg.max_cost_usd is None:
+    if not cfg.calls_llm or cfg.max_cost_usd is None:
         return
 
     table = PriceTable.load([cfg.llm.prices_file] if cfg.llm.prices_file else [])

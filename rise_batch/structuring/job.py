@@ -71,7 +71,7 @@ def prepare_run(cfg: StructureConfig) -> RunPlan:
     """Scan the corpus (or reuse the manifest's scan) and pin the run; refuse a mismatched resume."""
     out = location(cfg.out)
     make_output_dir(out)  # removed again if the run fails before writing into it (errors.run_main)
-    prompt_text = load_prompt(cfg.prompt) if cfg.backend == "llm" else ""
+    prompt_text = load_prompt(cfg.prompt) if cfg.calls_llm else ""
     rh = run_hash(cfg, prompt_text)
     key = _plan_key(cfg, corpus_fingerprint(list_sources(cfg.corpus)))
     mpath = out / MANIFEST
@@ -137,7 +137,7 @@ def _structured_change(manifest: dict, cfg: StructureConfig) -> str:
     """Why the hash changed when structured outputs did: a manifest from before the setting was made without them
     (the setting is on by default now), so the remedy to resume it is --no-structured-output."""
     old = manifest.get("config") or {}
-    if old.get("backend") != "llm" or cfg.backend != "llm":
+    if old.get("backend") != "llm" or not cfg.calls_llm:
         return ""
     before = bool((old.get("llm") or {}).get("structured_output", False))
     if before == cfg.llm.structured_output:
@@ -189,7 +189,7 @@ def run_shards(
     n = max(cfg.n_workers, 1)
     if local:  # LLM: two shards at once, so one's requests go out while the other drains and writes its files (the
         # client still holds the worker to llm.concurrency requests in flight); one lane stalled at each boundary
-        per_worker = 2 if cfg.backend == "llm" else 1
+        per_worker = 2 if cfg.calls_llm else 1
     else:
         per_worker = max(1, (cfg.max_shards_in_flight or 2 * n) // n)
     options = MapOptions(
@@ -205,7 +205,7 @@ def run_shards(
         services=shard_services(cfg, plan.run_hash, lambda n, usd: bar.update(n, cost=usd)),
         stop_on=STOPS,
     )
-    env = (cfg.llm.api_key_env,) if cfg.backend == "llm" else ()  # lent to the actors when attached to a cluster
+    env = (cfg.llm.api_key_env,) if cfg.calls_llm else ()  # lent to the actors when attached to a cluster
     transport = executor_for(cfg.n_workers, options, cfg.ray_address, env).map(stage, plan.shards)
     return results, transport
 
@@ -230,7 +230,7 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
     rebought = check_checkpoint(cfg, plan, verify)
     if cfg.mode == "online":
         refuse_if_batches_open(cfg.out)
-    llm = cfg.backend == "llm"  # dollars exist only there; retries and 429s are counted online, per shard
+    llm = cfg.calls_llm  # dollars exist only there; retries and 429s are counted online, per shard
     online = llm and cfg.mode == "online"
     nodes: dict[int, str] = {}  # shard id -> the Ray node that ran it
     with Progress(
@@ -246,7 +246,7 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
     if nodes:  # on Ray: how many shards each node ran
         labels = node_labels()
         stats["nodes"] = dict(sorted(Counter(labels.get(n, n) for n in nodes.values()).items()))
-    if cfg.backend == "llm":
+    if cfg.calls_llm:
         stats["transport"] = merge_stats(transport)  # this run's HTTP traffic (not that of killed earlier runs)
         stats.update(structured_output_stats(cfg, stats["transport"]))
     wall = time.monotonic() - t0
