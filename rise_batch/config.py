@@ -18,9 +18,9 @@ from typing import Any, get_type_hints
 
 from rise_batch.corpus.readers import canonical_columns
 from rise_batch.errors import ConfigError as ConfigError  # re-exported: callers import it from here too
-from rise_batch.structure.tier import parse_tier
+from rise_batch.registry import BACKENDS, TRANSPORTS, one_of
+from rise_batch.tier_rule import parse_tier
 
-BACKENDS = ("heuristic", "llm")
 HEURISTIC_VERSION = "1"
 
 
@@ -41,7 +41,7 @@ class LLMConfig:
     max_input_chars: int = 200_000
     max_input_tokens: int | None = None  # cut longer inputs at a line break, counted with the model's tokenizer
     prices_file: str | None = None
-    # the transport, a name registered in rise_batch.llm.transport.TRANSPORTS. direct (the default): the project's
+    # the transport, a name registered in rise_batch.registry.TRANSPORTS. direct (the default): the project's
     # lean aiohttp + orjson path, ~1.5 ms less CPU per request than the SDK, with the SDK's URL, headers, error
     # wording and retry classification (tests/llm/test_foreign_faults.py); httpx / aiohttp: the openai SDK's
     # AsyncOpenAI on either HTTP client (the reference path)
@@ -52,10 +52,7 @@ class LLMConfig:
     structured_output: bool = True
 
     def validate(self) -> None:
-        # read from the registry, so a new transport needs no edit here; imported here, not at the top: config sits
-        # below llm in the layers (the registry itself imports nothing)
-        from rise_batch.llm.transport import TRANSPORTS, one_of
-
+        # read from the registry, so a new transport needs no edit here
         if self.http_backend not in TRANSPORTS:
             raise ConfigError(f"llm.http_backend must be {one_of(TRANSPORTS)}, got {self.http_backend!r}")
         if self.rpm <= 0:
@@ -165,7 +162,7 @@ class StructureConfig:
         if self.mode not in ("online", "batch"):
             raise ConfigError(f"mode must be 'online' or 'batch', got {self.mode!r}")
         for name in ("mode", "tier"):
-            if getattr(self, name) not in (None, "online") and self.backend != "llm":
+            if getattr(self, name) not in (None, "online") and not self.calls_llm:
                 raise ConfigError(f"{name}={getattr(self, name)!r} needs backend 'llm' (got {self.backend!r})")
         if self.max_cost_usd is not None and self.max_cost_usd <= 0:
             raise ConfigError(f"max_cost_usd must be > 0, got {self.max_cost_usd!r}")
@@ -175,23 +172,28 @@ class StructureConfig:
             canonical_columns(self.columns)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        if self.backend == "llm":
+        if self.calls_llm:
             self.llm.api_key()
+
+    @property
+    def calls_llm(self) -> bool:
+        """The backend sends requests to an LLM (priced, rate-limited, keyed): rise_batch.registry.BACKENDS."""
+        return BACKENDS[self.backend].calls_llm
 
     @property
     def n_workers(self) -> int:
         if self.workers is not None:
             return self.workers
-        return 2 if self.backend == "llm" else 0
+        return BACKENDS[self.backend].default_workers
 
 
 def run_hash(cfg: StructureConfig, prompt_text: str) -> str:
     """Everything that changes what a document becomes, and nothing else (so limits can change on resume)."""
-    if cfg.backend == "heuristic":
-        basis: dict[str, Any] = {"backend": "heuristic", "version": HEURISTIC_VERSION}
+    if not cfg.calls_llm:
+        basis: dict[str, Any] = {"backend": cfg.backend, "version": HEURISTIC_VERSION}
     else:
         basis = {
-            "backend": "llm",
+            "backend": cfg.backend,
             "prompt": hashlib.sha256(prompt_text.encode()).hexdigest(),
             "model": cfg.llm.model,
             "reasoning_effort": cfg.llm.reasoning_effort,

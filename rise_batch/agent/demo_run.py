@@ -11,6 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rise_batch.agent.job import run_trajectories, summary_line
+from rise_batch.agent.run_config import load_run_config
+
 DEMO_QUERIES = [
     {
         "query_id": "demo-01",
@@ -33,33 +36,29 @@ DEMO_QUERIES = [
 ]
 
 
-def demo_trajectories(docs: str | Path, out: str | Path, system: str = "rise") -> dict[str, Any]:
-    """Run DEMO_QUERIES with `system` in this process against an in-process fake server; print a digest."""
-    from rise_batch.agent.job import run_trajectories, summary_line
-    from rise_batch.agent.run_config import load_run_config
-    from rise_batch.fake_llm import FakeLLMServer
-
+def demo_trajectories(docs: str | Path, out: str | Path, base_url: str, system: str = "rise") -> dict[str, Any]:
+    """Run DEMO_QUERIES with `system` in this process against the fake server at `base_url` (the caller starts it:
+    the fake server sits above the agent in the layers); print a digest."""
     docs, out = Path(docs), Path(out)
     out.mkdir(parents=True, exist_ok=True)
     queries = out / "queries.jsonl"
     queries.write_text("".join(json.dumps(q) + "\n" for q in DEMO_QUERIES), encoding="utf-8")
-    with FakeLLMServer() as server:
-        cfg = load_run_config(
-            None,
-            queries=str(queries),
-            system=system,
-            docs=str(docs),
-            index=str(docs / "index"),
-            out=str(out / system),
-            workers=0,
-            concurrency=len(DEMO_QUERIES),
-            index_backend="numpy",
-            progress=False,
-            llm_base_url=server.base_url,
-            llm_model="gpt-5.4-mini",
-            llm_tpm=100_000_000,
-        )
-        stats = run_trajectories(cfg)
+    cfg = load_run_config(
+        None,
+        queries=str(queries),
+        system=system,
+        docs=str(docs),
+        index=str(docs / "index"),
+        out=str(out / system),
+        workers=0,
+        concurrency=len(DEMO_QUERIES),
+        index_backend="numpy",
+        progress=False,
+        llm_base_url=base_url,
+        llm_model="gpt-5.4-mini",
+        llm_tpm=100_000_000,
+    )
+    stats = run_trajectories(cfg)
     first = json.loads((Path(cfg.out) / "trajectories" / "demo-01.json").read_text())
     print(f"trajectories  : {Path(cfg.out) / 'trajectories'}/<query>.json  (scripted agent, fake server)")
     print(f"  {first['query']}")

@@ -71,13 +71,15 @@ def run(args: argparse.Namespace) -> int:
         f"--workspace {out / 'workspace'} {args.query!r}"
     )
     from rise_batch.agent.demo_run import demo_trajectories
+    from rise_batch.fake_llm import FakeLLMServer
     from rise_batch.space.sandbox import probe
 
     support = probe()
     skip = None if support.ok else sandbox_skip_line(support.reason)
     rg = None if skip else "rg -l -i proudhon | head -5"
     sample_walk(out / "index", out, out / "workspace", [args.query], rg, k=20)
-    demo_trajectories(out, out / "runs", system="rise" if skip is None else "retrieval-agent")
+    with FakeLLMServer() as server:  # the demo's model: the scripted agent, nothing billed
+        demo_trajectories(out, out / "runs", server.base_url, system="rise" if skip is None else "retrieval-agent")
     if skip:
         print(skip)
     return 0

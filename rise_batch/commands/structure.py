@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from rise_batch.registry import BACKENDS
+
 
 def add_columns_flag(p: argparse.ArgumentParser) -> None:
     """--columns, the same for structure, index and plan: one syntax to read rows whose columns are named otherwise."""
@@ -48,7 +50,7 @@ def add_structure_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="output directory (created; re-running the same command resumes)")
     p.add_argument(
         "--backend",
-        choices=["heuristic", "llm"],
+        choices=list(BACKENDS),
         help="heuristic: free, offline (default); llm: any OpenAI-compatible endpoint",
     )
     add_columns_flag(p)
@@ -73,7 +75,12 @@ def add_structure_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-progress", dest="progress", action="store_false", default=None, help="no progress bar or lines"
     )
-    g = p.add_argument_group("llm backend")
+    add_llm_backend_flags(p.add_argument_group("llm backend"))
+    add_cost_flags(p.add_argument_group("cost control"))
+
+
+def add_llm_backend_flags(g: argparse._ActionsContainer) -> None:
+    """The endpoint, model and request settings of the llm backend (LLMConfig's keys, as `llm_*` overrides)."""
     g.add_argument("--base-url", dest="llm_base_url", help="OpenAI-compatible base URL (e.g. http://127.0.0.1:8000/v1)")
     g.add_argument("--model", dest="llm_model", help="model name (default gpt-5.4-nano)")
     g.add_argument(
@@ -102,7 +109,10 @@ def add_structure_flags(p: argparse.ArgumentParser) -> None:
         help="do not send the TOC's JSON schema as response_format (for providers without structured outputs; a "
         "server that refuses it switches it off by itself, after one refused request per worker)",
     )
-    g = p.add_argument_group("cost control")
+
+
+def add_cost_flags(g: argparse._ActionsContainer) -> None:
+    """What a run may spend and how: online or Batch API, the cost cap, prices, the LLM tier, batch settings."""
     g.add_argument("--mode", choices=["online", "batch"], help="online (default) or the OpenAI Batch API (half price)")
     g.add_argument(
         "--max-cost",
@@ -172,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     del args.json, args.verify  # command options, not run settings (the manifest's config stays the same)
     cfg = config_from_args(args)
     stats = run_structure(cfg, verify)  # --max-cost reached: BudgetExceeded, exit 3 (rise_batch.errors)
-    label = cost_label(cfg.llm.base_url) if cfg.backend == "llm" else ""
+    label = cost_label(cfg.llm.base_url) if cfg.calls_llm else ""
     if want_json:
         print(json.dumps(stats | {"cost_simulated": bool(label)}, indent=2, sort_keys=True))
     else:

@@ -15,15 +15,17 @@ APIs (the run config's `api`), wrappers over any transport:
   (rise_batch.llm.responses).
 
 Adding a transport takes its module (a class built from the `LLMConfig`, with `post` and `aclose`) and one line in
-`TRANSPORTS`; config validation reads the names from here. Entries name their class as "module:attribute" and import
-it on first use: this registry imports nothing (config.py reads it, and no HTTP stack loads before a client is made).
+`TRANSPORTS` (rise_batch.registry, below config.py, which validates the name against it). Entries name their class as
+"module:attribute" and import it on first use, so no HTTP stack loads before a client is made.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
+
+from rise_batch.registry import TRANSPORTS as TRANSPORTS  # re-exported: the transport layer reads it here
+from rise_batch.registry import Lazy, one_of
 
 CHAT_PATH = "/chat/completions"
 
@@ -42,38 +44,11 @@ class Transport(Protocol):
         ...
 
 
-class Lazy:
-    """A factory named by "module:attribute" (plus fixed keyword arguments), imported when first called."""
-
-    def __init__(self, ref: str, **kwargs: Any) -> None:
-        self.ref, self.kwargs = ref, kwargs
-
-    def __call__(self, *args: Any) -> Any:
-        module, _, attribute = self.ref.partition(":")
-        return getattr(importlib.import_module(module), attribute)(*args, **self.kwargs)
-
-    def __repr__(self) -> str:
-        return f"Lazy({self.ref!r}{''.join(f', {k}={v!r}' for k, v in self.kwargs.items())})"
-
-
-# name -> factory(config: LLMConfig) -> Transport
-TRANSPORTS: dict[str, Callable[[Any], Transport]] = {
-    "httpx": Lazy("rise_batch.llm.sdk:SdkTransport", http_client="httpx"),
-    "aiohttp": Lazy("rise_batch.llm.sdk:SdkTransport", http_client="aiohttp"),
-    "direct": Lazy("rise_batch.llm.direct:DirectTransport"),
-}
-
 # name -> wrapper(transport) -> Transport, or None for requests sent as they are
 APIS: dict[str, Callable[[Transport], Transport] | None] = {
     "chat": None,
     "responses": Lazy("rise_batch.llm.responses:ResponsesTransport"),
 }
-
-
-def one_of(names: Mapping[str, Any]) -> str:
-    """The registered names as an error message lists them: `'a', 'b' or 'c'`."""
-    quoted = [repr(n) for n in names]
-    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
 def make_transport(config: Any, *, http_backend: str | None = None, api: str = "chat") -> Transport:

@@ -36,11 +36,17 @@ from typing import Any
 from rise_batch.config import ConfigError, StructureConfig
 from rise_batch.corpus.readers import ShardSpec, read_shard
 from rise_batch.llm.batch import BatchResult, reply_from_body, request_line
-from rise_batch.llm.errors import refuses_response_format
-from rise_batch.structure.tier import goes_to_llm, tier_rule
-from rise_batch.structuring.budget import BudgetExceeded
+from rise_batch.llm.batch_runner import BatchRunner, async_client
+from rise_batch.llm.errors import LLMError, refuses_response_format
+from rise_batch.llm.pricing import PriceTable
+from rise_batch.llm.tokens import counter_for
+from rise_batch.structure.backends import HeuristicBackend, LLMBackend
+from rise_batch.structure.propose import TOC_RESPONSE_FORMAT
+from rise_batch.structuring.budget import BudgetExceeded, CostBudget, checkpoint_cost, structuring_estimator
 from rise_batch.structuring.checkpoint import CheckpointStore
+from rise_batch.structuring.plan import request_cost
 from rise_batch.structuring.shard import finish_shard
+from rise_batch.tier_rule import goes_to_llm, tier_rule
 from rise_batch.types import Doc, DocResult, Reply
 
 MANIFEST = "batches.json"
@@ -84,8 +90,6 @@ class Replay:
         self.driver, self.results, self.base, self.calls = driver, results, base, 0
 
     async def __call__(self, messages: list[dict]) -> Reply:
-        from rise_batch.llm.errors import LLMError
-
         d = self.driver
         call, self.calls = self.calls, self.calls + 1
         tries: list[BatchResult] = []
@@ -117,10 +121,6 @@ class Replay:
 
 class BatchDriver:
     def __init__(self, cfg: StructureConfig, plan: Any, bar: Any, client: Any) -> None:
-        from rise_batch.llm.batch_runner import BatchRunner
-        from rise_batch.llm.pricing import PriceTable
-        from rise_batch.structure.backends import HeuristicBackend
-
         self.cfg, self.plan, self.bar = cfg, plan, bar
         self.out = Path(cfg.out)
         self.store = CheckpointStore(self.out)
@@ -159,8 +159,7 @@ class BatchDriver:
 
     def body(self, messages: list[dict]) -> dict[str, Any]:
         """A request line's body: online mode's request, with the TOC schema while structured outputs are on."""
-        from rise_batch.llm.client import chat_request
-        from rise_batch.structure.propose import TOC_RESPONSE_FORMAT
+        from rise_batch.llm.client import chat_request  # lazy: loads openai, aiohttp, tenacity (~4 s)
 
         fmt = {"response_format": TOC_RESPONSE_FORMAT} if self.structured else {}
         return chat_request(self.cfg.llm, messages, **fmt)
@@ -168,15 +167,12 @@ class BatchDriver:
     # -- documents ------------------------------------------------------------------------------------------------
     async def online_chat(self, messages: list[dict]) -> Reply:
         if self._online is None:
-            from rise_batch.llm.client import client_from_config
-            from rise_batch.structure.propose import TOC_RESPONSE_FORMAT
+            from rise_batch.llm.client import client_from_config  # lazy: loads openai, aiohttp, tenacity (~4 s)
 
             fmt = TOC_RESPONSE_FORMAT if self.structured else None
             self._online = client_from_config(self.cfg.llm, response_format=fmt)
             self._online_chat = self._online.chat
             if self.cfg.max_cost_usd is not None:
-                from rise_batch.structuring.budget import CostBudget, checkpoint_cost, structuring_estimator
-
                 budget = CostBudget(self.cfg.max_cost_usd, checkpoint_cost(self.out) + self._committed())
                 model, worst = self.cfg.llm.model, self.cfg.llm.max_output_tokens
                 estimate = structuring_estimator(model, self.prices, max_output_tokens=worst)
@@ -187,9 +183,6 @@ class BatchDriver:
         return reply
 
     async def replay(self, spec: ShardSpec, doc: Doc, results: Mapping[str, BatchResult]) -> DocResult | Deferred:
-        from rise_batch.llm.tokens import counter_for
-        from rise_batch.structure.backends import LLMBackend
-
         if not goes_to_llm(self.rule, doc):
             return self.heuristic.structure_sync(doc, self.plan.run_hash)[0]
         llm = self.cfg.llm
@@ -241,16 +234,12 @@ class BatchDriver:
         )
 
     def _estimate(self, requests: list[tuple[str, list[dict]]]) -> float:
-        from rise_batch.structuring.plan import request_cost
-
         return sum(request_cost(m, self.cfg.llm.model, self.prices, batch=True) for _, m in requests)
 
     async def _submit(self, pack: int, rnd: int, shards: list[int], deferred: list[tuple[str, list[dict]]]) -> None:
         """Submit one round; bodies are built here, so every line of a group carries the same format."""
         estimate = self._estimate(deferred)
         if self.cfg.max_cost_usd is not None:
-            from rise_batch.structuring.budget import checkpoint_cost
-
             spent = checkpoint_cost(self.out) + self._committed()
             if spent + estimate > self.cfg.max_cost_usd:
                 raise BudgetExceeded(self.cfg.max_cost_usd, spent, estimate)
@@ -371,7 +360,6 @@ def _say(message: str) -> None:
 
 def run_batch(cfg: StructureConfig, plan: Any, bar: Any) -> tuple[list[dict], list[dict]]:
     """Structure every shard of `plan` through the Batch API: (per-shard stats, [batch transport stats])."""
-    from rise_batch.llm.batch_runner import async_client
 
     async def main() -> tuple[list[dict], list[dict]]:
         client = async_client(cfg.llm.base_url, cfg.llm.api_key(), max(cfg.llm.timeout_s, 600.0))

@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from rise_batch.errors import EXIT_BUDGET, CleanExit
+from rise_batch.llm.pricing import PriceTable
+from rise_batch.structuring.checkpoint import CheckpointStore
+from rise_batch.structuring.plan import request_cost
 from rise_batch.types import Reply
 
 
@@ -82,9 +85,8 @@ class CostBudget:
 def require_price(cfg: Any) -> None:
     """Refuse to start a --max-cost run whose model has no price: every reply would cost $0 and the limit would let
     the run spend without bound. Called by the job before the scan, so nothing is read or paid first."""
-    if cfg.backend != "llm" or cfg.max_cost_usd is None:
+    if not cfg.calls_llm or cfg.max_cost_usd is None:
         return
-    from rise_batch.llm.pricing import PriceTable
 
     table = PriceTable.load([cfg.llm.prices_file] if cfg.llm.prices_file else [])
     table.require(cfg.llm.model, f"--max-cost {cfg.max_cost_usd:g}")
@@ -92,8 +94,6 @@ def require_price(cfg: Any) -> None:
 
 def checkpoint_cost(out_dir: str | Path) -> float:
     """Dollars already recorded in a run's checkpoint (all shards)."""
-    from rise_batch.structuring.checkpoint import CheckpointStore
-
     store = CheckpointStore(out_dir)  # a damaged part is a CheckpointError naming it and the remedy
     return float(sum(sum(store.read_part(p, ["cost_usd"]).column("cost_usd").to_pylist()) for p in store.parts()))
 
@@ -103,6 +103,4 @@ def structuring_estimator(
 ) -> Callable[[list[dict]], float]:
     """Cost of a request before it is sent: with `max_output_tokens`, the worst case (online reservations, so the
     limit is never passed by requests in flight); without, the expected output (a batch pack's estimate)."""
-    from rise_batch.structuring.plan import request_cost
-
     return lambda messages: request_cost(messages, model, prices, batch=batch, output_tokens=max_output_tokens)

@@ -14,15 +14,24 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rise_batch.config import ConfigError, StructureConfig, config_to_dict, run_hash
-from rise_batch.corpus.readers import ShardSpec
-from rise_batch.corpus.scan import scan_corpus, shards_from_json, shards_to_json, write_bad_rows
-from rise_batch.errors import RunIncomplete
+from rise_batch.corpus.readers import ShardSpec, list_sources
+from rise_batch.corpus.scan import corpus_fingerprint, scan_corpus, shards_from_json, shards_to_json, write_bad_rows
+from rise_batch.errors import RunIncomplete, StorageError
+from rise_batch.executor import executor_for
+from rise_batch.executor.base import MapOptions, Stage, WorkerSpec
+from rise_batch.executor.probe import REMEDY, Input, Output, check_storage, node_labels
+from rise_batch.index import build_index
+from rise_batch.index.shards import RayShardRunner
 from rise_batch.io import dump_json, make_output_dir, read_json, supersede, write_parquet_atomic
 from rise_batch.progress import Progress
+from rise_batch.prompts import load_prompt
 from rise_batch.storage import ObjectPath, location, redact
-from rise_batch.structuring.batch import refuse_if_batches_open
+from rise_batch.structuring.batch import refuse_if_batches_open, run_batch
+from rise_batch.structuring.budget import require_price
 from rise_batch.structuring.checkpoint import CheckpointStore
-from rise_batch.structuring.shard import merge_stats
+from rise_batch.structuring.shard import STOPS, merge_stats
+from rise_batch.structuring.verify import Verification, missing_structured, repair, verify_checkpoint, verify_outputs
+from rise_batch.structuring.worker import describe_shard, shard_services
 
 MANIFEST = "manifest.json"
 OUTPUTS = (
@@ -60,13 +69,9 @@ def _plan_key(cfg: StructureConfig, fingerprint: str) -> dict:
 
 def prepare_run(cfg: StructureConfig) -> RunPlan:
     """Scan the corpus (or reuse the manifest's scan) and pin the run; refuse a mismatched resume."""
-    from rise_batch.corpus.readers import list_sources
-    from rise_batch.corpus.scan import corpus_fingerprint
-    from rise_batch.prompts import load_prompt
-
     out = location(cfg.out)
     make_output_dir(out)  # removed again if the run fails before writing into it (errors.run_main)
-    prompt_text = load_prompt(cfg.prompt) if cfg.backend == "llm" else ""
+    prompt_text = load_prompt(cfg.prompt) if cfg.calls_llm else ""
     rh = run_hash(cfg, prompt_text)
     key = _plan_key(cfg, corpus_fingerprint(list_sources(cfg.corpus)))
     mpath = out / MANIFEST
@@ -132,7 +137,7 @@ def _structured_change(manifest: dict, cfg: StructureConfig) -> str:
     """Why the hash changed when structured outputs did: a manifest from before the setting was made without them
     (the setting is on by default now), so the remedy to resume it is --no-structured-output."""
     old = manifest.get("config") or {}
-    if old.get("backend") != "llm" or cfg.backend != "llm":
+    if old.get("backend") != "llm" or not cfg.calls_llm:
         return ""
     before = bool((old.get("llm") or {}).get("structured_output", False))
     if before == cfg.llm.structured_output:
@@ -148,7 +153,7 @@ MAX_SHARD_ATTEMPTS = 3  # worker deaths under one shard before it is an applicat
 def lent_env(cfg: StructureConfig) -> tuple[str, ...]:
     """The variables the job lends its actors when attached to a cluster (beside executor.ray.FORWARDED_ENV): the
     API key's. Every connection of the job asks for them, since the first one decides."""
-    return (cfg.llm.api_key_env,) if cfg.backend == "llm" else ()
+    return (cfg.llm.api_key_env,) if cfg.calls_llm else ()
 
 
 def run_shards(
@@ -163,11 +168,6 @@ def run_shards(
     A --max-cost stop, or a key the endpoint refuses, lets the running shards finish with their rows flushed, then
     raises BudgetExceeded or KeyRefused.
     """
-    from rise_batch.executor import executor_for
-    from rise_batch.executor.base import MapOptions, Stage, WorkerSpec
-    from rise_batch.structuring.shard import STOPS
-    from rise_batch.structuring.worker import describe_shard, shard_services
-
     results: dict[int, dict] = {}
     local = cfg.n_workers == 0
 
@@ -195,7 +195,7 @@ def run_shards(
     n = max(cfg.n_workers, 1)
     if local:  # LLM: two shards at once, so one's requests go out while the other drains and writes its files (the
         # client still holds the worker to llm.concurrency requests in flight); one lane stalled at each boundary
-        per_worker = 2 if cfg.backend == "llm" else 1
+        per_worker = 2 if cfg.calls_llm else 1
     else:
         per_worker = max(1, (cfg.max_shards_in_flight or 2 * n) // n)
     options = MapOptions(
@@ -218,8 +218,6 @@ def run_shards(
 def check_checkpoint(cfg: StructureConfig, plan: RunPlan, full: bool) -> dict:
     """Verify the checkpoint before resuming it (structuring/verify.py); damaged files are moved aside, named on
     stderr, and their documents redone. Returns the stats.json keys saying what that re-buys ({} when nothing)."""
-    from rise_batch.structuring.verify import missing_structured, repair, verify_checkpoint
-
     found = verify_checkpoint(cfg.out, plan.shards, full)
     found = found._replace(damaged=found.damaged + missing_structured(cfg.out, plan.shards))
     repair(cfg.out, found, lambda line: print(f"rise-batch: {line}", file=sys.stderr, flush=True))
@@ -229,28 +227,22 @@ def check_checkpoint(cfg: StructureConfig, plan: RunPlan, full: bool) -> dict:
 def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
     """The whole job; returns the merged stats that are also written to OUT/stats.json. `verify` is `--verify`:
     every checkpoint part's digest and rows are checked, not only its footer."""
-    from rise_batch.structuring.budget import require_price
-
     t0 = time.monotonic()
     require_price(cfg)  # a --max-cost over an unpriced model could never stop the run: refuse before the scan
     if cfg.n_workers > 0:  # workers on other nodes must write the OUT this driver reads, and read the same corpus
-        from rise_batch.executor.probe import Input, Output, check_storage
-
         corpus = [Input("the corpus (--corpus)", cfg.corpus, "corpus")]
         check_storage(cfg.ray_address, [Output("OUT", cfg.out)], corpus, env=lent_env(cfg))
     plan = prepare_run(cfg)
     rebought = check_checkpoint(cfg, plan, verify)
     if cfg.mode == "online":
         refuse_if_batches_open(cfg.out)
-    llm = cfg.backend == "llm"  # dollars exist only there; retries and 429s are counted online, per shard
+    llm = cfg.calls_llm  # dollars exist only there; retries and 429s are counted online, per shard
     online = llm and cfg.mode == "online"
     nodes: dict[int, str] = {}  # shard id -> the Ray node that ran it
     with Progress(
         f"structure[{cfg.backend}]", plan.n_docs, enabled=cfg.progress, show_cost=llm, show_transport=online
     ) as bar:
         if cfg.mode == "batch":  # one driver process: the provider does the parallel work
-            from rise_batch.structuring.batch import run_batch
-
             shard_stats, transport = run_batch(cfg, plan, bar)
         else:
             by_shard, transport = run_shards(cfg, plan, bar, nodes)
@@ -258,11 +250,9 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
             shard_stats = list(by_shard.values())
     stats = merge_stats(shard_stats)
     if nodes:  # on Ray: how many shards each node ran
-        from rise_batch.executor.probe import node_labels
-
         labels = node_labels()
         stats["nodes"] = dict(sorted(Counter(labels.get(n, n) for n in nodes.values()).items()))
-    if cfg.backend == "llm":
+    if cfg.calls_llm:
         stats["transport"] = merge_stats(transport)  # this run's HTTP traffic (not that of killed earlier runs)
         stats.update(structured_output_stats(cfg, stats["transport"]))
     wall = time.monotonic() - t0
@@ -299,9 +289,6 @@ def verify_shards(
     whose marker, parts or structured files it does not find as recorded is repaired and run once more (its rows
     are checkpointed: nothing is re-bought unless a part is gone); still missing after that, the job fails naming
     the file and the node that wrote it. Returns the second pass's transport stats."""
-    from rise_batch.errors import StorageError
-    from rise_batch.executor.probe import REMEDY
-    from rise_batch.structuring.verify import Verification, repair, verify_outputs
 
     def say(line: str) -> None:
         print(f"rise-batch: {line}", file=sys.stderr, flush=True)
@@ -324,8 +311,6 @@ def verify_shards(
         d = bad[0]
         node = nodes.get(d.shard_id)
         if node is not None:
-            from rise_batch.executor.probe import node_labels
-
             node = node_labels().get(node, node)
         where = f"written by node {node}" if node else "written in this process"
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
@@ -358,16 +343,12 @@ def build_job_index(cfg: StructureConfig, plan: RunPlan) -> str:
 
     A finished index for the same number of documents is kept, so a resumed job does not rebuild it.
     """
-    from rise_batch.index import build_index
-
     out = location(cfg.out) / "index"
     meta = out / "meta.json"
     if meta.exists() and read_json(meta).get("counts", {}).get("n_docs") == plan.n_docs:
         return str(out)
     runner = None
     if cfg.n_workers > 0:
-        from rise_batch.index.shards import RayShardRunner
-
         # a POSIX OUT is shared by every worker: postings spill there; from object storage they come through Ray
         runner = RayShardRunner(cfg.ray_address, spill=not isinstance(out, ObjectPath))
     build_index(

@@ -21,10 +21,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from rise_batch.config import LLMConfig
 from rise_batch.llm.pricing import PriceTable
 from rise_batch.llm.tokens import TokenCounter, counter_for, message_text
+from rise_batch.prompts import load_prompt
+from rise_batch.structure.backends import model_input
+from rise_batch.structure.heuristic import is_too_short
+from rise_batch.structure.propose import TOC_RESPONSE_FORMAT, build_messages
 from rise_batch.structuring.plan_sample import plan_sample
 from rise_batch.structuring.plan_sample import sample_docs as sample_docs  # re-exported: callers import it here
+from rise_batch.tier_rule import goes_to_llm, tier_rule
 from rise_batch.types import Doc
 
 CACHE_MIN_TOKENS = 1024  # OpenAI caches a prompt prefix only from this length on
@@ -54,9 +60,7 @@ def messages_tokens(messages: Sequence[dict], counter: TokenCounter | None = Non
 def request_tokens(messages: list[dict], model: str, counter: TokenCounter, structured: bool = True) -> int:
     """Prompt tokens of the request a run sends for `messages`: the body `chat_request` builds, with the TOC schema
     as `response_format` when structured outputs are on (llm/client.py), so the schema's tokens are priced too."""
-    from rise_batch.config import LLMConfig
-    from rise_batch.llm.client import chat_request, format_params
-    from rise_batch.structure.propose import TOC_RESPONSE_FORMAT
+    from rise_batch.llm.client import chat_request, format_params  # lazy: loads openai, aiohttp, tenacity (~4 s)
 
     cfg = LLMConfig(model=model, structured_output=structured)
     return counter.request(chat_request(cfg, messages, **format_params(cfg, TOC_RESPONSE_FORMAT)))
@@ -98,11 +102,6 @@ def estimate_doc(
     output: OutputModel = DEFAULT_OUTPUT,
     structured: bool = True,
 ) -> DocEstimate:
-    from rise_batch.structure.backends import model_input
-    from rise_batch.structure.heuristic import is_too_short
-    from rise_batch.structure.propose import build_messages
-    from rise_batch.structure.tier import goes_to_llm
-
     if is_too_short(doc.text) or not goes_to_llm(tier, doc):
         return DocEstimate(len(doc.text), False, 0, 0.0, False)
     counter = counter_for(model)
@@ -112,6 +111,85 @@ def estimate_doc(
 
 
 # -- the plan ---------------------------------------------------------------------------------------------------
+MAX_FILE_REQUESTS = 50_000  # the Batch API's limit of requests per input file
+MAX_FILE_BYTES = 200_000_000  # and of bytes per input file
+
+
+class SampleTotals(NamedTuple):
+    """The sample's estimates summed over the corpus: each sampled document weighted by the rows it stands for."""
+
+    docs: float  # documents the plan is for
+    requests: float
+    input_tokens: float
+    output_tokens: float
+    truncated: float  # requests whose input was cut
+    sent_chars: float  # of the documents sent, what the model sees
+    llm_chars: float  # of the documents sent, their whole text
+    all_chars: float  # of every document
+
+
+def sample_totals(est: Sequence[DocEstimate], weights: Sequence[float], docs: float) -> SampleTotals:
+    def total(value, only_llm: bool = True) -> float:
+        return sum(w * value(e) for w, e in zip(weights, est, strict=True) if e.llm or not only_llm)
+
+    return SampleTotals(
+        docs=docs,
+        requests=total(lambda e: 1),
+        input_tokens=total(lambda e: e.input_tokens),
+        output_tokens=total(lambda e: e.output_tokens),
+        truncated=total(lambda e: e.truncated),
+        sent_chars=total(lambda e: e.sent_chars),
+        llm_chars=total(lambda e: e.chars),
+        all_chars=total(lambda e: e.chars, False),
+    )
+
+
+def batch_file_requests(est: Sequence[DocEstimate], prompt_text: str) -> int:
+    """Requests per Batch API input file: the request limit, or fewer when the mean request line (the text sent, the
+    prompt and about 2,000 bytes of JSON) would pass the file size limit."""
+    llm = [e for e in est if e.llm]
+    mean_line = (sum(e.sent_chars for e in llm) / len(llm) + len(prompt_text) + 2000) if llm else 0
+    return min(MAX_FILE_REQUESTS, int(MAX_FILE_BYTES // mean_line)) if mean_line else MAX_FILE_REQUESTS
+
+
+def plan_costs(
+    t: SampleTotals,
+    cached: float,
+    model: str,
+    prices: PriceTable,
+    *,
+    rpm: int,
+    tpm: int,
+    per_file: int,
+    batch_queue_tokens: int | None,
+) -> dict[str, Any]:
+    """The plan's tokens, dollars (online and Batch API), hours and batch files, from the sample's totals."""
+
+    def dollars(batch: bool) -> float:
+        return prices.cost(model, round(t.input_tokens), round(cached), round(t.output_tokens), batch=batch)
+
+    n = t.requests
+    minutes = max(n / rpm, (t.input_tokens + t.output_tokens) / tpm) if n else 0.0
+    return {
+        "requests": round(n),
+        "input_tokens": round(t.input_tokens),
+        "cached_input_tokens": round(cached),
+        "output_tokens": round(t.output_tokens),
+        "input_tokens_per_request": t.input_tokens / n if n else 0.0,
+        "output_tokens_per_request": t.output_tokens / n if n else 0.0,
+        "usd_online": dollars(False),
+        "usd_batch": dollars(True),
+        "usd_per_doc_online": dollars(False) / t.docs,
+        "usd_per_doc_batch": dollars(True) / t.docs,
+        "rpm": rpm,
+        "tpm": tpm,
+        "hours_online": minutes / 60,
+        "batch_files": math.ceil(n / per_file) if n else 0,
+        "batch_requests_per_file": per_file,
+        "batch_waves": math.ceil(t.input_tokens / batch_queue_tokens) if batch_queue_tokens and n else None,
+    }
+
+
 def make_plan(
     corpus: str | Path,
     model: str,
@@ -136,10 +214,6 @@ def make_plan(
 
     Totals weight each sampled document by the rows it stands for (structuring/plan_sample.py: calibrated on the
     corpus's text bytes when the Parquet footers give them; `calibrate=False` scales simply, for comparison)."""
-    from rise_batch.prompts import load_prompt
-    from rise_batch.structure.propose import build_messages
-    from rise_batch.structure.tier import tier_rule
-
     prices = prices or PriceTable.load()
     prompt_text = load_prompt(prompt)
     rule = tier_rule(tier)
@@ -152,70 +226,37 @@ def make_plan(
     est = [estimate_doc(d, prompt_text, **options, tier=rule, output=output, structured=structured) for d in docs]
     total_docs = n_docs if n_docs is not None else rows
     weights = [w * total_docs / rows for w in drawn.weights]  # documents each sampled one stands for
-
-    def total(value, only_llm: bool = True) -> float:
-        return sum(w * value(e) for w, e in zip(weights, est, strict=True) if e.llm or not only_llm)
-
-    requests = total(lambda e: 1)
-    input_tokens = total(lambda e: e.input_tokens)
-    output_tokens = total(lambda e: e.output_tokens)
-    sent_chars, llm_chars, all_chars = (
-        total(lambda e: e.sent_chars),
-        total(lambda e: e.chars),
-        total(lambda e: e.chars, False),
-    )
-    llm = [e for e in est if e.llm]
+    t = sample_totals(est, weights, total_docs)
+    any_llm = any(e.llm for e in est)
     prefix = messages_tokens(build_messages("", prompt_text)[:1], counter)
     cacheable = prefix >= CACHE_MIN_TOKENS
-    cached = (prefix // 128) * 128 * max(requests - 1, 0) if cacheable else 0
-    price = prices.price(model)
-
-    def dollars(batch: bool) -> float:
-        return prices.cost(model, round(input_tokens), round(cached), round(output_tokens), batch=batch)
-
-    minutes = max(requests / rpm, (input_tokens + output_tokens) / tpm) if requests else 0.0
-    max_file_requests = 50_000
-    mean_line = (sum(e.sent_chars for e in llm) / len(llm) + len(prompt_text) + 2000) if llm else 0
-    per_file = min(max_file_requests, int(200_000_000 // mean_line)) if mean_line else max_file_requests
-    return {
-        "corpus": str(corpus),
-        "model": model,
-        "price_known": price is not None,
-        "prompt": prompt,
-        "prompt_tokens": prefix,
-        "prompt_cached": cacheable,
-        "docs": total_docs,
-        "corpus_rows": rows,
-        "sampled_docs": len(est),
-        "sampling": drawn.method,
-        "llm_share": requests / total_docs,
-        "truncated_share": total(lambda e: e.truncated) / requests if llm else 0.0,
-        "text_cut_share": 1 - sent_chars / llm_chars if llm else 0.0,
-        "llm_text_share": sent_chars / all_chars,
-        "tier": tier,
-        "max_input_tokens": max_input_tokens,
-        "mean_chars": all_chars / total_docs,
-        "requests": round(requests),
-        "input_tokens": round(input_tokens),
-        "cached_input_tokens": round(cached),
-        "output_tokens": round(output_tokens),
-        "input_tokens_per_request": input_tokens / requests if requests else 0.0,
-        "output_tokens_per_request": output_tokens / requests if requests else 0.0,
-        "usd_online": dollars(False),
-        "usd_batch": dollars(True),
-        "usd_per_doc_online": dollars(False) / total_docs,
-        "usd_per_doc_batch": dollars(True) / total_docs,
-        "rpm": rpm,
-        "tpm": tpm,
-        "hours_online": minutes / 60,
-        "batch_files": math.ceil(requests / per_file) if requests else 0,
-        "batch_requests_per_file": per_file,
-        "batch_waves": math.ceil(input_tokens / batch_queue_tokens) if batch_queue_tokens and requests else None,
-        "token_count": counter.name
-        + (" (the model's encoding; the fake server bills the same)" if counter.exact else " (estimate: no tokenizer)"),
-        "structured_output": structured,
-        "output_model": output._asdict(),
-    }
+    cached = (prefix // 128) * 128 * max(t.requests - 1, 0) if cacheable else 0
+    limits = {"rpm": rpm, "tpm": tpm, "batch_queue_tokens": batch_queue_tokens}
+    costs = plan_costs(t, cached, model, prices, per_file=batch_file_requests(est, prompt_text), **limits)
+    tokens = " (the model's encoding; the fake server bills the same)" if counter.exact else " (estimate: no tokenizer)"
+    return (
+        {
+            "corpus": str(corpus),
+            "model": model,
+            "price_known": prices.price(model) is not None,
+            "prompt": prompt,
+            "prompt_tokens": prefix,
+            "prompt_cached": cacheable,
+            "docs": total_docs,
+            "corpus_rows": rows,
+            "sampled_docs": len(est),
+            "sampling": drawn.method,
+            "llm_share": t.requests / total_docs,
+            "truncated_share": t.truncated / t.requests if any_llm else 0.0,
+            "text_cut_share": 1 - t.sent_chars / t.llm_chars if any_llm else 0.0,
+            "llm_text_share": t.sent_chars / t.all_chars,
+            "tier": tier,
+            "max_input_tokens": max_input_tokens,
+            "mean_chars": t.all_chars / total_docs,
+        }
+        | costs
+        | {"token_count": counter.name + tokens, "structured_output": structured, "output_model": output._asdict()}
+    )
 
 
 def format_plan(p: dict[str, Any], mode: str = "online") -> str:

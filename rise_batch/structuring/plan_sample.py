@@ -30,6 +30,18 @@ import random
 from pathlib import Path
 from typing import NamedTuple
 
+from rise_batch.corpus.readers import (
+    CorpusError,
+    check_record,
+    column_map,
+    count_rows,
+    file_errors,
+    iter_rows,
+    list_sources,
+    open_parquet,
+    parquet_columns,
+    source_format,
+)
 from rise_batch.types import BadRow, Doc
 
 MAX_Z = 4.0  # the sample's mean bytes may sit this many standard errors from the footers' before they are distrusted
@@ -84,8 +96,6 @@ def parquet_text_bytes(corpus: str | Path, columns: str = "") -> int | None:
     each chunk's uncompressed size less 4 length bytes per non-null value. None when a source is not Parquet or a
     chunk is missing. Page headers and null flags are counted in (~0.01%); dictionary-deduplicated repeats are not,
     which plan_sample catches against the sample."""
-    from rise_batch.corpus.readers import column_map, list_sources, open_parquet, source_format
-
     text = column_map(columns).text
     total = 0
     for src in list_sources(corpus):
@@ -122,8 +132,6 @@ def _sample_items(
     corpus: str | Path, n: int, seed: int = 0, chunks: int = 200, columns: str = ""
 ) -> tuple[list[Doc | BadRow], int]:
     """The sampled rows, refused ones included (sample_docs); CorpusError when none of them is valid."""
-    from rise_batch.corpus.readers import CorpusError, count_rows, iter_rows, list_sources, source_format
-
     sources = list_sources(corpus)
     sizes = [count_rows(s) for s in sources]
     total = sum(sizes)
@@ -156,8 +164,6 @@ def _sample_items(
 
 def _parquet_sample(src: Path, runs: list[tuple[int, int]], columns: str) -> list[Doc | BadRow]:
     """Rows of `runs` read by row group (a group holding no sampled row is never decoded), checked like the scan."""
-    from rise_batch.corpus.readers import check_record, column_map, file_errors, open_parquet, parquet_columns
-
     cols = column_map(columns)
     pf = open_parquet(src)
     wanted = parquet_columns(src, pf, cols)

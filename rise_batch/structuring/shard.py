@@ -29,6 +29,7 @@ from rise_batch.io import write_text_atomic
 from rise_batch.llm.errors import KeyRefused
 from rise_batch.llm.retry import is_transient
 from rise_batch.storage import AnyPath, ObjectPath, arrow_source, location
+from rise_batch.structure.backends import render_result
 from rise_batch.structuring.budget import BudgetExceeded
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.types import OUTCOME_TOC, DocResult
@@ -122,8 +123,6 @@ def materialize_shard(
     `rendered` holds texts the backend already rendered in this process; only docs missing from it (checkpointed
     by an earlier, interrupted run) cost a re-read of the shard and a re-render from their checkpoint row.
     """
-    from rise_batch.structure.backends import render_result
-
     store = CheckpointStore(out_dir)
     dest = dest if dest is not None else Path(out_dir) / "corpus"
     by_id = {r.docid: r for r in (rows if rows is not None else store.read_rows(spec.shard_id))}
@@ -160,103 +159,141 @@ async def structure_shard(
     t0 = time.monotonic()
     done = store.done_docids(spec.shard_id)
     rebought = count_rebought(store, spec.shard_id, done)
-    left: Counter[str] = Counter()  # documents left for a resume, by the kind of their transient failure
-    left_example = ""
-    concurrency = cfg.llm.concurrency if backend.name == "llm" else 1
-    buffer: list[DocResult] = []
-    rendered: dict[str, str] = {}  # written by materialize without re-reading or re-rendering the shard
-    retained = 0
-    oldest = 0.0  # when the oldest row of `buffer` arrived: a part is due flush_seconds after it, not after a flush
-    skipped = 0
-    journal = store.open_journal(spec.shard_id)
+    shard = ShardPass(cfg, spec, store, on_doc)
+    await shard.run(backend, run_hash, done)
+    if shard.left:  # not done: no marker, so a resume redoes exactly these documents
+        left = {
+            "docs_left": sum(shard.left.values()),
+            "left_kinds": dict(shard.left),
+            "left_example": shard.left_example,
+        }
+        return rebought | left
+    stats = await finish_shard(
+        out,
+        spec,
+        cfg.max_doc_chars,
+        shard.rendered,
+        lambda: {"resumed_docs": shard.skipped, "shard_seconds": time.monotonic() - t0},
+    )
+    return stats | rebought  # this run's, not the marker's: a later resume does not count them again
 
-    def flush() -> None:
-        store.write_part(spec.shard_id, buffer)
-        buffer.clear()
 
-    def flush_due_in() -> float | None:
+class ShardPass:
+    """One online pass over a shard: the buffer of finished rows, the policy that writes it as a checkpoint part, and
+    the loop that keeps up to `concurrency` documents in flight.
+
+    A part is written every `flush_docs` rows and at the latest `flush_seconds` after its oldest row arrived (a wait
+    for replies wakes up for it), so replies that stall never hold finished rows in memory. Each finished row is
+    journalled first (the reply is paid for), then buffered; its rendered text is kept for materialize up to
+    RETAIN_CHARS per shard.
+    """
+
+    def __init__(
+        self,
+        cfg: StructureConfig,
+        spec: ShardSpec,
+        store: CheckpointStore,
+        on_doc: Callable[[int, float], None] | None,
+    ) -> None:
+        self.cfg, self.spec, self.store, self.on_doc = cfg, spec, store, on_doc
+        self.buffer: list[DocResult] = []
+        self.oldest = 0.0  # when the oldest row of `buffer` arrived: a part is due flush_seconds after it
+        self.rendered: dict[str, str] = {}  # written by materialize without re-reading or re-rendering the shard
+        self.retained = 0
+        self.skipped = 0  # documents an earlier run checkpointed
+        self.left: Counter[str] = Counter()  # documents left for a resume, by the kind of their transient failure
+        self.left_example = ""
+        self.pending: set[asyncio.Task] = set()  # documents in flight
+        self.journal = -1  # the reply journal's descriptor, open while `run` runs
+
+    def flush(self) -> None:
+        self.store.write_part(self.spec.shard_id, self.buffer)
+        self.buffer.clear()
+
+    def flush_due_in(self) -> float | None:
         """Seconds until the buffer must be written (None: empty), so a wait for replies wakes up to write it."""
-        return max(0.0, oldest + cfg.flush_seconds - time.monotonic()) if buffer else None
+        return max(0.0, self.oldest + self.cfg.flush_seconds - time.monotonic()) if self.buffer else None
 
-    def finished(result: tuple[DocResult, str]) -> None:
-        nonlocal retained, oldest
+    def finished(self, result: tuple[DocResult, str]) -> None:
         res, text = result
-        store.journal_append(journal, res)
-        if not buffer:
-            oldest = time.monotonic()
-        buffer.append(res)
-        if retained < RETAIN_CHARS:
-            rendered[res.docid] = text
-            retained += len(text)
-        if on_doc is not None:
-            on_doc(1, res.cost_usd)  # the driver's progress: documents and dollars as they come
-        if len(buffer) >= cfg.flush_docs or flush_due_in() == 0.0:
-            flush()
+        self.store.journal_append(self.journal, res)
+        if not self.buffer:
+            self.oldest = time.monotonic()
+        self.buffer.append(res)
+        if self.retained < RETAIN_CHARS:
+            self.rendered[res.docid] = text
+            self.retained += len(text)
+        if self.on_doc is not None:
+            self.on_doc(1, res.cost_usd)  # the driver's progress: documents and dollars as they come
+        if len(self.buffer) >= self.cfg.flush_docs or self.flush_due_in() == 0.0:
+            self.flush()
 
-    async def wait(tasks: set[asyncio.Task]) -> tuple[set[asyncio.Task], set[asyncio.Task]]:
+    async def wait(self, tasks: set[asyncio.Task]) -> tuple[set[asyncio.Task], set[asyncio.Task]]:
         """The next finished replies, or none once the buffer is due: replies that stall (a hung request, a rate
         limit) never hold finished rows in memory past flush_seconds."""
-        complete, rest = await asyncio.wait(tasks, timeout=flush_due_in(), return_when=asyncio.FIRST_COMPLETED)
-        if not complete and flush_due_in() == 0.0:
-            flush()
+        complete, rest = await asyncio.wait(tasks, timeout=self.flush_due_in(), return_when=asyncio.FIRST_COMPLETED)
+        if not complete and self.flush_due_in() == 0.0:
+            self.flush()
         return complete, rest
 
-    pending: set[asyncio.Task] = set()
-
-    def take(tasks: Iterable[asyncio.Task]) -> None:
-        nonlocal left_example
+    def take(self, tasks: Iterable[asyncio.Task]) -> None:
+        """Buffer the finished documents, count the transient failures; a stop is raised after the others are kept."""
         stop = None
         for t in tasks:
             e = t.exception()
             if isinstance(e, STOPS):
                 stop = e
             elif e is not None and is_transient(e):
-                left[e.kind] += 1  # type: ignore[attr-defined]  # an LLMError
-                left_example = left_example or str(e)[:300]
+                self.left[e.kind] += 1  # type: ignore[attr-defined]  # an LLMError
+                self.left_example = self.left_example or str(e)[:300]
             else:
-                finished(t.result())
+                self.finished(t.result())
         if stop is not None:
             raise stop
 
-    try:
-        for doc in read_shard(spec, cfg.max_doc_chars):
+    async def run(self, backend, run_hash: str, done: set[str]) -> None:
+        """Every document of the shard not in `done`, then the last part; on a stop, the finished rows are kept."""
+        self.journal = self.store.open_journal(self.spec.shard_id)
+        try:
+            await self.submit_all(backend, run_hash, done)
+            while self.pending:
+                await self.take_next()
+        except STOPS:  # --max-cost, a refused key: keep every finished row, leave the shard unfinished for a resume
+            await self.keep_finished()
+            self.flush()
+            raise
+        finally:
+            os.close(self.journal)
+        self.flush()
+
+    async def submit_all(self, backend, run_hash: str, done: set[str]) -> None:
+        """Read the shard and start its documents, waiting whenever `concurrency` of them are in flight."""
+        concurrency = self.cfg.llm.concurrency if backend.name == "llm" else 1
+        for doc in read_shard(self.spec, self.cfg.max_doc_chars):
             if doc.docid in done:
-                skipped += 1
-                if on_doc is not None:
-                    on_doc(1, 0.0)  # paid by an earlier run
+                self.skipped += 1
+                if self.on_doc is not None:
+                    self.on_doc(1, 0.0)  # paid by an earlier run
                 continue
             if backend.name != "llm":  # the heuristic: no waiting, rows in corpus order
-                finished(await backend.structure(doc, run_hash))
+                self.finished(await backend.structure(doc, run_hash))
                 continue
-            pending.add(asyncio.create_task(backend.structure(doc, run_hash)))
-            while len(pending) >= concurrency:
-                complete, pending = await wait(pending)
-                take(complete)
-        while pending:
-            complete, pending = await wait(pending)
-            take(complete)
-    except STOPS:  # --max-cost, a refused key: keep every finished row, leave the shard unfinished for a resume
-        if pending:
-            await asyncio.wait(pending)
-            for t in pending:
+            self.pending.add(asyncio.create_task(backend.structure(doc, run_hash)))
+            while len(self.pending) >= concurrency:
+                await self.take_next()
+
+    async def take_next(self) -> None:
+        complete, self.pending = await self.wait(self.pending)
+        self.take(complete)
+
+    async def keep_finished(self) -> None:
+        """After a stop: wait for the documents in flight and keep those that finished (they are paid for)."""
+        if self.pending:
+            await asyncio.wait(self.pending)
+            for t in self.pending:
                 e = t.exception()
                 if not isinstance(e, STOPS) and not (e is not None and is_transient(e)):
-                    finished(t.result())
-        flush()
-        raise
-    finally:
-        os.close(journal)
-    flush()
-    if left:  # not done: no marker, so a resume redoes exactly these documents
-        return rebought | {"docs_left": sum(left.values()), "left_kinds": dict(left), "left_example": left_example}
-    stats = await finish_shard(
-        out,
-        spec,
-        cfg.max_doc_chars,
-        rendered,
-        lambda: {"resumed_docs": skipped, "shard_seconds": time.monotonic() - t0},
-    )
-    return stats | rebought  # this run's, not the marker's: a later resume does not count them again
+                    self.finished(t.result())
 
 
 def count_rebought(store: CheckpointStore, shard_id: int, done: set[str]) -> dict:

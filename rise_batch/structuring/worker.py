@@ -13,25 +13,36 @@ from typing import Any
 
 from rise_batch.config import StructureConfig
 from rise_batch.corpus.readers import ShardSpec
+from rise_batch.llm.tokens import counter_for
+from rise_batch.registry import BACKENDS
 from rise_batch.storage import location
+from rise_batch.structure.backends import HeuristicBackend, LLMBackend
+from rise_batch.structure.propose import TOC_RESPONSE_FORMAT
+from rise_batch.structure.tier import TieredBackend
+from rise_batch.structuring.budget import CostBudget, checkpoint_cost, structuring_estimator
 from rise_batch.structuring.shard import structure_shard
+from rise_batch.tier_rule import tier_rule
 
 
 def make_backend(cfg: StructureConfig, prompt_text: str, limiter=None):
-    """The backend a worker uses; built inside the worker so nothing heavy is pickled to it."""
-    from rise_batch.structure.backends import HeuristicBackend, LLMBackend
+    """The backend a worker uses (its factory in rise_batch.registry.BACKENDS); built inside the worker so nothing
+    heavy is pickled to it."""
+    return BACKENDS[cfg.backend].factory(cfg, prompt_text, limiter)
 
-    if cfg.backend == "heuristic":
-        return HeuristicBackend()
-    from rise_batch.llm.client import client_from_config
-    from rise_batch.llm.tokens import counter_for
-    from rise_batch.structure.propose import TOC_RESPONSE_FORMAT
+
+def heuristic_backend(cfg: StructureConfig, prompt_text: str, limiter=None) -> HeuristicBackend:
+    """The free, offline backend: needs neither the prompt nor a limiter."""
+    del cfg, prompt_text, limiter
+    return HeuristicBackend()
+
+
+def llm_backend(cfg: StructureConfig, prompt_text: str, limiter=None):
+    """The LLM backend on its client, behind the cost guard when --max-cost is set, tiered when a rule is set."""
+    from rise_batch.llm.client import client_from_config  # lazy: loads openai, aiohttp, tenacity (~4 s)
 
     client = client_from_config(cfg.llm, limiter=limiter, response_format=TOC_RESPONSE_FORMAT)
     chat = client.chat
     if cfg.max_cost_usd is not None:  # each Ray actor guards an equal share of what is left
-        from rise_batch.structuring.budget import CostBudget, checkpoint_cost, structuring_estimator
-
         spent = checkpoint_cost(cfg.out)
         share = spent + (cfg.max_cost_usd - spent) / cfg.n_workers if cfg.n_workers > 1 else None
         budget = CostBudget(cfg.max_cost_usd, spent, share)
@@ -39,9 +50,7 @@ def make_backend(cfg: StructureConfig, prompt_text: str, limiter=None):
         chat = budget.guard(chat, estimate)
     backend = LLMBackend(chat, prompt_text, reask=cfg.llm.reask, max_input_chars=cfg.llm.max_input_chars,
                          max_input_tokens=cfg.llm.max_input_tokens, counter=counter_for(cfg.llm.model))  # fmt: skip
-    from rise_batch.structure.tier import TieredBackend, tier_rule
-
-    rule = tier_rule(cfg.tier)  # the same routing batch mode and the cost plan use (structure.tier.goes_to_llm)
+    rule = tier_rule(cfg.tier)  # the same routing batch mode and the cost plan use (tier_rule.goes_to_llm)
     if rule is not None:
         backend = TieredBackend(backend, rule)
     backend.client = client  # type: ignore[attr-defined]  # for transport stats and closing
@@ -68,7 +77,7 @@ class ShardWorker:
             location(uri)  # spec or a manifest records without them (storage.location remembers them per bucket)
         limiter = None
         if services.get("limiter"):
-            from rise_batch.llm.limiter_actor import RemoteLimiter
+            from rise_batch.llm.limiter_actor import RemoteLimiter  # lazy: loads ray (Ray runs only)
 
             limiter = RemoteLimiter(services["limiter"], self.cfg.llm.concurrency)
         self.backend = make_backend(self.cfg, config["prompt_text"], limiter)
@@ -105,9 +114,9 @@ def shard_services(cfg: StructureConfig, run_hash: str, on_doc: Callable[[int, f
     def services(kind: str) -> tuple[dict[str, Any], Any]:
         if kind == "local":
             return {"on_doc": on_doc}, None
-        if cfg.backend != "llm":
+        if not cfg.calls_llm:
             return {}, None
-        from rise_batch.llm.limiter_actor import start_limiter
+        from rise_batch.llm.limiter_actor import start_limiter  # lazy: loads ray (Ray runs only)
 
         name, handle = start_limiter(cfg.llm, run_hash)
         return {"limiter": name}, handle

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rise_batch.config import ConfigError
-from rise_batch.structure.tier import parse_tier
+from rise_batch.tier_rule import parse_tier
 from rise_batch.types import Doc
 
 
