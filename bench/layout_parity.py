@@ -151,7 +151,8 @@ TIMING_KEYS = frozenset(
 )
 FLOAT_DIGITS = 10  # JSON floats: sums over rows in LLM reply order differ in the last bit (see the docstring)
 # dotted paths dropped from JSON files of that name, on top of the timing keys
-SCOPED_DROPS = {"manifest.json": ("plan_key.fingerprint",)}
+# (stats.json "nodes": which Ray node ran how many shards names the node by its id, new at every Ray start)
+SCOPED_DROPS = {"manifest.json": ("plan_key.fingerprint",), "stats.json": ("nodes",)}
 # a shard's done marker lists the checkpoint parts it covers; how rows split into parts follows flush timing (every
 # flush_seconds), like the parts themselves, which are digested merged (CHECKPOINT_PART): the list is not compared
 DONE_MARKER = re.compile(r"(?:^|/)stats/shard-\d+\.json$")
