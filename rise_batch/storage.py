@@ -28,7 +28,6 @@ import io
 import os
 import re
 import threading
-from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
@@ -328,8 +327,9 @@ def move(src: AnyPath, dest: AnyPath) -> None:
 
 
 def cache_root() -> Path:
-    """Where local copies of objects that must be POSIX trees live (an index to memory-map, a docs tree):
-    $RISE_BATCH_CACHE, default <tmp>/rise-batch-cache."""
+    """Where this node's local copies of objects that must be POSIX trees live (an index to memory-map, a docs
+    tree; rise_batch/cache.py) unless a run names its own `cache_dir`: $RISE_BATCH_CACHE, default
+    <tmp>/rise-batch-cache."""
     import tempfile
 
     return Path(os.environ.get("RISE_BATCH_CACHE") or Path(tempfile.gettempdir()) / "rise-batch-cache")
@@ -357,54 +357,3 @@ def publish_tree(local: Path, dest: ObjectPath, last: str) -> None:
     files = sorted((f for f in local.rglob("*") if f.is_file()), key=lambda f: f.relative_to(local).as_posix() == last)
     for f in files:
         (dest / f.relative_to(local).as_posix()).upload(f)
-
-
-def fetch_tree(src: ObjectPath, cache_root: Path, marker: str) -> Path:
-    """A verified local copy of the objects under `src` (e.g. an index to memory-map), made once per listing.
-
-    Kept under `cache_root/<digest of the URI and the objects' names and sizes>/`: the copy goes to a temporary
-    sibling, each file is checked against its listed size, and only then is it renamed into place, so a partial
-    copy is never used and a changed source gets a new copy. `marker` must be among the objects (the source is
-    whole only then)."""
-    import hashlib
-
-    listing = [(str(o.relative_to(src)), n) for o, n in src.list(recursive=True)]
-    if marker not in {name for name, _ in listing}:
-        raise FileNotFoundError(f"{src}: no {marker} (not written, or not finished)")
-    key = hashlib.sha256(repr((str(src), listing)).encode()).hexdigest()[:20]
-
-    def fill(tmp: Path) -> None:
-        import pyarrow.fs as pafs
-
-        for name, size in listing:
-            target = tmp / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            pafs.copy_files((src / name).path, str(target), src.fs, pafs.LocalFileSystem())
-            if target.stat().st_size != size:
-                raise OSError(f"{src / name}: copied {target.stat().st_size} bytes of {size}")
-
-    return build_once(cache_root, key, fill)
-
-
-def build_once(root: Path, key: str, fill: Callable[[Path], None]) -> Path:
-    """`root/key`, made by `fill(tmp)` in a temporary sibling renamed into place only when `fill` returned, so a
-    partial copy is never used; an existing one is reused (another process that finished first wins)."""
-    import shutil
-    import tempfile
-
-    dest = root / key
-    if dest.is_dir():
-        return dest
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
-    tmp.chmod(0o755)  # readable by others, e.g. the sandbox's uid (mkdtemp makes it private)
-    try:
-        fill(tmp)
-        try:
-            tmp.rename(dest)
-        except OSError:
-            if not dest.is_dir():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dest

@@ -1,32 +1,31 @@
-"""A run's inputs in object storage (`--index s3://…`, `--docs s3://…`), made local on this machine before it starts.
+"""A run's inputs in object storage (`--docs s3://…`, `--index s3://…`), made local on each node that reads them.
 
 The agent's workspace hardlinks documents, `rg` reads files and the index is memory-mapped: all three need a POSIX
-tree on the disk the workspaces are on. A `--docs` in object storage is a `structure` OUT there, which holds the
-checkpoint but no file per document, so its tree is materialized from the checkpoint and the corpus; an index is
-copied (index.retriever.local_index). Both go to a cache directory (storage.cache_root: `$RISE_BATCH_CACHE`,
-default `<tmp>/rise-batch-cache`), keyed by what they
-were made from, built in a temporary sibling and renamed into place only when complete and verified, and reused
-by later runs. This is the simple, per-machine form: every Ray worker of the run must see the same cache path (one
-machine, or a cache on shared storage); per-node caches are a separate step.
+tree on the node's own disk, on the file system its workspaces are on. A `--docs` in object storage is a `structure`
+OUT there, which holds the checkpoint but no file per document, so its tree is materialized from the checkpoint and
+the corpus; an index is copied. Each worker asks for them when it starts (`localize`), and the node-local cache
+(rise_batch/cache.py, under the run's `cache_dir`) makes each one once per node: the other workers of the node wait
+for that copy, later runs reuse it. The driver only checks that the sources are whole (`check_sources`): it never
+needs the trees itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from pathlib import Path
+from typing import Any
 
-from rise_batch.storage import ObjectPath, build_once, cache_root, location
+from rise_batch.cache import Cached, cache_dir, fetch_objects, key_of, materialize
+from rise_batch.storage import ObjectPath, location
 
 
-def local_docs(uri: str) -> str:
-    """A docs directory (corpus/<relpath>, docmap.parquet, manifest.json) built from a `structure` OUT in object
-    storage; refuses an unfinished or damaged run, naming it."""
+def _docs_source(uri: str) -> tuple[ObjectPath, dict[str, Any], list]:
+    """(OUT, its manifest, its shards) of a `structure` OUT in object storage; refuses one that is not such an OUT or
+    whose checkpoint is damaged, naming it."""
     from rise_batch.corpus.scan import shards_from_json
     from rise_batch.errors import ConfigError
     from rise_batch.io import read_json
     from rise_batch.structuring.job import MANIFEST
-    from rise_batch.structuring.shard import materialize_shard
     from rise_batch.structuring.verify import require_intact
 
     out = location(uri)
@@ -34,32 +33,67 @@ def local_docs(uri: str) -> str:
         raise ConfigError(f"docs {out}: no {MANIFEST} (--docs in object storage must be a `structure` OUT)")
     manifest = read_json(out / MANIFEST)
     shards = shards_from_json(manifest["shards"])
-    listing = [(str(p.relative_to(out)), n) for sub in ("checkpoint", "stats") for p, n in (out / sub).list()]
-    key = hashlib.sha256(repr((str(out), manifest["run_hash"], listing)).encode()).hexdigest()[:20]
     require_intact(out, shards)
+    return out, manifest, shards
 
-    def fill(tmp: Path) -> None:
+
+def check_sources(cfg: Any, uses_index: bool) -> None:
+    """The driver's check of a run's inputs in object storage, before any worker starts: a docs OUT that is whole,
+    an index with its meta.json (the workers then copy them, each node once)."""
+    from rise_batch.index.build import META_FILE
+
+    for key in ("docs", "original_docs"):
+        value = getattr(cfg, key)
+        if value and isinstance(location(value), ObjectPath):
+            _docs_source(value)
+    index = location(cfg.index) if uses_index and cfg.index else None
+    if isinstance(index, ObjectPath) and not (index / META_FILE).is_file():
+        raise FileNotFoundError(f"{index}: no {META_FILE} (not written, or not finished)")
+
+
+def local_docs(uri: str, root: Path) -> Cached:
+    """A docs directory (corpus/<relpath>, docmap.parquet, manifest.json) built from a `structure` OUT in object
+    storage, under `root/docs/`; refuses an unfinished or damaged run, naming it. Its bytes are the sizes of the
+    objects it reads: the checkpoint parts, docmap, manifest and the corpus files."""
+    from rise_batch.errors import ConfigError
+    from rise_batch.structuring.job import MANIFEST
+    from rise_batch.structuring.shard import materialize_shard
+
+    out, manifest, shards = _docs_source(uri)
+    listing = [(str(p.relative_to(out)), n) for sub in ("checkpoint", "stats") for p, n in (out / sub).list()]
+    key = key_of(str(out), manifest["run_hash"], listing)
+
+    def fill(tmp: Path) -> int:
         n = sum(materialize_shard(out, s, manifest["config"]["max_doc_chars"], dest=tmp / "corpus") for s in shards)
         if n != manifest["n_docs"]:
             raise ConfigError(
                 f"docs {out}: {n} of {manifest['n_docs']} documents are structured (an unfinished run): finish it "
                 "with `rise-batch structure` first"
             )
+        read = sum(size for name, size in listing if name.startswith("checkpoint/"))
         for name in ("docmap.parquet", MANIFEST):
-            (tmp / name).write_bytes((out / name).read_bytes())
+            data = (out / name).read_bytes()
+            (tmp / name).write_bytes(data)
+            read += len(data)
+        return read + sum(location(src).stat().st_size for src in {s.source for s in shards})
 
-    return str(build_once(cache_root() / "docs", key, fill))
+    return materialize(root, "docs", key, fill)
 
 
-def localize(cfg):
-    """`cfg` (a RunConfig) with its object-storage index and docs replaced by local copies."""
-    changes = {}
-    if cfg.index and isinstance(location(cfg.index), ObjectPath):
-        from rise_batch.index.search import local_index
+def localize(cfg: Any, uses_index: bool) -> tuple[Any, dict[str, dict]]:
+    """`cfg` (a RunConfig) with its object-storage docs and index replaced by this node's cached copies, and what
+    getting each cost here ({"docs": {bytes, seconds, reused}, ...}); inputs on a POSIX path are used in place."""
+    root = cache_dir(cfg.cache_dir)
+    changes: dict[str, str] = {}
+    report: dict[str, dict] = {}
+    if uses_index and cfg.index and isinstance(location(cfg.index), ObjectPath):
+        from rise_batch.index.build import META_FILE
 
-        changes["index"] = str(local_index(cfg.index))
+        got = fetch_objects(location(cfg.index), root, "index", META_FILE)
+        changes["index"], report["index"] = str(got.path), got.report()
     for key in ("docs", "original_docs"):
         value = getattr(cfg, key)
         if value and isinstance(location(value), ObjectPath):
-            changes[key] = local_docs(value)
-    return dataclasses.replace(cfg, **changes) if changes else cfg
+            got = local_docs(value, root)
+            changes[key], report[key] = str(got.path), got.report()
+    return (dataclasses.replace(cfg, **changes) if changes else cfg), report

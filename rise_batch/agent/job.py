@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from rise_batch.agent.inputs import localize
+from rise_batch.agent.inputs import check_sources
 from rise_batch.agent.run_config import RunConfig, config_hash
 from rise_batch.agent.runner import EVENT_PARTS, EVENTS, TRAJECTORIES, finished, trajectory_path
 from rise_batch.agent.systems import ORIGINAL, get_system
@@ -26,7 +26,7 @@ from rise_batch.errors import RunIncomplete
 from rise_batch.io import make_output_dir, read_json, supersede, write_json_atomic
 from rise_batch.prompts import load_prompt
 from rise_batch.queries import Query, gold_label, read_queries, select_gold
-from rise_batch.storage import AnyPath, location
+from rise_batch.storage import AnyPath, ObjectPath, location
 
 RUN_JSON = "run.json"
 SUPERSEDED = (RUN_JSON, TRAJECTORIES, "judgments", EVENTS, EVENT_PARTS)
@@ -60,9 +60,9 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
         else:
             dest = supersede(out, SUPERSEDED)
             print(f"rise-batch run: previous run moved to {dest}", file=sys.stderr)
-    recorded = cfg  # run.json records the locations given, not this machine's copies of them
-    cfg = localize(cfg)  # an index or docs in object storage: a verified local copy (agent/inputs.py)
-    if not Path(cfg.docs).is_dir():
+    # an index or docs in object storage: whole here; each worker's node makes its own copy (agent/inputs.py)
+    check_sources(cfg, system.uses_index)
+    if not isinstance(location(cfg.docs), ObjectPath) and not Path(cfg.docs).is_dir():
         raise ConfigError(f"docs directory {cfg.docs} does not exist")
     if system.uses_index and cfg.index:
         refuse_foreign_index(cfg.index, cfg.docs)  # before any model call: every hit would be a missing file
@@ -73,7 +73,7 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
 
         if not probe().ok:  # refuse up front rather than fail every trajectory
             raise ConfigError(f"{probe().reason}; the {system.name} agent's bash needs it (or --unsandboxed)")
-    if system.docs == ORIGINAL and not cfg.original_docs:
+    if system.docs == ORIGINAL and not cfg.original_docs and not isinstance(location(cfg.docs), ObjectPath):
         from rise_batch.agent.originals import original_docs
 
         cfg = dataclasses.replace(cfg, original_docs=str(original_docs(cfg.docs, workers=max(cfg.workers, 1))))
@@ -84,7 +84,7 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
         {
             "system": cfg.system,
             "model": cfg.llm.model,
-            "config": config_to_dict(dataclasses.replace(cfg, index=recorded.index, docs=recorded.docs)),
+            "config": config_to_dict(cfg),
             "config_hash": ch,
             "queries": str(cfg.queries),
             "gold": gold_label(cfg.gold, cfg.qrels),
@@ -138,7 +138,7 @@ def refuse_foreign_index(index_dir: str | Path, docs_dir: str | Path) -> None:
     from rise_batch.space.workspace import load_docmap
 
     try:
-        docids = read_json(Path(index_dir) / "docids.json")
+        docids = read_json(location(index_dir) / "docids.json")
     except (OSError, ValueError) as e:
         raise ConfigError(
             f"{index_dir} is not a BM25 index of `rise-batch index` (no readable docids.json: {e})"
@@ -148,7 +148,7 @@ def refuse_foreign_index(index_dir: str | Path, docs_dir: str | Path) -> None:
     if not missing:
         return
 
-    def corpus_of(path: Path, key: str) -> str:
+    def corpus_of(path: AnyPath, key: str) -> str:
         try:
             value = read_json(path)
             return str(value.get("corpus", {}).get("path") if key == "meta" else value.get("corpus"))
@@ -156,11 +156,11 @@ def refuse_foreign_index(index_dir: str | Path, docs_dir: str | Path) -> None:
             return "unknown"
 
     raise ConfigError(
-        f"the index {index_dir} (corpus {corpus_of(Path(index_dir) / 'meta.json', 'meta')}) and the docs directory "
-        f"{docs_dir} (corpus {corpus_of(Path(docs_dir) / 'manifest.json', 'manifest')}) do not hold the same "
-        f"documents: {len(missing):,} of the index's {len(docids):,} docids are not in {docs_dir}/docmap.parquet "
-        f"(first: {missing[0]!r}). Build the index over the docs' own corpus (`rise-batch structure --index` writes "
-        "DOCS/index) or pass the matching --docs"
+        f"the index {index_dir} (corpus {corpus_of(location(index_dir) / 'meta.json', 'meta')}) and the docs "
+        f"directory {docs_dir} (corpus {corpus_of(location(docs_dir) / 'manifest.json', 'manifest')}) do not hold "
+        f"the same documents: {len(missing):,} of the index's {len(docids):,} docids are not in "
+        f"{docs_dir}/docmap.parquet (first: {missing[0]!r}). Build the index over the docs' own corpus "
+        "(`rise-batch structure --index` writes DOCS/index) or pass the matching --docs"
     )
 
 
@@ -355,11 +355,17 @@ def run_trajectories(cfg: RunConfig, incomplete_ok: bool = False) -> dict[str, A
     finally:
         progress.close()
     stats = summarize(cfg.out, plan.queries, plan.config_hash)
-    if nodes:  # on Ray: how many queries each node ran
+    caches = [r.pop("cache") for r in transport if isinstance(r.get("cache"), dict)]
+    labels: dict[str, str] = {}
+    if nodes or any(c.get("node") for c in caches):  # on Ray: how many queries each node ran
         from rise_batch.executor.probe import node_labels
 
         labels = node_labels()
         stats["nodes"] = dict(sorted(Counter(labels.get(n, n) for n in nodes.values()).items()))
+    if any(c.get("inputs") for c in caches):
+        stats["cache"] = cache_by_node(caches, labels)
+        for node, c in stats["cache"].items():
+            print(cache_line(node, c), file=sys.stderr, flush=True)
     if transport:  # this invocation's HTTP traffic: attempts, retries, 429s, timeouts (per-worker sums)
         from rise_batch.structuring.shard import merge_stats
 
@@ -380,6 +386,46 @@ def run_trajectories(cfg: RunConfig, incomplete_ok: bool = False) -> dict[str, A
             f"The others are kept. Re-run the same command to run those again. ({summary_line(stats, cfg.out)})"
         )
     return stats
+
+
+def cache_by_node(reports: list[dict[str, Any]], labels: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The workers' cache reports summed per node: bytes fetched, seconds the slowest worker spent getting the
+    inputs (the others waited for its copy), whether every input was found made already, the earliest first
+    trajectory, and the same per input (docs, index, original)."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in reports:
+        node = labels.get(r.get("node") or "", r.get("node") or "driver")
+        n = out.setdefault(node, {"bytes": 0, "seconds": 0.0, "reused": True, "first_trajectory_s": None,
+                                  "workers": 0, "inputs": {}})  # fmt: skip
+        n["workers"] += 1
+        first = r.get("first_trajectory_s")
+        if first is not None and (n["first_trajectory_s"] is None or first < n["first_trajectory_s"]):
+            n["first_trajectory_s"] = first
+        for kind, got in (r.get("inputs") or {}).items():
+            k = n["inputs"].setdefault(kind, {"bytes": 0, "seconds": 0.0, "reused": True})
+            k["bytes"] += got["bytes"]
+            k["seconds"] = max(k["seconds"], got["seconds"])
+            k["reused"] = k["reused"] and got["reused"] is not False
+    for n in out.values():
+        n["bytes"] = sum(k["bytes"] for k in n["inputs"].values())
+        n["seconds"] = round(sum(k["seconds"] for k in n["inputs"].values()), 3)
+        n["reused"] = all(k["reused"] for k in n["inputs"].values())
+    return dict(sorted(out.items()))
+
+
+def cache_line(node: str, c: dict[str, Any]) -> str:
+    """One node's line: `rise-batch run: cache on NODE: fetched 1.2 MB in 3.4 s (docs 1.0 MB ...), first ..."""
+
+    def one(kind: str, k: dict[str, Any]) -> str:
+        got = "reused" if k["reused"] else f"{k['bytes'] / 1e6:.1f} MB"
+        return f"{kind} {got} {k['seconds']:.1f} s"
+
+    parts = ", ".join(one(kind, k) for kind, k in c["inputs"].items())
+    first = c["first_trajectory_s"]
+    return (
+        f"rise-batch run: cache on {node}: fetched {c['bytes'] / 1e6:.1f} MB in {c['seconds']:.1f} s ({parts}); "
+        f"first trajectory {f'{first:.1f} s' if first is not None else '-'} after its worker started"
+    )
 
 
 def summary_line(stats: dict[str, Any], out: str) -> str:

@@ -46,7 +46,8 @@ class RunConfig:
     concurrency: int = 8  # trajectories in flight across all workers
     ray_address: str | None = None
     worker_cpus: float = 1.0
-    workspace_root: str | None = None  # default OUT/workspaces
+    workspace_root: str | None = None  # default OUT/workspaces (beside the node's cache when docs are cached)
+    cache_dir: str | None = None  # node-local copies of object-storage docs/index (default storage.cache_root())
     keep_workspaces: bool = False
     bash_timeout_s: float = 60.0
     bash_max_output_chars: int = 4000
@@ -127,13 +128,21 @@ class RunConfig:
 
     @property
     def workspace_dir(self) -> Path:
-        """--workspace-root, else RUN_DIR/workspaces; a run directory in object storage keeps its workspaces
-        (hardlinked POSIX trees) on this machine's disk."""
-        from rise_batch.storage import ObjectPath, location, staging_path
+        """--workspace-root, else RUN_DIR/workspaces. Workspaces hardlink the docs, so where the docs are this node's
+        cached copy of object storage they go beside it (CACHE/workspaces/<run>: one file system), and a run
+        directory in object storage keeps them on this machine's disk."""
+        import hashlib
+
+        from rise_batch.storage import ObjectPath, location, redact, staging_path
 
         if self.workspace_root:
             return Path(self.workspace_root)
         out = location(self.out)
+        if isinstance(location(self.docs), ObjectPath):
+            from rise_batch.cache import cache_dir
+
+            run = hashlib.sha256(redact(self.out).encode()).hexdigest()[:16]
+            return cache_dir(self.cache_dir) / "workspaces" / run
         return staging_path(out / "workspaces") if isinstance(out, ObjectPath) else out / "workspaces"
 
 

@@ -10,6 +10,7 @@ watchdog cancels it (recorded as `wall_clock` with whatever it had done).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import threading
@@ -21,6 +22,7 @@ from typing import Any
 import orjson
 
 from rise_batch.agent.loop import AgentRun, run_agent
+from rise_batch.agent.originals import COMPLETE, ORIGINAL_DIR
 from rise_batch.agent.run_config import RunConfig
 from rise_batch.agent.systems import ORIGINAL, get_system, open_tools, workspace_docs
 from rise_batch.agent.workspace_root import claim_workspace_root
@@ -33,6 +35,7 @@ from rise_batch.space.sandbox import SandboxLimits
 from rise_batch.space.workspace import DocStore
 from rise_batch.storage import AnyPath, ObjectPath, location, staging_path
 
+log = logging.getLogger(__name__)
 WORKER_SLACK_S = 5.0  # the worker-side deadline: budget + this, in case the loop's own checks are stuck
 TRAJECTORIES, EVENTS = "trajectories", "events.jsonl"
 EVENT_PARTS = "events"  # in object storage: one object of events per process that logged (see EventLog)
@@ -92,7 +95,7 @@ def system_docs(cfg: RunConfig) -> str:
     system = get_system(cfg.system)
     if system.docs != ORIGINAL:
         return cfg.docs
-    from rise_batch.agent.originals import ORIGINAL_DIR, original_docs
+    from rise_batch.agent.originals import original_docs
 
     if cfg.original_docs and Path(cfg.original_docs) != Path(cfg.docs) / ORIGINAL_DIR:
         return cfg.original_docs  # the user's own originals
@@ -100,17 +103,31 @@ def system_docs(cfg: RunConfig) -> str:
 
 
 class WorkerContext:
-    """What one worker builds once for all of its trajectories."""
+    """What one worker builds once for all of its trajectories. Docs and index in object storage are this node's
+    cached copies (agent/inputs.py): `cache` says what getting them cost this worker, `first_trajectory_s` how
+    long after it started its first trajectory began (both reported by QueryWorker.close)."""
 
-    def __init__(self, cfg: RunConfig, config_hash: str, limiter: Any = None) -> None:
+    def __init__(self, cfg: RunConfig, config_hash: str, limiter: Any = None, node: str | None = None) -> None:
+        from rise_batch.agent.inputs import localize
         from rise_batch.llm.client import client_from_config
 
-        self.cfg, self.config_hash = cfg, config_hash
+        self.started = time.monotonic()
+        self.first_trajectory_s: float | None = None
+        self.node = node  # the Ray node id (None in the driver's process)
+        self.config_hash = config_hash
         self.system = get_system(cfg.system)
         self.prompt_text = load_prompt(self.system.prompt)
         self.budget = cfg.budget()
         self.run_dir = location(cfg.out)
-        self.store = DocStore(system_docs(cfg))
+        ws_dir = cfg.workspace_dir  # of the locations given: beside this node's cache when the docs are cached
+        self.cfg, self.cache = localize(cfg, self.system.uses_index)
+        cfg = self.cfg
+        t0, twin = time.monotonic(), Path(cfg.docs) / ORIGINAL_DIR / COMPLETE
+        had_twin = twin.is_file()
+        docs = system_docs(cfg)
+        if "docs" in self.cache and docs != cfg.docs:  # the original twin, derived in this node's cached docs
+            self.cache["original"] = {"bytes": 0, "seconds": round(time.monotonic() - t0, 3), "reused": had_twin}
+        self.store = DocStore(docs)
         self.client = client_from_config(cfg.llm, limiter=limiter, api=cfg.api)  # api: a transport wrapper
         self.params: dict[str, Any] = {}
         if cfg.api == "responses":
@@ -121,11 +138,32 @@ class WorkerContext:
         self.executor = ThreadPoolExecutor(max_workers=2 * cfg.concurrency + 4, thread_name_prefix="tool")
         self.events = EventLog(self.run_dir / EVENTS)
         # claimed by the driver already; made here too where it is not (a worker on another node's file system)
-        self.ws_root = claim_workspace_root(
-            cfg.workspace_dir, cfg.out, default=cfg.workspace_root is None, driver=False
-        )
+        self.ws_root = claim_workspace_root(ws_dir, cfg.out, default=cfg.workspace_root is None, driver=False)
+        if self.cache:
+            self._cache_event(docs)
         self._index: Any = None
         self._index_lock = threading.Lock()
+
+    def _cache_event(self, docs: str) -> None:
+        """One `cache` event per worker: what its node's copies cost it; a warning when its workspaces cannot
+        hardlink the cached docs (another file system: every document is then copied into each workspace)."""
+        from rise_batch.cache import same_filesystem
+
+        linked = same_filesystem(Path(docs), self.ws_root)
+        if not linked:
+            log.warning(
+                "workspace root %s is on another file system than the cached docs %s: documents are copied into "
+                "each workspace, not hardlinked; leave --workspace-root unset (it then lives beside the cache) or "
+                "put it on the file system of --cache-dir",
+                self.ws_root,
+                docs,
+            )
+        self.events.write({"event": "cache", "node": self.node, "pid": os.getpid(), "inputs": self.cache,
+                           "hardlinks": linked})  # fmt: skip
+
+    def report(self) -> dict[str, Any]:
+        """What this worker's node copies cost it, for the run's stats (stats["cache"], per node)."""
+        return {"node": self.node, "inputs": self.cache, "first_trajectory_s": self.first_trajectory_s}
 
     def index(self) -> Any:
         """The retriever (bm25, dense or hybrid), loaded on first use (from a tool thread; DCI never loads it)."""
@@ -179,6 +217,8 @@ def summary_of(record: dict[str, Any]) -> dict[str, Any]:
 
 async def run_query(ctx: WorkerContext, query: Query, attempt: int = 1) -> dict[str, Any]:
     """Run one query to its end and write its trajectory file; returns the summary."""
+    if ctx.first_trajectory_s is None:
+        ctx.first_trajectory_s = round(time.monotonic() - ctx.started, 3)
     name = safe_name(query.query_id)
     ws_path = ctx.ws_root / name
     if ws_path.exists():  # left by a worker that died running this query

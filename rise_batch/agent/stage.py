@@ -44,7 +44,7 @@ class QueryWorker:
             from rise_batch.llm.limiter_actor import RemoteLimiter
 
             limiter = RemoteLimiter(services["limiter"], cfg.llm.concurrency)
-        self.ctx = WorkerContext(cfg, config["config_hash"], limiter)
+        self.ctx = WorkerContext(cfg, config["config_hash"], limiter, node=services.get("node"))
 
     async def warm_up(self) -> None:
         """Load the index before the first trajectory starts its clock (DCI never loads it)."""
@@ -55,9 +55,10 @@ class QueryWorker:
         return await run_query(self.ctx, query, attempt)
 
     async def close(self) -> dict[str, Any]:
-        """This worker's transport counters, after its client is closed."""
+        """This worker's transport counters, after its client is closed, and under "cache" what its node's copies
+        of the inputs cost it (WorkerContext.report)."""
         await self.ctx.aclose()
-        return self.ctx.client.stats.as_dict()
+        return self.ctx.client.stats.as_dict() | {"cache": self.ctx.report()}
 
 
 class TrajectoryOutcomes:

@@ -39,6 +39,11 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, help="trajectories in flight across all workers (default 8)")
     p.add_argument("--ray-address", help="connect to this Ray cluster (default: start a local Ray)")
     p.add_argument("--workspace-root", help="where per-query workspaces live (default RUN_DIR/workspaces)")
+    p.add_argument(
+        "--cache-dir",
+        help="where each node keeps its copies of --docs/--index in object storage, made once per node and reused "
+        "(default $RISE_BATCH_CACHE, else <node's temp dir>/rise-batch-cache)",
+    )
     p.add_argument("--keep-workspaces", action="store_true", default=None, help="keep workspaces after each query")
     p.add_argument("--index-backend", choices=["auto", "numpy", "numba"], help="BM25 scorer (default auto)")
     p.add_argument("--retriever", help="bm25 (default), dense, hybrid[:rrf[:K]] or hybrid:weighted[:W]")

@@ -42,7 +42,8 @@ class WorkerSpec:
 
 
 def build_worker(spec: WorkerSpec, services: Mapping[str, Any]) -> Worker:
-    """Import the factory by its path and build one worker (inside the worker process, never on the driver)."""
+    """Import the factory by its path and build one worker (inside the worker process, never on the driver). On
+    Ray, `services` also carries "node": the id of the node the worker runs on (what it caches is that node's)."""
     module, _, name = spec.factory.partition(":")
     if not name:
         raise ValueError(f"worker factory {spec.factory!r} is not of the form 'package.module:name'")

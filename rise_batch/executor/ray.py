@@ -108,8 +108,8 @@ class _StageActor:
     """Builds the stage's worker once, then runs items on request (several at once: an async actor)."""
 
     def __init__(self, spec: WorkerSpec, services: Mapping[str, Any]) -> None:
-        self.worker = build_worker(spec, services)
         self.where = (os.getpid(), ray.get_runtime_context().get_node_id())
+        self.worker = build_worker(spec, {**services, "node": self.where[1]})  # which node's caches it fills
 
     async def ready(self) -> tuple[int, str]:
         """Warm up before the first item starts its clock; returns (pid, node id) for the watchdog."""

@@ -168,13 +168,16 @@ def load_index(index_dir: str | Path, **kw) -> BM25Index:
     return BM25Index(local_index(index_dir), **kw)
 
 
-def local_index(index_dir: str | Path) -> str | Path:
+def local_index(index_dir: str | Path, cache_dir: str | Path | None = None) -> str | Path:
     """`index_dir` itself on a POSIX path; for an index in object storage, a verified local copy of it (memory-mapped
-    arrays need a file), made once under storage.cache_root() and reused while the objects are unchanged."""
+    arrays need a file), made once per node under the cache (rise_batch/cache.py) and reused while the objects are
+    unchanged."""
+    from rise_batch.cache import cache_dir as root_of
+    from rise_batch.cache import fetch_objects
     from rise_batch.index.build import META_FILE
-    from rise_batch.storage import ObjectPath, cache_root, fetch_tree, location
+    from rise_batch.storage import ObjectPath, location
 
     loc = location(index_dir)
     if not isinstance(loc, ObjectPath):
         return index_dir
-    return str(fetch_tree(loc, cache_root() / "index", META_FILE))
+    return str(fetch_objects(loc, root_of(cache_dir), "index", META_FILE).path)

@@ -31,7 +31,7 @@ def test_index_built_into_s3_searches_as_a_local_one(tmp_path, s3, monkeypatch, 
     got = open_retriever(f"{root}/idx").search(queries, 5)
     assert [h.docids for h in got] == [h.docids for h in want]
     assert local_index(f"{root}/idx") == local_index(f"{root}/idx")  # one copy, reused
-    assert len(list((tmp_path / "cache" / "index").iterdir())) == 1
+    assert len(list((tmp_path / "cache" / "index").glob("[!.]*"))) == 1  # beside it, its lock file
     # an index directory without its meta.json (an interrupted publish) is never used
     (root / "half" / "docids.json").write_bytes(b"[]")
     with pytest.raises(FileNotFoundError, match="no meta.json"):
