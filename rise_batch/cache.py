@@ -137,19 +137,21 @@ def fetch_objects(src, root: Path, kind: str, marker: str) -> Cached:
     if marker not in {name for name, _ in listing}:
         raise FileNotFoundError(f"{src}: no {marker} (not written, or not finished)")
     key = key_of(str(src), listing, (src / marker).read_bytes())
+    return materialize(root, kind, key, lambda tmp: copy_objects(src, listing, tmp))
 
-    def fill(tmp: Path) -> int:
-        import pyarrow.fs as pafs
 
-        for name, size in listing:
-            target = tmp / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            pafs.copy_files((src / name).path, str(target), src.fs, pafs.LocalFileSystem())
-            if target.stat().st_size != size:
-                raise OSError(f"{src / name}: copied {target.stat().st_size} bytes of {size}")
-        return sum(n for _, n in listing)
+def copy_objects(src, listing: list[tuple[str, int]], dest: Path) -> int:
+    """The objects (name relative to `src`, listed size) copied under `dest`, each checked against its listed size
+    (a copy cut short raises); returns the bytes copied."""
+    import pyarrow.fs as pafs
 
-    return materialize(root, kind, key, fill)
+    for name, size in listing:
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        pafs.copy_files((src / name).path, str(target), src.fs, pafs.LocalFileSystem())
+        if target.stat().st_size != size:
+            raise OSError(f"{src / name}: copied {target.stat().st_size} bytes of {size}")
+    return sum(n for _, n in listing)
 
 
 def same_filesystem(a: Path, b: Path) -> bool:

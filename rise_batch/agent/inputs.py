@@ -15,7 +15,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from rise_batch.cache import Cached, cache_dir, fetch_objects, key_of, materialize
+from rise_batch.cache import Cached, cache_dir, copy_objects, fetch_objects, key_of, materialize
 from rise_batch.storage import ObjectPath, location
 
 
@@ -52,9 +52,11 @@ def check_sources(cfg: Any, uses_index: bool) -> None:
 
 
 def local_docs(uri: str, root: Path) -> Cached:
-    """A docs directory (corpus/<relpath>, docmap.parquet, manifest.json) built from a `structure` OUT in object
-    storage, under `root/docs/`; refuses an unfinished or damaged run, naming it. Its bytes are the sizes of the
-    objects it reads: the checkpoint parts, docmap, manifest and the corpus files."""
+    """A docs directory built from a `structure` OUT in object storage, under `root/docs/`: its checkpoint, stats,
+    docmap.parquet and manifest.json copied (a structure OUT again, so the original-text twin is derived from it
+    and checked against the checkpoint's content hashes as for any OUT), and corpus/<relpath> rendered from that
+    local checkpoint and the corpus. Refuses an unfinished or damaged run, naming it. Its bytes are what it reads:
+    the objects copied and the corpus files."""
     from rise_batch.errors import ConfigError
     from rise_batch.structuring.job import MANIFEST
     from rise_batch.structuring.shard import materialize_shard
@@ -62,19 +64,16 @@ def local_docs(uri: str, root: Path) -> Cached:
     out, manifest, shards = _docs_source(uri)
     listing = [(str(p.relative_to(out)), n) for sub in ("checkpoint", "stats") for p, n in (out / sub).list()]
     key = key_of(str(out), manifest["run_hash"], listing)
+    listing += [(name, (out / name).stat().st_size) for name in ("docmap.parquet", MANIFEST)]
 
     def fill(tmp: Path) -> int:
-        n = sum(materialize_shard(out, s, manifest["config"]["max_doc_chars"], dest=tmp / "corpus") for s in shards)
+        read = copy_objects(out, listing, tmp)
+        n = sum(materialize_shard(tmp, s, manifest["config"]["max_doc_chars"]) for s in shards)
         if n != manifest["n_docs"]:
             raise ConfigError(
                 f"docs {out}: {n} of {manifest['n_docs']} documents are structured (an unfinished run): finish it "
                 "with `rise-batch structure` first"
             )
-        read = sum(size for name, size in listing if name.startswith("checkpoint/"))
-        for name in ("docmap.parquet", MANIFEST):
-            data = (out / name).read_bytes()
-            (tmp / name).write_bytes(data)
-            read += len(data)
         return read + sum(location(src).stat().st_size for src in {s.source for s in shards})
 
     return materialize(root, "docs", key, fill)
