@@ -92,7 +92,12 @@ def test_items_map_to_results_and_workers_report(tmp_path, ray_local) -> None:
     items = [f"ok:{i}" for i in range(8)]
     reports = run.map(items)
     assert set(run.results) == set(items) and not run.lost
-    assert all(r["attempt"] == 1 and r["services"] == {"kind": "ray"} for r in run.results.values())
+    assert all(r["attempt"] == 1 and r["services"]["kind"] == "ray" for r in run.results.values())
+    # each worker is told the Ray node it runs on (what it caches there is that node's)
+    import ray
+
+    nodes = {n["NodeID"] for n in ray.nodes()}
+    assert all(r["services"]["node"] in nodes for r in run.results.values())
     assert 1 <= len(reports) <= 2 and all("pid" in r for r in reports)
 
 
