@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,8 +32,7 @@ PORT_NAMES += ["dashboard-agent-listen-port", "dashboard-agent-grpc-port"]
 
 
 def free_ports(n: int) -> list[int]:
-    import socket
-
+    """n ports free on loopback now (each Ray process of a test cluster needs its own)."""
     socks = [socket.socket() for _ in range(n)]
     for s in socks:
         s.bind(("127.0.0.1", 0))

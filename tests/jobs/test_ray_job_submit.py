@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -32,6 +31,7 @@ import yaml
 from rise_batch.fake_llm import FakeLLMServer
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.types import OUTCOMES
+from tests.two_nodes import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 RAY = shutil.which("ray")
@@ -41,16 +41,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(RAY is None, reason="the `ray` CLI is not installed (pip install 'ray[default]')"),
 ]
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def ray_env(token: str) -> dict[str, str]:
