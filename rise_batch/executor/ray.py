@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rise_batch.errors import USER_ERRORS
 from rise_batch.executor.base import Lost, LostKind, MapOptions, Stage, WorkerSpec, build_worker
@@ -155,6 +156,19 @@ class _Slot:
     load: int = 0
 
 
+def placement(slot: int) -> Any:
+    """Where actor `slot` goes: the nodes with CPUs in turn, the driver's first, as a soft affinity (another node
+    when that one is gone or cannot take it). An actor holds no CPU once placed, so Ray alone may put every actor
+    on one node, and its SPREAD is best effort: on a 2-node cluster both actors of a run landed on the head in some
+    runs, leaving the other node idle."""
+    here = ray.get_runtime_context().get_node_id()
+    nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+    nodes.sort(key=lambda node: (node != here, node))
+    if len(nodes) < 2:
+        return "SPREAD"
+    return NodeAffinitySchedulingStrategy(nodes[slot % len(nodes)], soft=True)
+
+
 class RayExecutor:
     """A stage's items over `workers` Ray actors (started on a local Ray, or the cluster at `address`)."""
 
@@ -194,11 +208,10 @@ class _Dispatch:
         self.deaths: dict[int, int] = {}
         self.start_failures = 0
         self.stopped: BaseException | None = None
-        self.slots = [self._spawn() for _ in range(n)]
+        self.slots = [self._spawn(i) for i in range(n)]
 
-    def _spawn(self) -> _Slot:
-        # SPREAD: an actor holds no CPU once placed, so without it Ray may put every actor on one node
-        opts: dict[str, Any] = {"max_concurrency": self.per + self.o.spare_calls, "scheduling_strategy": "SPREAD"}
+    def _spawn(self, i: int) -> _Slot:
+        opts: dict[str, Any] = {"max_concurrency": self.per + self.o.spare_calls, "scheduling_strategy": placement(i)}
         if self.o.worker_cpus is not None:
             opts["num_cpus"] = self.o.worker_cpus
         actor = self.cls.options(**opts).remote(self.stage.worker, self.services)
@@ -213,7 +226,7 @@ class _Dispatch:
                 os.kill(old.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        self.slots[i] = self._spawn()
+        self.slots[i] = self._spawn(i)
 
     def step(self) -> None:
         self._submit()
