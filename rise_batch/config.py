@@ -69,8 +69,7 @@ class LLMConfig:
     structured_output: bool = option(
         True,
         help="do not send the caller's JSON schema (the TOC's, the grader's) as response_format (for providers "
-        "without structured outputs; a server that refuses it switches it off by itself, after one refused request "
-        "per worker)",
+        "without structured outputs; a server that refuses it turns it off by itself, after one refused request)",
     )
 
     def validate(self) -> None:

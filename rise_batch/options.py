@@ -43,6 +43,14 @@ def option(
     return dataclasses.field(default=default, metadata=meta)
 
 
+def same_as(cls: type, name: str, **changes: Any) -> Any:
+    """A field like `cls`'s `name` (its default and metadata), with `changes` (default=, help=, ...): a section that
+    mirrors another's settings (the judge's LLM settings) says so instead of copying their defaults and help."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    meta = dict(f.metadata) | {k: v for k, v in changes.items() if k != "default"}
+    return dataclasses.field(default=changes.get("default", f.default), metadata=meta)
+
+
 class Option(NamedTuple):
     """One leaf setting of a config dataclass, nested sections flattened to dotted keys (`llm.rpm`)."""
 
@@ -97,12 +105,12 @@ def shown_default(opt: Option) -> str | None:
     return str(value)
 
 
-def help_text(opt: Option, help: str | None = None, shown: str | None = None) -> str:
-    """The option's help with its default appended, `%` escaped for argparse."""
+def help_text(opt: Option, help: str | None = None, shown: str | None = None, required: bool = False) -> str:
+    """The option's help with its default appended (none for a required flag), `%` escaped for argparse."""
     text = help or opt.help
     if shown or opt.shown:  # a description, not a value: "(default: the model's)"
         text += f" (default: {shown or opt.shown})"
-    elif default := shown_default(opt):
+    elif (default := shown_default(opt)) and not required:
         text += f" (default {default})"
     return text.replace("%", "%%")
 
@@ -115,6 +123,7 @@ class Entry(NamedTuple):
     help: str | None = None
     shown: str | None = None
     required: bool = False
+    dest: str | None = None  # where a command reads it under another name than the key's
 
 
 class Section(NamedTuple):
@@ -138,8 +147,11 @@ class Layout(NamedTuple):
 
 def add_option(container: argparse._ActionsContainer, opt: Option, entry: Entry, from_file: bool) -> None:
     """One argparse argument for `opt`, as `entry` asks."""
-    default = None if from_file else opt.default
-    kwargs: dict[str, Any] = {"dest": opt.dest, "help": help_text(opt, entry.help, entry.shown)}
+    default = None if from_file or entry.required else opt.default
+    kwargs: dict[str, Any] = {
+        "dest": entry.dest or opt.dest,
+        "help": help_text(opt, entry.help, entry.shown, entry.required),
+    }
     if opt.type is bool:
         kwargs |= {"action": "store_false" if opt.default else "store_true", "default": default}
     else:
@@ -181,7 +193,8 @@ def markdown_table(layout: Layout, key_prefix: str = "") -> str:
     for _, entry in layout.entries():
         opt = opts[entry.key]
         offered.add(entry.key)
-        rows.append(_row(opt, f"`{entry.flag or opt.flag}`", key_prefix, entry.help, entry.shown))
+        shown = "(required)" if entry.required else entry.shown
+        rows.append(_row(opt, f"`{entry.flag or opt.flag}`", key_prefix, entry.help, shown))
     for key, opt in opts.items():
         if key not in offered:
             rows.append(_row(opt, "(config file)", key_prefix, None, None))
