@@ -193,7 +193,7 @@ def markdown_table(layout: Layout, key_prefix: str = "") -> str:
     for _, entry in layout.entries():
         opt = opts[entry.key]
         offered.add(entry.key)
-        shown = "(required)" if entry.required else entry.shown
+        shown = f"required flag (config `{shown_default(opt)}`)" if entry.required else entry.shown
         rows.append(_row(opt, f"`{entry.flag or opt.flag}`", key_prefix, entry.help, shown))
     for key, opt in opts.items():
         if key not in offered:
@@ -202,8 +202,14 @@ def markdown_table(layout: Layout, key_prefix: str = "") -> str:
 
 
 def _row(opt: Option, flag: str, key_prefix: str, help: str | None, shown: str | None) -> str:
-    default = shown if shown is not None else shown_default(opt)
-    if isinstance(opt.default, bool) and shown is None:
-        default = str(opt.default).lower()
-    cells = [flag, f"`{key_prefix}{opt.key}`", opt.type.__name__, f"`{default}`" if default else "", help or opt.help]
-    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+    """One table row: a value default in code (`500`), a described one in words (the model's)."""
+    if shown is not None or opt.shown is not None:
+        default = shown if shown is not None else opt.shown
+    elif isinstance(opt.default, bool):
+        default = f"`{str(opt.default).lower()}`"
+    else:
+        default = f"`{value}`" if (value := shown_default(opt)) else ""
+    choices = opt.choices() if callable(opt.choices) else opt.choices
+    kind = r" \| ".join(f"`{c}`" for c in choices) if choices else opt.type.__name__
+    cells = [flag, f"`{key_prefix}{opt.key}`", kind, default, (help or opt.help).replace("|", "\\|")]
+    return "| " + " | ".join(cells) + " |"
