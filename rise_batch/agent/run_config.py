@@ -12,14 +12,15 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rise_batch.agent.loop import Budget
 from rise_batch.config import ConfigError, LLMConfig, build_section, read_yaml_section, section_mapping
 from rise_batch.llm.transport import APIS  # chat completions, or the Responses API
 from rise_batch.options import option
 from rise_batch.queries import GOLD_SETS
-from rise_batch.space.sandbox import check_limit
+
+if TYPE_CHECKING:
+    from rise_batch.agent.loop import Budget
 
 # An agent turn of a reasoning model can think for minutes and spend thousands of tokens before a tool call.
 # llm.concurrency (model calls in flight per worker) defaults to the worker's share of `concurrency`, since each
@@ -107,6 +108,8 @@ class RunConfig:
                 raise ConfigError(f"{name} is required")
         if system.uses_index and not self.index:
             raise ConfigError(f"system {self.system} searches: give the BM25 index dir (index / --index)")
+        from rise_batch.space.sandbox import check_limit  # lazy: the CLI builds run's flags from RunConfig at start-up
+
         check_limit("bash_timeout_s", self.bash_timeout_s)  # NaN and inf too: they pass a `<= 0` test
         check_limit("bash_max_output_chars", self.bash_max_output_chars, integer=True)
         if not isinstance(self.bash_nice, int) or isinstance(self.bash_nice, bool) or not 0 <= self.bash_nice <= 19:
@@ -153,6 +156,7 @@ class RunConfig:
                 )
 
     def budget(self) -> Budget:
+        from rise_batch.agent.loop import Budget  # lazy: the CLI builds run's flags from RunConfig at start-up
         from rise_batch.agent.systems import get_system
 
         system = get_system(self.system)
