@@ -74,7 +74,7 @@ def test_a_reask_that_gets_a_grader_reply_is_graded_and_costs_both_calls(tmp_pat
     assert all(v["usage"]["input_tokens"] > 0 and len(v["grader_replies"]) == 2 for v in j.values())
     out = capsys.readouterr().out
     assert "unjudged 0, re-asks 6" in out
-    assert "accuracy 50.0% [95% CI " in out and "over 6 judged; 0 unjudged" in out
+    assert "accuracy 50.0% [95% CI " in out and "over 6/6 judged; 0 unjudged" in out
 
 
 def test_unjudged_queries_are_graded_again_by_the_next_run(tmp_path: Path) -> None:
@@ -135,7 +135,7 @@ def test_prompt_is_a_name_in_prompts_or_a_path_relative_to_the_working_directory
 
         done = judge("--prompt", "my_grader.txt")
         assert done.returncode == 0, done.stderr
-        assert "accuracy 0.0% [95% CI 0.0, 0.0] over 2 judged" in done.stdout
+        assert "accuracy 0.0% [95% CI 0.0, 65.8] over 2/2 judged" in done.stdout
         for prompt, message in [
             ("nothere/grader.txt", "prompt file 'nothere/grader.txt' not found (relative to the working directory"),
             ("blind.txt", "grader prompt 'blind.txt' lacks {question}, {correct_answer}"),
