@@ -124,12 +124,13 @@ def plot_tool_calls(summaries: Sequence[dict[str, Any]], path: Path) -> Path | N
 
 def plot_gold_steps(summaries: Sequence[dict[str, Any]], path: Path) -> Path | None:
     """Distribution of gold_in_workspace_step per run: how many queries had a gold document linked at each step,
-    and how many never did (over queries with gold documents); None when no run has any."""
+    and how many never did (over queries with gold documents, in runs that searched); None when no run has any."""
     runs = [
         (label, [r.get("gold_in_workspace_step") for r in s.get("per_query") or () if r.get("gold_read") is not None])
         for s, label in zip(summaries, run_labels(summaries), strict=True)
     ]
-    runs = [(label, steps) for label, steps in runs if steps]
+    searched = [any(r.get("search_calls") for r in s.get("per_query") or ()) for s in summaries]
+    runs = [(label, steps) for (label, steps), did in zip(runs, searched, strict=True) if steps and did]
     if not runs:
         return None
     plt = _pyplot()

@@ -59,7 +59,8 @@ def test_a_grader_that_does_not_reply_in_its_format_never_grades(tmp_path: Path,
     assert (r["n_judged"], r["n_unjudged"], r["accuracy"], r["n_correct"]) == (0, 20, None, 0)
     assert all(row["correct"] is None and row["unjudged"] for row in r["per_query"])
     md = (tmp_path / "report" / "report.md").read_text()
-    assert "| Accuracy % [95% CI] | Unjudged |" in md and "| – | 20 | 0/20 |" in md
+    assert "| Accuracy % [95% CI] (judged/queries) | Unjudged |" in md and "| – (0/20) | 20 | 0/20 |" in md
+    assert "**Warning:** run 1 (RISE): 20 of 20 queries have no verdict" in md and r["too_many_unjudged"]
 
 
 def test_a_reask_that_gets_a_grader_reply_is_graded_and_costs_both_calls(tmp_path: Path, capsys) -> None:
