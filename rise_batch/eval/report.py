@@ -5,9 +5,9 @@ with the Wilson interval and judged/queries next to accuracy so a reader does no
 and the unjudged count beside it (queries whose grader never replied in its format: left out of accuracy, never
 counted right or wrong). Each run gets its interaction-space figures (`interaction`), and every run after the
 first a paired comparison with the first over their common queries (`paired`: RUN_A RUN_B). The Markdown is
-report_md.py's. Everything in the Markdown is also in report.json with full precision, for scripts. A run directory may carry a
-`cell.json` (written by the sweep job: system, model, k, corpus, corpus_docs, repeat), which labels it in sweep
-plots.
+report_md.py's. Everything in the Markdown is also in report.json with full precision, for scripts. A run
+directory may carry a `cell.json` (written by the sweep job: system, model, k, corpus, corpus_docs, repeat),
+which labels it in sweep plots.
 """
 
 from __future__ import annotations
