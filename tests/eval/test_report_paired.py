@@ -45,3 +45,43 @@ def test_paired_table_of_two_runs_over_the_same_queries(tmp_path: Path) -> None:
     md = (tmp_path / "out" / "report.md").read_text()
     assert "## Paired comparison" in md and "| Accuracy % | 4 | 75.0 | 50.0 | -25.0 [" in md
     assert "only A right 2, only B right 1, both 1, neither 0" in md
+
+
+def test_run_judge_report_end_to_end_has_a_consistent_interaction_block(tmp_path: Path) -> None:
+    from rise_batch.fake_llm import FakeLLMServer
+    from rise_batch.space.sandbox import probe
+    from tests.agent.helpers import run_dir, title_query, world, write_queries
+
+    if not probe().ok:
+        pytest.skip(f"bubblewrap cannot run here: {probe().reason}")
+    w = world()
+    out = run_dir("interaction-e2e")
+    queries = write_queries(out / "q.jsonl", [title_query(d, t) for d, t in list(w.titles.items())[:4]])
+    runs = [out / "rise", out / "rise-bm25"]
+    with FakeLLMServer() as s:
+        for system, run in zip(("rise", "rise-bm25"), runs, strict=True):
+            argv = ["run", "--queries", str(queries), "--system", system, "--index", str(w.index), "--docs"]
+            argv += [str(w.docs), "--out", str(run), "--base-url", s.base_url, "--workers", "0"]
+            assert main([*argv, "--index-backend", "numpy", "--tpm", "100000000", "--rpm", "1000000"]) == 0
+            assert main(["judge", str(run), "--model", "gpt-5.4-mini", "--base-url", s.base_url]) == 0
+    assert main(["report", *map(str, runs), "--out", str(out / "report")]) == 0
+    report = json.loads((out / "report" / "report.json").read_text())
+    for r in report["runs"]:
+        m, rows = r["interaction"], r["per_query"]
+        assert m["n_queries"] == m["n_with_gold"] == len(rows) == 4
+        assert m["gold_read"]["k"] == sum(1 for q in rows if q["gold_read"]) and m["gold_read"]["n"] == 4
+        assert m["gold_in_workspace_step"]["reached"] == sum(1 for q in rows if q["gold_in_workspace_step"] is not None)
+        assert m["search_calls"]["median"] == 1 and all(q["workspace_growth"][0][0] == 0 for q in rows)
+        for q in rows:  # each figure agrees with the others and with gold_R (from the search union)
+            assert q["gold_read"] == bool(q["gold_read_steps"]) == (q["gold_lines_read"] > 0)
+            assert (q["gold_in_workspace_step"] is not None) == (q["gold_R"] > 0)
+            if q["gold_read"]:
+                assert q["gold_surfaced_step"] <= q["gold_read_steps"][0] and q["gold_lines_read"] <= q["lines_read"]
+            assert q["workspace_docs_final"] == q["workspace_growth"][-1][1]
+        assert any(q["gold_read"] for q in rows)  # the scripted agent found and read some
+    rise, bm25 = (r["interaction"]["toc_lines_read"]["median"] for r in report["runs"])
+    assert rise > 0 and bm25 == 0  # only RISE's files have tables of contents
+    assert report["paired"][0]["n_common"] == 4 and [x["metric"] for x in report["paired"][0]["rows"]][0] == "accuracy"
+    md = (out / "report" / "report.md").read_text()
+    assert "## Interaction space" in md and "## Paired comparison" in md
+    assert (out / "report" / "gold_in_workspace_step.png").is_file()
