@@ -154,6 +154,20 @@ def _arguments(raw: str) -> Any:
         return raw.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def step_record(name: str, raw: str, result: ToolResult) -> dict[str, Any]:
+    """One step of the trajectory file. Beyond the output's first STEP_OUTPUT_CHARS characters it keeps what the
+    interaction metrics (eval/interaction.py) cannot recover from a cut text: the docids the call showed
+    (`surfaced`), how many it linked into the workspace (`added`) and how many lines the whole output had."""
+    return {
+        "tool": name,
+        "arguments": _arguments(raw),
+        "output": result.text[:STEP_OUTPUT_CHARS],
+        "surfaced": list(result.surfaced),
+        "added": len(result.retrieved),
+        "output_lines": result.text.count("\n") + 1,
+    }
+
+
 class _Context:
     """Tool results in the conversation, for DCI's cut-and-clear policy."""
 
@@ -343,12 +357,12 @@ async def _turns(client, tools, budget, run, ctx, params, executor, emit, clock,
             run.tool_calls[name] += 1
             if timed is None:
                 text = "[tool call abandoned: the trajectory's time budget ran out]"
-                run.steps.append({"tool": name, "arguments": _arguments(raw), "output": text})
+                run.steps.append(step_record(name, raw, ToolResult(text)))
                 return run.end("wall_clock")
             result, thread = timed
             run.retrieved.update(dict.fromkeys(result.retrieved))
             run.surfaced.update(dict.fromkeys(result.surfaced))
-            run.steps.append({"tool": name, "arguments": _arguments(raw), "output": result.text[:STEP_OUTPUT_CHARS]})
+            run.steps.append(step_record(name, raw, result))
             event = {"event": "tool_call", "tool": name, "error": result.error, "seconds": round(clock() - t1, 4)}
             emit(event | {"phases": result.phases, "thread": thread})  # ms; phases: tools.ToolResult.phases
             ctx.add(run.model_calls, call.id, result.text)

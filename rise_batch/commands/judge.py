@@ -113,10 +113,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def accuracy_line(s: JudgeSummary) -> str:
-    """Accuracy as the report shows it: over judged queries, with its interval, unjudged ones beside it."""
+    """Accuracy as the report shows it: over judged queries (n judged / n queries), with its Wilson interval,
+    unjudged ones beside it."""
     if s.accuracy is None:
         acc = "accuracy n/a (no judged query)"
     else:
         ci = f" [95% CI {100 * s.accuracy_ci95[0]:.1f}, {100 * s.accuracy_ci95[1]:.1f}]" if s.accuracy_ci95 else ""
-        acc = f"accuracy {100 * s.accuracy:.1f}%{ci} over {s.n_judged} judged"
+        acc = f"accuracy {100 * s.accuracy:.1f}%{ci} over {s.n_judged}/{s.total} judged"
     return f"{acc}; {s.unjudged_total} unjudged (left out of accuracy)"
