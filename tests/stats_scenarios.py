@@ -34,8 +34,9 @@ FAST = {"llm_rpm": 100_000, "llm_tpm": 100_000_000, "batch_poll_s": 0.01}  # the
 
 
 def normalised(stats: dict[str, Any]) -> str:
-    """The stats as dump_json writes them (sorted, indented), times replaced by a placeholder."""
-    return json.dumps({k: "<time>" if k in TIMES else v for k, v in stats.items()}, indent=2, sort_keys=True)
+    """The stats indented, in their own key order (stats.json's is sorted; a run's is the order a sweep's state
+    file keeps), times replaced by a placeholder."""
+    return json.dumps({k: "<time>" if k in TIMES else v for k, v in stats.items()}, indent=2)
 
 
 def structure(out: Path, **kw: Any) -> dict[str, Any]:
