@@ -18,11 +18,14 @@ from typing import Any, NamedTuple
 
 from rise_batch.agent.inputs import check_sources
 from rise_batch.agent.run_config import RunConfig, config_hash
+from rise_batch.agent.run_stats import TRANSPORT_KEYS, RunStats, WorkerReport, cache_by_node, cache_line
 from rise_batch.agent.runner import EVENT_PARTS, EVENTS, TRAJECTORIES, finished, trajectory_path
 from rise_batch.agent.systems import ORIGINAL, get_system
 from rise_batch.agent.workspace_root import claim_workspace_root
 from rise_batch.config import ConfigError, config_to_dict
+from rise_batch.counters import add_counts
 from rise_batch.errors import RunIncomplete
+from rise_batch.executor.probe import node_labels
 from rise_batch.io import make_output_dir, read_json, supersede, write_json_atomic
 from rise_batch.prompts import load_prompt
 from rise_batch.queries import Query, gold_label, read_queries, select_gold
@@ -215,8 +218,8 @@ class Progress:
         self.shown.close()
 
 
-def run_queries(plan: RunPlan, progress: Progress, nodes: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """Every pending query through the executor the config asks for; returns the workers' transport stats. On Ray,
+def run_queries(plan: RunPlan, progress: Progress, nodes: dict[str, str] | None = None) -> list[WorkerReport]:
+    """Every pending query through the executor the config asks for; returns the workers' reports. On Ray,
     `nodes` gets the id of the node that ran each query.
 
     `workers: 0` runs `concurrency` trajectories at once in this process (debugging, small runs); otherwise
@@ -263,10 +266,10 @@ def run_queries(plan: RunPlan, progress: Progress, nodes: dict[str, str] | None 
         outcomes.close()
 
 
-def verify_trajectories(plan: RunPlan, progress: Progress, nodes: dict[str, str]) -> list[dict[str, Any]]:
+def verify_trajectories(plan: RunPlan, progress: Progress, nodes: dict[str, str]) -> list[WorkerReport]:
     """The driver's check of what the workers reported: one trajectory file per query, under this config hash, on
     its own view of the run directory. A query whose file it does not find runs once more; still missing, the job
-    fails naming the file and the node that wrote it. Returns the second pass's transport stats."""
+    fails naming the file and the node that wrote it. Returns the second pass's worker reports."""
     from rise_batch.errors import StorageError
     from rise_batch.executor.probe import REMEDY
 
@@ -301,44 +304,6 @@ def verify_trajectories(plan: RunPlan, progress: Progress, nodes: dict[str, str]
     return transport
 
 
-def summarize(run_dir: str | Path, queries: list[Query], config_hash: str) -> dict[str, Any]:
-    """Totals over this run's trajectory files (this config hash only)."""
-    reasons: Counter[str] = Counter()
-    tools: Counter[str] = Counter()
-    calls = tokens_in = tokens_out = missing = retryable = 0
-    cost = 0.0
-    for q in queries:
-        try:
-            t = read_json(trajectory_path(run_dir, q.query_id))
-        except (OSError, ValueError):
-            missing += 1
-            continue
-        if t.get("config_hash") != config_hash:
-            missing += 1
-            continue
-        reasons[t["stop_reason"]] += 1
-        retryable += bool(t.get("retryable"))
-        tools.update(t.get("tool_calls") or {})
-        calls += t.get("model_calls", 0)
-        tokens_in += t["usage"]["input_tokens"]
-        tokens_out += t["usage"]["output_tokens"]
-        cost += t.get("cost_usd") or 0.0
-    n = max(sum(reasons.values()), 1)
-    return {
-        "queries": len(queries),
-        "trajectories": sum(reasons.values()),
-        "missing": missing,
-        "retryable": retryable,
-        "stop_reasons": dict(sorted(reasons.items())),
-        "model_calls_mean": round(calls / n, 2),
-        "tool_calls": dict(sorted(tools.items())),
-        "input_tokens": tokens_in,
-        "output_tokens": tokens_out,
-        "cost_usd": round(cost, 6),
-        "cost_usd_per_query": round(cost / n, 6),
-    }
-
-
 def run_trajectories(cfg: RunConfig, incomplete_ok: bool = False) -> dict[str, Any]:
     """The whole run; returns totals (also printed by the CLI and the job script). Trajectories a transient failure
     ended (`retryable`) make it raise RunIncomplete once the rest is done, unless `incomplete_ok` (a sweep, which
@@ -346,86 +311,38 @@ def run_trajectories(cfg: RunConfig, incomplete_ok: bool = False) -> dict[str, A
     t0 = time.monotonic()
     plan = prepare_run(cfg)
     progress = Progress(len(plan.queries), len(plan.queries) - len(plan.pending), cfg.progress)
-    transport: list[dict[str, Any]] = []
+    reports: list[WorkerReport] = []
     nodes: dict[str, str] = {}  # query id -> the Ray node that ran it
     try:
         if plan.pending:
-            transport = run_queries(plan, progress, nodes)
-            transport += verify_trajectories(plan, progress, nodes)
+            reports = run_queries(plan, progress, nodes)
+            reports += verify_trajectories(plan, progress, nodes)
     finally:
         progress.close()
-    stats = summarize(cfg.out, plan.queries, plan.config_hash)
-    caches = [r.pop("cache") for r in transport if isinstance(r.get("cache"), dict)]
+    stats = RunStats.of_files(cfg.out, plan.queries, plan.config_hash)
+    caches = [r.cache for r in reports]
     labels: dict[str, str] = {}
     if nodes or any(c.get("node") for c in caches):  # on Ray: how many queries each node ran
-        from rise_batch.executor.probe import node_labels
-
         labels = node_labels()
-        stats["nodes"] = dict(sorted(Counter(labels.get(n, n) for n in nodes.values()).items()))
+        stats.nodes = dict(sorted(Counter(labels.get(n, n) for n in nodes.values()).items()))
     if any(c.get("inputs") for c in caches):
-        stats["cache"] = cache_by_node(caches, labels)
-        for node, c in stats["cache"].items():
+        stats.cache = cache_by_node(caches, labels)
+        for node, c in stats.cache.items():
             print(cache_line(node, c), file=sys.stderr, flush=True)
-    if transport:  # this invocation's HTTP traffic: attempts, retries, 429s, timeouts (per-worker sums)
-        from rise_batch.structuring.shard import merge_stats
-
-        keep = ("calls", "attempts", "retries", "rate_limited", "server_errors", "timeouts", "failures")
-        stats["transport"] = {k: v for k, v in merge_stats(transport).items() if k in keep}
-    stats.update(
-        system=cfg.system,
-        model=cfg.llm.model,
-        config_hash=plan.config_hash,
-        ran=len(plan.pending),
-        skipped=len(plan.queries) - len(plan.pending),
-        wall_seconds=round(time.monotonic() - t0, 3),
-    )
-    if stats["retryable"] and not incomplete_ok:
+    if reports:  # this invocation's HTTP traffic: attempts, retries, 429s, timeouts (per-worker sums)
+        sent = add_counts(r.transport for r in reports)
+        stats.transport = {k: v for k, v in sent.items() if k in TRANSPORT_KEYS}
+    stats.system, stats.model, stats.config_hash = cfg.system, cfg.llm.model, plan.config_hash
+    stats.ran, stats.skipped = len(plan.pending), len(plan.queries) - len(plan.pending)
+    stats.wall_seconds = time.monotonic() - t0
+    out = stats.to_json()
+    if stats.retryable and not incomplete_ok:
         raise RunIncomplete(
-            f"{stats['retryable']} of {stats['queries']} trajectories ended on a transient failure (their worker's "
+            f"{stats.retryable} of {stats.queries} trajectories ended on a transient failure (their worker's "
             "node lost, connection refused, 5xx after every attempt; see `error` in their files, marked retryable). "
-            f"The others are kept. Re-run the same command to run those again. ({summary_line(stats, cfg.out)})"
+            f"The others are kept. Re-run the same command to run those again. ({summary_line(out, cfg.out)})"
         )
-    return stats
-
-
-def cache_by_node(reports: list[dict[str, Any]], labels: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """The workers' cache reports summed per node: bytes fetched, seconds the slowest worker spent getting the
-    inputs (the others waited for its copy), whether every input was found made already, the earliest first
-    trajectory, and the same per input (docs, index, original)."""
-    out: dict[str, dict[str, Any]] = {}
-    for r in reports:
-        node = labels.get(r.get("node") or "", r.get("node") or "driver")
-        n = out.setdefault(node, {"bytes": 0, "seconds": 0.0, "reused": True, "first_trajectory_s": None,
-                                  "workers": 0, "inputs": {}})  # fmt: skip
-        n["workers"] += 1
-        first = r.get("first_trajectory_s")
-        if first is not None and (n["first_trajectory_s"] is None or first < n["first_trajectory_s"]):
-            n["first_trajectory_s"] = first
-        for kind, got in (r.get("inputs") or {}).items():
-            k = n["inputs"].setdefault(kind, {"bytes": 0, "seconds": 0.0, "reused": True})
-            k["bytes"] += got["bytes"]
-            k["seconds"] = max(k["seconds"], got["seconds"])
-            k["reused"] = k["reused"] and got["reused"] is not False
-    for n in out.values():
-        n["bytes"] = sum(k["bytes"] for k in n["inputs"].values())
-        n["seconds"] = round(sum(k["seconds"] for k in n["inputs"].values()), 3)
-        n["reused"] = all(k["reused"] for k in n["inputs"].values())
-    return dict(sorted(out.items()))
-
-
-def cache_line(node: str, c: dict[str, Any]) -> str:
-    """One node's line: `rise-batch run: cache on NODE: fetched 1.2 MB in 3.4 s (docs 1.0 MB ...), first ..."""
-
-    def one(kind: str, k: dict[str, Any]) -> str:
-        got = "reused" if k["reused"] else f"{k['bytes'] / 1e6:.1f} MB"
-        return f"{kind} {got} {k['seconds']:.1f} s"
-
-    parts = ", ".join(one(kind, k) for kind, k in c["inputs"].items())
-    first = c["first_trajectory_s"]
-    return (
-        f"rise-batch run: cache on {node}: fetched {c['bytes'] / 1e6:.1f} MB in {c['seconds']:.1f} s ({parts}); "
-        f"first trajectory {f'{first:.1f} s' if first is not None else '-'} after its worker started"
-    )
+    return out
 
 
 def summary_line(stats: dict[str, Any], out: str) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rise_batch.agent.run_config import RunConfig
+from rise_batch.agent.run_stats import WorkerReport
 from rise_batch.agent.runner import (
     EVENTS,
     EventLog,
@@ -54,11 +55,11 @@ class QueryWorker:
     async def run(self, query: Query, attempt: int) -> dict[str, Any]:
         return await run_query(self.ctx, query, attempt)
 
-    async def close(self) -> dict[str, Any]:
-        """This worker's transport counters, after its client is closed, and under "cache" what its node's copies
-        of the inputs cost it (WorkerContext.report)."""
+    async def close(self) -> WorkerReport:
+        """This worker's transport counters, after its client is closed, and what its node's copies of the inputs
+        cost it (WorkerContext.report)."""
         await self.ctx.aclose()
-        return self.ctx.client.stats.as_dict() | {"cache": self.ctx.report()}
+        return WorkerReport(self.ctx.client.stats.as_dict(), self.ctx.report())
 
 
 class TrajectoryOutcomes:

@@ -46,6 +46,7 @@ from rise_batch.structuring.budget import BudgetExceeded, CostBudget, checkpoint
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.structuring.plan import request_cost
 from rise_batch.structuring.shard import finish_shard
+from rise_batch.structuring.stats import ShardStats
 from rise_batch.tier_rule import goes_to_llm, tier_rule
 from rise_batch.types import Doc, DocResult, Reply
 
@@ -358,10 +359,10 @@ def _say(message: str) -> None:
     print(f"rise-batch: {message}", file=sys.stderr, flush=True)
 
 
-def run_batch(cfg: StructureConfig, plan: Any, bar: Any) -> tuple[list[dict], list[dict]]:
+def run_batch(cfg: StructureConfig, plan: Any, bar: Any) -> tuple[list[ShardStats], list[dict]]:
     """Structure every shard of `plan` through the Batch API: (per-shard stats, [batch transport stats])."""
 
-    async def main() -> tuple[list[dict], list[dict]]:
+    async def main() -> tuple[list[ShardStats], list[dict]]:
         client = async_client(cfg.llm.base_url, cfg.llm.api_key(), max(cfg.llm.timeout_s, 600.0))
         driver = BatchDriver(cfg, plan, bar, client)
         try:
@@ -369,9 +370,8 @@ def run_batch(cfg: StructureConfig, plan: Any, bar: Any) -> tuple[list[dict], li
         finally:
             await driver.aclose()
             await client.close()
-        stats = [driver.store.shard_stats(s.shard_id) for s in plan.shards]
-        resumed = [{"resumed_done": 1} if s.shard_id in driver.done_at_start else {} for s in plan.shards]
-        return [a | b for a, b in zip(stats, resumed, strict=True)], [driver.transport()]
+        markers = [(driver.store.shard_stats(s.shard_id), s.shard_id in driver.done_at_start) for s in plan.shards]
+        return [ShardStats.from_marker(m, resumed) for m, resumed in markers], [driver.transport()]
 
     return asyncio.run(main())
 

@@ -16,6 +16,7 @@ from typing import NamedTuple
 from rise_batch.config import ConfigError, StructureConfig, config_to_dict, run_hash
 from rise_batch.corpus.readers import ShardSpec, list_sources
 from rise_batch.corpus.scan import corpus_fingerprint, scan_corpus, shards_from_json, shards_to_json, write_bad_rows
+from rise_batch.counters import add_counts
 from rise_batch.errors import RunIncomplete, StorageError
 from rise_batch.executor import executor_for
 from rise_batch.executor.base import MapOptions, Stage, WorkerSpec
@@ -29,7 +30,8 @@ from rise_batch.storage import ObjectPath, location, redact
 from rise_batch.structuring.batch import refuse_if_batches_open, run_batch
 from rise_batch.structuring.budget import require_price
 from rise_batch.structuring.checkpoint import CheckpointStore
-from rise_batch.structuring.shard import STOPS, merge_stats
+from rise_batch.structuring.shard import STOPS
+from rise_batch.structuring.stats import ShardReport, ShardStats, StructureStats, docs_this_run
 from rise_batch.structuring.verify import Verification, missing_structured, repair, verify_checkpoint, verify_outputs
 from rise_batch.structuring.worker import describe_shard, shard_services
 
@@ -158,7 +160,7 @@ def lent_env(cfg: StructureConfig) -> tuple[str, ...]:
 
 def run_shards(
     cfg: StructureConfig, plan: RunPlan, bar, nodes: dict[int, str] | None = None
-) -> tuple[dict[int, dict], list[dict]]:
+) -> tuple[dict[int, ShardStats], list[dict]]:
     """Every shard of `plan` through the executor `cfg` asks for: (stats by shard id, per-worker transport stats);
     on Ray, `nodes` gets the id of the node that ran each shard.
 
@@ -168,28 +170,27 @@ def run_shards(
     A --max-cost stop, or a key the endpoint refuses, lets the running shards finish with their rows flushed, then
     raises BudgetExceeded or KeyRefused.
     """
-    results: dict[int, dict] = {}
+    results: dict[int, ShardStats] = {}
     local = cfg.n_workers == 0
 
     def on_node(spec: ShardSpec, node: str) -> None:
         if nodes is not None:
             nodes[spec.shard_id] = node
 
-    def on_result(spec: ShardSpec, stats: dict) -> None:
-        seen = stats.pop("transport_delta", {})  # this shard's share of its worker's retries and 429s
-        results[spec.shard_id] = stats
+    def on_result(spec: ShardSpec, report: ShardReport) -> None:
+        stats = results[spec.shard_id] = report.stats
         # in process the bar counted each document (and its cost) as it finished; a shard an earlier run finished,
         # and on Ray the rows an earlier run checkpointed, count as done but not towards the rate (nor the ETA)
-        if stats.get("resumed_done"):
-            bar.earlier(stats.get("docs_total", 0), cost=stats.get("cost_usd", 0.0))
+        if stats.shards_resumed:
+            bar.earlier(stats.docs_total, cost=stats.cost_usd)
             return
-        earlier = 0 if local else stats.get("resumed_docs", 0)
+        earlier = 0 if local else stats.docs_resumed or 0
         bar.earlier(earlier)
         bar.update(
-            0 if local else stats.get("docs_total", 0) - earlier,
-            cost=0.0 if local else stats.get("cost_usd", 0.0),
-            retries=seen.get("retries", 0),
-            rate_limited=seen.get("rate_limited", 0),
+            0 if local else stats.docs_total - earlier,
+            cost=0.0 if local else stats.cost_usd,
+            retries=report.retries,  # this shard's share of its worker's retries and 429s
+            rate_limited=report.rate_limited,
         )
 
     n = max(cfg.n_workers, 1)
@@ -248,42 +249,26 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
             by_shard, transport = run_shards(cfg, plan, bar, nodes)
             transport += verify_shards(cfg, plan, bar, nodes, by_shard)
             shard_stats = list(by_shard.values())
-    stats = merge_stats(shard_stats)
+    shards = sum(shard_stats, ShardStats())
+    stats = StructureStats(shards, len(plan.shards), plan.run_hash, cfg.backend, plan.n_bad_rows,
+                           docs_this_run(shard_stats), time.monotonic() - t0, checked=rebought)  # fmt: skip
     if nodes:  # on Ray: how many shards each node ran
         labels = node_labels()
-        stats["nodes"] = dict(sorted(Counter(labels.get(n, n) for n in nodes.values()).items()))
+        stats.nodes = dict(sorted(Counter(labels.get(n, n) for n in nodes.values()).items()))
     if cfg.calls_llm:
-        stats["transport"] = merge_stats(transport)  # this run's HTTP traffic (not that of killed earlier runs)
-        stats.update(structured_output_stats(cfg, stats["transport"]))
-    wall = time.monotonic() - t0
-    fresh = docs_this_run(shard_stats)
-    stats.update(
-        docs_total=stats.get("docs_total", 0),
-        docs_this_run=fresh,
-        bad_rows=plan.n_bad_rows,
-        shards=len(plan.shards),
-        run_hash=plan.run_hash,
-        backend=cfg.backend,
-        wall_seconds=round(wall, 3),
-        docs_per_second=round(fresh / wall, 2) if wall > 0 else 0.0,
-        cost_usd=round(stats.get("cost_usd", 0.0), 6),
-    )
-    stats["outcomes"] = stats.get("outcomes", {}) | ({"skipped": plan.n_bad_rows} if plan.n_bad_rows else {})
-    for k, v in rebought.items():  # found by the resume's verification, plus what shards rerun in this job re-bought
-        stats[k] = stats.get(k, 0) + v if k in ("rebought_replies", "rebought_cost_usd") else v
-    if "rebought_cost_usd" in stats:
-        stats["rebought_cost_usd"] = round(stats["rebought_cost_usd"], 6)
-    if stats.get("docs_left"):
-        dump_json(stats, location(cfg.out) / "stats.json")
-        raise RunIncomplete(left_message(stats, next(s["left_example"] for s in shard_stats if s.get("docs_left"))))
+        stats.transport = add_counts(transport)  # this run's HTTP traffic (not that of killed earlier runs)
+        stats.structured_output, stats.structured_output_switched_off = structured_output_state(cfg, stats.transport)
+    if shards.docs_left:
+        dump_json(stats.to_json(), location(cfg.out) / "stats.json")
+        raise RunIncomplete(left_message(shards))
     if cfg.index:
-        stats["index"] = build_job_index(cfg, plan)
-    dump_json(stats, location(cfg.out) / "stats.json")
-    return stats
+        stats.index = build_job_index(cfg, plan)
+    dump_json(stats.to_json(), location(cfg.out) / "stats.json")
+    return stats.to_json()
 
 
 def verify_shards(
-    cfg: StructureConfig, plan: RunPlan, bar, nodes: dict[int, str], by_shard: dict[int, dict]
+    cfg: StructureConfig, plan: RunPlan, bar, nodes: dict[int, str], by_shard: dict[int, ShardStats]
 ) -> list[dict]:
     """The driver's check of what the workers reported, on its own view of OUT (structuring/verify.py): a shard
     whose marker, parts or structured files it does not find as recorded is repaired and run once more (its rows
@@ -294,10 +279,10 @@ def verify_shards(
         print(f"rise-batch: {line}", file=sys.stderr, flush=True)
 
     def fresh() -> set[int]:
-        return {sid for sid, stats in by_shard.items() if not stats.get("resumed_done")}
+        return {sid for sid, stats in by_shard.items() if not stats.shards_resumed}
 
     def reported_done() -> list[ShardSpec]:  # a shard that left documents undone has no marker on purpose
-        return [s for s in plan.shards if not by_shard.get(s.shard_id, {}).get("docs_left")]
+        return [s for s in plan.shards if s.shard_id not in by_shard or not by_shard[s.shard_id].docs_left]
 
     bad = verify_outputs(cfg.out, reported_done(), fresh())
     if not bad:
@@ -321,21 +306,14 @@ def verify_shards(
     return transport
 
 
-def left_message(stats: dict, example: str) -> str:
+def left_message(stats: ShardStats) -> str:
     """Why the run exits before its end: documents whose requests failed for a transient reason were left undone."""
-    kinds = ", ".join(f"{k} {n}" for k, n in sorted(stats.get("left_kinds", {}).items()))
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(stats.left_kinds.items()))
     return (
-        f"{stats['docs_left']} documents were left undone: their requests failed for a transient reason after every "
-        f"attempt ({kinds}; e.g. {example}). Nothing was recorded for them; the {stats.get('docs_total', 0)} documents "
-        "finished are kept. Re-run the same command to do the rest."
+        f"{stats.docs_left} documents were left undone: their requests failed for a transient reason after every "
+        f"attempt ({kinds}; e.g. {stats.left_example}). Nothing was recorded for them; the {stats.docs_total} "
+        "documents finished are kept. Re-run the same command to do the rest."
     )
-
-
-def docs_this_run(shard_stats: list[dict]) -> int:
-    """Documents this run structured. A shard an earlier run finished, and the rows an earlier run checkpointed in
-    an interrupted shard, are counted in docs_total but are not this run's work: a resumed run's docs/s counts
-    only what it measured. (Batch mode reports no per-shard skips: a shard it finishes counts whole.)"""
-    return sum(s.get("docs_total", 0) - s.get("resumed_docs", 0) for s in shard_stats if not s.get("resumed_done"))
 
 
 def build_job_index(cfg: StructureConfig, plan: RunPlan) -> str:
@@ -364,12 +342,11 @@ def build_job_index(cfg: StructureConfig, plan: RunPlan) -> str:
     return str(out)
 
 
-def structured_output_stats(cfg: StructureConfig, transport: dict) -> dict:
+def structured_output_state(cfg: StructureConfig, transport: dict) -> tuple[str, int]:
     """Whether this run sent the TOC schema: "on", "off" (--no-structured-output) or "refused" (the server refused
-    it and the run went on without; `structured_output_switched_off` counts the workers that switched)."""
+    it and the run went on without), and how many workers switched it off."""
     switched = int(transport.get("structured_output_disabled", 0))
-    state = "off" if not cfg.llm.structured_output else "refused" if switched else "on"
-    return {"structured_output": state, "structured_output_switched_off": switched}
+    return "off" if not cfg.llm.structured_output else "refused" if switched else "on", switched
 
 
 def summary_line(stats: dict, out: str) -> str:

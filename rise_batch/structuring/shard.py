@@ -15,7 +15,6 @@ run again in the same job (its worker's node was lost) counts the replies its fi
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 from collections import Counter
@@ -32,58 +31,11 @@ from rise_batch.storage import AnyPath, ObjectPath, arrow_source, location
 from rise_batch.structure.backends import render_result
 from rise_batch.structuring.budget import BudgetExceeded
 from rise_batch.structuring.checkpoint import CheckpointStore
-from rise_batch.types import OUTCOME_TOC, DocResult
+from rise_batch.structuring.stats import ShardStats
+from rise_batch.types import DocResult
 
 STOPS = (BudgetExceeded, KeyRefused)  # stop the job: no new documents, finished rows kept, the shard left unfinished
 RETAIN_CHARS = 100_000_000  # rendered text kept per shard for materialize; past it, docs are re-read and re-rendered
-STAT_SUMS = (
-    "anchors_proposed",
-    "anchors_exact",
-    "anchors_normalized",
-    "anchors_prefix",
-    "input_tokens",
-    "cached_input_tokens",
-    "output_tokens",
-    "reasks",
-)
-
-
-def summarize(rows: Iterable[DocResult]) -> dict:
-    """Per-shard stats from checkpoint rows; `merge_stats` adds them up, so every field must be additive."""
-    s: dict = {k: 0 for k in STAT_SUMS}
-    outcomes: Counter[str] = Counter()
-    dropped: Counter[str] = Counter()
-    s["cost_usd"] = 0.0
-    s["llm_calls"] = 0
-    s["docs_total"] = 0
-    s["docs_schema_constrained"] = 0  # rows made from a reply held to the JSON schema (structured outputs)
-    for r in rows:
-        s["docs_total"] += 1
-        s["docs_schema_constrained"] += bool(r.schema_constrained)
-        outcomes[r.outcome] += 1
-        for k in STAT_SUMS:
-            s[k] += getattr(r, k)
-        s["cost_usd"] += r.cost_usd
-        s["llm_calls"] += r.attempts if r.tier == "llm" else 0
-        dropped.update(json.loads(r.anchors_dropped_json or "{}"))
-    s["outcomes"] = dict(outcomes)
-    s["anchors_dropped"] = dict(dropped)
-    s["docs_with_toc"] = outcomes.get(OUTCOME_TOC, 0)
-    s["anchors_located"] = s["anchors_exact"] + s["anchors_normalized"] + s["anchors_prefix"]
-    return s
-
-
-def merge_stats(parts: Iterable[dict]) -> dict:
-    total: dict = {}
-    for p in parts:
-        for k, v in p.items():
-            if isinstance(v, dict):
-                d = total.setdefault(k, {})
-                for kk, vv in v.items():
-                    d[kk] = d.get(kk, 0) + vv
-            elif isinstance(v, (int, float)) and not isinstance(v, bool):
-                total[k] = total.get(k, 0) + v
-    return total
 
 
 def shard_relpaths(out_dir: AnyPath, shard_id: int) -> dict[str, str]:
@@ -149,33 +101,27 @@ async def structure_shard(
     backend,
     run_hash: str,
     on_doc: Callable[[int, float], None] | None = None,
-) -> dict:
+) -> ShardStats:
     """Structure every not-yet-checkpointed doc of one shard, then materialize it and mark it done; `on_doc(n, usd)`
     counts each document (and its cost) as it finishes, for the progress of an in-process run."""
     out = location(cfg.out)
     store = CheckpointStore(out)
     if store.is_done(spec.shard_id):
-        return store.shard_stats(spec.shard_id) | {"resumed_done": 1}
+        return ShardStats.from_marker(store.shard_stats(spec.shard_id), resumed=True)
     t0 = time.monotonic()
     done = store.done_docids(spec.shard_id)
     rebought = count_rebought(store, spec.shard_id, done)
     shard = ShardPass(cfg, spec, store, on_doc)
     await shard.run(backend, run_hash, done)
     if shard.left:  # not done: no marker, so a resume redoes exactly these documents
-        left = {
-            "docs_left": sum(shard.left.values()),
-            "left_kinds": dict(shard.left),
-            "left_example": shard.left_example,
-        }
-        return rebought | left
+        left = ShardStats(
+            docs_left=sum(shard.left.values()), left_kinds=dict(shard.left), left_example=shard.left_example
+        )
+        return rebought + left
     stats = await finish_shard(
-        out,
-        spec,
-        cfg.max_doc_chars,
-        shard.rendered,
-        lambda: {"resumed_docs": shard.skipped, "shard_seconds": time.monotonic() - t0},
+        out, spec, cfg.max_doc_chars, shard.rendered, lambda: (shard.skipped, time.monotonic() - t0)
     )
-    return stats | rebought  # this run's, not the marker's: a later resume does not count them again
+    return stats + rebought  # this run's, not the marker's: a later resume does not count them again
 
 
 class ShardPass:
@@ -296,19 +242,19 @@ class ShardPass:
                     self.finished(t.result())
 
 
-def count_rebought(store: CheckpointStore, shard_id: int, done: set[str]) -> dict:
+def count_rebought(store: CheckpointStore, shard_id: int, done: set[str]) -> ShardStats:
     """Replies an earlier run of this shard received (journalled) but never checkpointed: this run buys them again.
     The journal keeps only checkpointed documents afterwards, so they are counted once. At the start of a job the
     verification has already done this (structuring/verify.py); here it catches a shard rerun within the job."""
     journal = store.read_journal(shard_id)
     lost = [r for d, r in journal.items() if d not in done]
     if not lost:
-        return {}
+        return ShardStats()
     store.rewrite_journal(shard_id, {d: r for d, r in journal.items() if d in done})
-    return {
-        "rebought_replies": sum(r["llm_calls"] for r in lost),
-        "rebought_cost_usd": sum(r.get("cost_usd", 0.0) for r in lost),
-    }
+    return ShardStats(
+        rebought_replies=sum(r["llm_calls"] for r in lost),
+        rebought_cost_usd=sum(r.get("cost_usd", 0.0) for r in lost),
+    )
 
 
 async def finish_shard(
@@ -316,11 +262,12 @@ async def finish_shard(
     spec: ShardSpec,
     max_chars: int,
     rendered: dict[str, str] | None = None,
-    extra: Callable[[], dict] | None = None,
-) -> dict:
+    online: Callable[[], tuple[int, float]] | None = None,
+) -> ShardStats:
     """The end of every shard, online or batch: its files from the whole checkpoint, then the done marker, last.
 
-    `extra()` adds run-specific stats to the marker once the files are written (the online loop's timing). In
+    `online()` gives the online loop's figures for the marker once the files are written: (documents an earlier run
+    had checkpointed, the shard's seconds). In
     object storage no corpus/ file is written (not a million small objects): the checkpoint is the structured
     corpus there, and `rise-batch materialize` builds the file tree where it is used.
     """
@@ -330,6 +277,8 @@ async def finish_shard(
     if not isinstance(store.root, ObjectPath):
         # file writes block for ~1 ms each: off the event loop, so the requests of other shards keep flowing
         await asyncio.to_thread(materialize_shard, out, spec, max_chars, rows, rendered)
-    stats = summarize(rows) | (extra() if extra is not None else {})
-    store.mark_done(spec.shard_id, stats, parts)  # records every part (rows, bytes, digest) it covers
+    stats = ShardStats.of_rows(rows)
+    if online is not None:
+        stats.docs_resumed, stats.shard_seconds = online()
+    store.mark_done(spec.shard_id, stats.marker_json(), parts)  # records every part (rows, bytes, digest) it covers
     return stats

@@ -21,6 +21,7 @@ from rise_batch.structure.propose import TOC_RESPONSE_FORMAT
 from rise_batch.structure.tier import TieredBackend
 from rise_batch.structuring.budget import CostBudget, checkpoint_cost, structuring_estimator
 from rise_batch.structuring.shard import structure_shard
+from rise_batch.structuring.stats import ShardReport
 from rise_batch.tier_rule import tier_rule
 
 
@@ -84,15 +85,15 @@ class ShardWorker:
         self.on_doc: Callable[[int, float], None] | None = services.get("on_doc")
         self.reported: dict = {}
 
-    async def run(self, spec: ShardSpec, attempt: int) -> dict:
-        """The shard's stats, plus `transport_delta`: the retries and 429s this worker's client counted since its
-        previous shard, so the driver's progress line can show them while the job runs (popped before merging)."""
+    async def run(self, spec: ShardSpec, attempt: int) -> ShardReport:
+        """The shard's stats, with the retries and 429s this worker's client counted since its previous shard, so
+        the driver's progress line can show them while the job runs."""
         del attempt  # a shard resumes from its checkpoint, whichever attempt this is
         stats = await structure_shard(self.cfg, spec, self.backend, self.run_hash, self.on_doc)
         now = transport_stats(self.backend)
-        delta = {k: now.get(k, 0) - self.reported.get(k, 0) for k in ("retries", "rate_limited")}
+        retries, limited = (now.get(k, 0) - self.reported.get(k, 0) for k in ("retries", "rate_limited"))
         self.reported = now
-        return stats | {"transport_delta": delta}
+        return ShardReport(stats, retries, limited)
 
     async def close(self) -> dict:
         """The transport stats, then the client closed in this worker's own event loop (its aiohttp session's)."""
