@@ -26,6 +26,7 @@ from rise_batch.storage import AnyPath, ObjectPath, location, publish_tree, reda
 
 if TYPE_CHECKING:
     from rise_batch.corpus.readers import ShardSpec
+    from rise_batch.index.merge import GlobalStats
     from rise_batch.index.shards import ShardRunner
     from rise_batch.index.tokenize import ShardPostings
     from rise_batch.types import BadRow
@@ -98,7 +99,6 @@ def build_index(
     the same per-shard function as Ray tasks. `columns` ("docid=id,text=contents") names the source columns.
     `progress` shows rows tokenized, then the merge (rise_batch.progress: a bar on a terminal, lines elsewhere).
     """
-    from rise_batch.index.merge import GlobalStats, assemble
     from rise_batch.index.plan import plan_index_shards
     from rise_batch.index.shards import ProcessShardRunner
 
@@ -106,52 +106,20 @@ def build_index(
     t0 = time.perf_counter()
     settings = settings or TokenizerSettings()
     out = location(out_dir)
-    remote = isinstance(out, ObjectPath)  # built on this machine's disk, then published, meta.json last
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out}: exists and is not empty (pass overwrite=True / --overwrite to replace it)")
     shards = list(shards) if shards is not None else plan_index_shards(corpus_path, shard_docs, columns)
     runner = runner or ProcessShardRunner(workers)
-    if remote:
-        import tempfile
-
-        tmp = Path(tempfile.mkdtemp(prefix="rise-index-"))
-    else:
-        tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+    tmp = _staging_dir(out)
     sizes = [None if s.stop is None else s.stop - s.start for s in shards]  # None: a .gz file, read to its end
     bar = Progress("index", 0 if None in sizes else sum(sizes), "rows", enabled=progress)
     try:
-        run = _tokenize_all(shards, runner, settings, on_bad_row, tmp / "_spill", bar)
-        n_dups = len(run.duplicates)
-        if n_dups:  # "skip": leave the later copies out and tokenize again (a rare, exceptional input)
-            say(f"{len(run.duplicates)} duplicate docids: tokenizing again without them")
-            shards = _with_skipped(shards, run.duplicates)
-            bar.set_stage("tokenizing again without duplicates")
-            run = _tokenize_all(shards, runner, settings, on_bad_row, tmp / "_spill2")
+        run, shards, n_dups = _tokenize_corpus(shards, runner, settings, on_bad_row, tmp, bar, say)
         t2 = time.perf_counter()
         say(f"tokenized {len(run.merger.docids)} docs in {len(shards)} shards in {t2 - t0:.1f}s")
         bar.set_stage(f"merging and saving {len(run.merger.docids):,} docs")
-        stats = GlobalStats(run.merger, K1, B)
         n_chars = run.merger.n_chars
-        del run.merger
-        data, indices = assemble(stats, lambda i: run.fetchers[i](), use_numba=use_numba)
-        import bm25s  # only now: it imports numba and scipy, which the tokenizing phase does not need
-
-        model = bm25s.BM25(k1=K1, b=B, method=METHOD)
-        model.scores = {"data": data, "indices": indices, "indptr": stats.indptr, "num_docs": stats.n_docs}
-        model.vocab_dict = stats.vocab_dict
-        model.nonoccurrence_array = None
-        for spill in tmp.glob("_spill*"):
-            shutil.rmtree(spill)
-        # corpus.jsonl ({"id": row, "docid": ...} per row) lets stock `bm25s.BM25.load(dir, load_corpus=True)` open
-        # the directory and return docids with its results, as an index saved by bm25s itself would
-        model.save(tmp, corpus=({"id": i, "docid": d} for i, d in enumerate(stats.docids)), show_progress=False)
-        (tmp / DOCIDS_FILE).write_text(json.dumps(stats.docids, ensure_ascii=False))
-        model.scores = None
-        del data, indices  # saved: the tables below need their memory more
-        write_docid_table(tmp, stats.docids)
-        write_vocab_table(tmp, stats.vocab_dict)
+        stats, bm25s_version = _save_bm25(run, tmp, use_numba)
         t3 = time.perf_counter()
         say(f"merged and saved in {t3 - t2:.1f}s")
         meta = IndexMeta(
@@ -160,23 +128,9 @@ def build_index(
             b=B,
             method=METHOD,
             tokenizer=settings,
-            counts={
-                "n_docs": stats.n_docs,
-                "n_terms": stats.n_vocab,
-                "n_postings": stats.n_postings,
-                "n_tokens": int(stats.doc_lengths.sum()),
-                "n_empty_docs": int((stats.doc_lengths == 0).sum()),
-                "avg_doc_len": float(stats.avg_doc_len),
-            },
-            corpus={
-                "path": redact(corpus_path),
-                "content_sha256": run.content.hexdigest(),
-                "n_chars": n_chars,
-                "n_bad_rows": len(run.bad_rows),
-                "n_duplicates_skipped": n_dups,
-                "bad_rows": [list(b) for b in run.bad_rows[:100]],
-            },
-            bm25s_version=bm25s.__version__,
+            counts=_counts(stats),
+            corpus=_corpus_record(corpus_path, run, n_chars, n_dups),
+            bm25s_version=bm25s_version,
             build={
                 "runner": runner.name,
                 "workers": workers,
@@ -186,16 +140,104 @@ def build_index(
             },
         )
         (tmp / META_FILE).write_text(json.dumps(meta.to_json(), indent=2, ensure_ascii=False))
-        if remote:
-            publish_tree(tmp, out, META_FILE)
-            return meta
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+        _publish(tmp, out)
         return meta
     finally:
         bar.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _staging_dir(out: AnyPath) -> Path:
+    """Where the index is built: a hidden sibling of `out` (renamed into place), or for object storage a temporary
+    directory on this machine's disk (published from there, meta.json last)."""
+    if isinstance(out, ObjectPath):
+        import tempfile
+
+        return Path(tempfile.mkdtemp(prefix="rise-index-"))
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def _tokenize_corpus(
+    shards: list[ShardSpec],
+    runner: ShardRunner,
+    settings: TokenizerSettings,
+    on_bad_row: str,
+    tmp: Path,
+    bar: Progress,
+    say: Callable[[str], None],
+) -> tuple[_Run, list[ShardSpec], int]:
+    """Pass 1 over every shard: (the run, the shards it covers, how many later copies of a docid were left out)."""
+    run = _tokenize_all(shards, runner, settings, on_bad_row, tmp / "_spill", bar)
+    n_dups = len(run.duplicates)
+    if n_dups:  # "skip": leave the later copies out and tokenize again (a rare, exceptional input)
+        say(f"{len(run.duplicates)} duplicate docids: tokenizing again without them")
+        shards = _with_skipped(shards, run.duplicates)
+        bar.set_stage("tokenizing again without duplicates")
+        run = _tokenize_all(shards, runner, settings, on_bad_row, tmp / "_spill2")
+    return run, shards, n_dups
+
+
+def _save_bm25(run: _Run, tmp: Path, use_numba: bool | None) -> tuple[GlobalStats, str]:
+    """Pass 2: merge the postings into the scores matrix and save it in bm25s's format, the docids and the
+    vocabulary beside it; returns the global statistics and the bm25s version. Frees the run's merger."""
+    from rise_batch.index.merge import GlobalStats, assemble
+
+    stats = GlobalStats(run.merger, K1, B)
+    del run.merger
+    data, indices = assemble(stats, lambda i: run.fetchers[i](), use_numba=use_numba)
+    import bm25s  # only now: it imports numba and scipy, which the tokenizing phase does not need
+
+    model = bm25s.BM25(k1=K1, b=B, method=METHOD)
+    model.scores = {"data": data, "indices": indices, "indptr": stats.indptr, "num_docs": stats.n_docs}
+    model.vocab_dict = stats.vocab_dict
+    model.nonoccurrence_array = None
+    for spill in tmp.glob("_spill*"):
+        shutil.rmtree(spill)
+    # corpus.jsonl ({"id": row, "docid": ...} per row) lets stock `bm25s.BM25.load(dir, load_corpus=True)` open
+    # the directory and return docids with its results, as an index saved by bm25s itself would
+    model.save(tmp, corpus=({"id": i, "docid": d} for i, d in enumerate(stats.docids)), show_progress=False)
+    (tmp / DOCIDS_FILE).write_text(json.dumps(stats.docids, ensure_ascii=False))
+    model.scores = None
+    del data, indices  # saved: the tables below need their memory more
+    write_docid_table(tmp, stats.docids)
+    write_vocab_table(tmp, stats.vocab_dict)
+    return stats, bm25s.__version__
+
+
+def _counts(stats: GlobalStats) -> dict:
+    return {
+        "n_docs": stats.n_docs,
+        "n_terms": stats.n_vocab,
+        "n_postings": stats.n_postings,
+        "n_tokens": int(stats.doc_lengths.sum()),
+        "n_empty_docs": int((stats.doc_lengths == 0).sum()),
+        "avg_doc_len": float(stats.avg_doc_len),
+    }
+
+
+def _corpus_record(corpus_path: str | AnyPath, run: _Run, n_chars: int, n_dups: int) -> dict:
+    """meta.json's "corpus": what was indexed (its content digest) and what was left out."""
+    return {
+        "path": redact(corpus_path),
+        "content_sha256": run.content.hexdigest(),
+        "n_chars": n_chars,
+        "n_bad_rows": len(run.bad_rows),
+        "n_duplicates_skipped": n_dups,
+        "bad_rows": [list(b) for b in run.bad_rows[:100]],
+    }
+
+
+def _publish(tmp: Path, out: AnyPath) -> None:
+    """The built directory into place: published to object storage (meta.json last), or renamed over `out`."""
+    if isinstance(out, ObjectPath):
+        publish_tree(tmp, out, META_FILE)
+        return
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
 
 
 class _Run:

@@ -118,9 +118,7 @@ def build_dense(
 
     Duplicate docids and bad rows follow `on_bad_row` exactly as the BM25 build does (the first copy is kept), so
     both parts hold the same rows; an existing `docids.json` (the BM25 part's) must equal the dense rows."""
-    import numpy as np
-
-    from rise_batch.index.plan import later_copy, plan_index_shards
+    from rise_batch.index.plan import plan_index_shards
 
     say = log or (lambda _msg: None)
     spec = embedder if isinstance(embedder, EmbedderSpec) else parse_embedder(embedder)
@@ -135,31 +133,11 @@ def build_dense(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        parts: list[tuple[DenseShard, Callable[[], Any]]] = []
-        first: dict[str, tuple[int, int]] = {}
-        keep: list[np.ndarray] = []
-        for i, (summary, fetch) in enumerate(map_shards(shards, spec, on_bad_row, tmp / "_spill", workers, ray)):
-            mask = np.ones(len(summary.docids), dtype=bool)
-            for j, (docid, row) in enumerate(zip(summary.docids, summary.source_rows, strict=True)):
-                mask[j] = not later_copy(first, docid, i, row, shards, on_bad_row)
-            parts.append((summary, fetch))
-            keep.append(mask)
+        parts, keep = _embed_all(shards, spec, on_bad_row, tmp, workers, ray)
         n = int(sum(int(m.sum()) for m in keep))
         t1 = time.perf_counter()
         say(f"embedded {n} docs in {len(shards)} shards in {t1 - t0:.1f}s ({n / max(t1 - t0, 1e-9):.0f} docs/s)")
-        merged = np.lib.format.open_memmap(tmp / "embeddings.npy", mode="w+", dtype=np.float16, shape=(n, model.dim))
-        docids: list[str] = []
-        content = hashlib.sha256()
-        at = 0
-        for (summary, fetch), mask in zip(parts, keep, strict=True):
-            vecs = np.asarray(fetch())[mask]
-            merged[at : at + len(vecs)] = vecs
-            at += len(vecs)
-            docids += [d for d, m in zip(summary.docids, mask.tolist(), strict=True) if m]
-            digests = np.frombuffer(summary.digests, dtype=np.uint8).reshape(-1, 16)[mask]
-            content.update(digests.tobytes())
-        merged.flush()
-        del merged
+        docids, content = _merge_vectors(tmp / "embeddings.npy", parts, keep, model.dim)
         shutil.rmtree(tmp / "_spill", ignore_errors=True)
         _check_docids(out, docids)
         bad = [b for s, _ in parts for b in s.bad_rows]
@@ -170,7 +148,7 @@ def build_dense(
             "n_docs": n,
             "corpus": {
                 "path": str(corpus_path),
-                "content_sha256": content.hexdigest(),
+                "content_sha256": content,
                 "n_chars": sum(s.n_chars for s, _ in parts),
                 "n_bad_rows": len(bad),
                 "n_duplicates_skipped": int(sum(int((~m).sum()) for m in keep)),
@@ -195,6 +173,50 @@ def build_dense(
         return meta
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _embed_all(
+    shards: list[ShardSpec], spec: EmbedderSpec, on_bad_row: str, tmp: Path, workers: int, ray: dict | None
+) -> tuple[list[tuple[DenseShard, Callable[[], Any]]], list[np.ndarray]]:
+    """Every shard embedded: (summary, fetch vectors) per shard, and per shard the mask of rows kept (False: a
+    later copy of a docid, left out as the BM25 build leaves it out)."""
+    import numpy as np
+
+    from rise_batch.index.plan import later_copy
+
+    parts: list[tuple[DenseShard, Callable[[], Any]]] = []
+    first: dict[str, tuple[int, int]] = {}
+    keep: list[np.ndarray] = []
+    for i, (summary, fetch) in enumerate(map_shards(shards, spec, on_bad_row, tmp / "_spill", workers, ray)):
+        mask = np.ones(len(summary.docids), dtype=bool)
+        for j, (docid, row) in enumerate(zip(summary.docids, summary.source_rows, strict=True)):
+            mask[j] = not later_copy(first, docid, i, row, shards, on_bad_row)
+        parts.append((summary, fetch))
+        keep.append(mask)
+    return parts, keep
+
+
+def _merge_vectors(
+    path: Path, parts: list[tuple[DenseShard, Callable[[], Any]]], keep: list[np.ndarray], dim: int
+) -> tuple[list[str], str]:
+    """The kept rows' vectors into one float16 .npy at `path`, in corpus order: (their docids, content digest)."""
+    import numpy as np
+
+    n = int(sum(int(m.sum()) for m in keep))
+    merged = np.lib.format.open_memmap(path, mode="w+", dtype=np.float16, shape=(n, dim))
+    docids: list[str] = []
+    content = hashlib.sha256()
+    at = 0
+    for (summary, fetch), mask in zip(parts, keep, strict=True):
+        vecs = np.asarray(fetch())[mask]
+        merged[at : at + len(vecs)] = vecs
+        at += len(vecs)
+        docids += [d for d, m in zip(summary.docids, mask.tolist(), strict=True) if m]
+        digests = np.frombuffer(summary.digests, dtype=np.uint8).reshape(-1, 16)[mask]
+        content.update(digests.tobytes())
+    merged.flush()
+    del merged
+    return docids, content.hexdigest()
 
 
 def _check_docids(out: Path, docids: list[str]) -> None:
