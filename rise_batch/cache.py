@@ -31,6 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from rise_batch.storage import cache_root
+
 MARKER = ".rise-batch-cache.json"
 BULK = ("corpus", "original")  # trees counted when made, not re-read on every use
 
@@ -52,7 +54,6 @@ def cache_dir(configured: str | os.PathLike | None = None) -> Path:
     <tmp>/rise-batch-cache), evaluated on the node that asks (each node its own temporary directory)."""
     if configured:
         return Path(configured)
-    from rise_batch.storage import cache_root
 
     return cache_root()
 

@@ -20,6 +20,7 @@ from rise_batch.corpus.readers import COLUMNS_HELP, canonical_columns
 from rise_batch.errors import ConfigError as ConfigError  # re-exported: callers import it from here too
 from rise_batch.options import option
 from rise_batch.registry import BACKENDS, TRANSPORTS, one_of
+from rise_batch.storage import is_uri, redact
 from rise_batch.tier_rule import parse_tier
 
 HEURISTIC_VERSION = "1"
@@ -367,7 +368,6 @@ def load_structure_config(path: str | Path | None = None, **overrides: Any) -> S
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:
     """The config as it is recorded (manifests, run.json): storage URIs without their credentials or options."""
-    from rise_batch.storage import is_uri, redact
 
     def clean(v: Any) -> Any:
         if isinstance(v, dict):

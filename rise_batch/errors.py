@@ -24,6 +24,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+from rise_batch.io import remove_unused_outputs
+from rise_batch.logs import setup_logging
+from rise_batch.progress import set_progress_every
+from rise_batch.storage import redact_text  # a URI's credentials never reach a message
+
 EXIT_USAGE = 2
 EXIT_BUDGET = 3
 EXIT_RETRY = 75
@@ -79,10 +84,6 @@ def run_main(
     A command that fails leaves no output directory it created and wrote nothing into (io.make_output_dir).
     Logging (`log_level`: one stderr handler) and the progress interval are set up here, once per process, for
     the CLI and the jobs alike (rise_batch.logs, rise_batch.progress)."""
-    from rise_batch.io import remove_unused_outputs  # io imports nothing from rise_batch either: no cycle
-    from rise_batch.logs import setup_logging
-    from rise_batch.progress import set_progress_every
-
     setup_logging(log_level)
     try:
         set_progress_every(progress_every)
@@ -99,7 +100,6 @@ def run_main(
         code = exit_code_for(e)
         if code is None:
             raise
-        from rise_batch.storage import redact_text  # a URI's credentials never reach a message
 
         if isinstance(e, CleanExit):
             print(f"{name}: {redact_text(str(e))}", file=sys.stderr)

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from rise_batch.storage import ObjectPath, location
+from rise_batch.storage import ObjectPath, location, move
 
 
 def _create_temporary(path: Path) -> tuple[int, Path]:
@@ -218,8 +218,6 @@ def supersede(out: str | Path | ObjectPath, names: Iterable[str]) -> Path | Obje
     out = location(out)
     dest = out / f"superseded-{time.strftime('%Y%m%d-%H%M%S')}"
     if isinstance(out, ObjectPath):  # no rename: each object copied under the new prefix, then deleted
-        from rise_batch.storage import move
-
         for name in names:
             for obj, _ in [(out / name, 0)] if (out / name).is_file() else (out / name).list(recursive=True):
                 move(obj, dest / str(obj.relative_to(out)))

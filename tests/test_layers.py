@@ -1,5 +1,5 @@
 """The layout's rules, checked on the source: imports run down the layers only, no import cycles, ray only in the
-executor, a light pure core, no function over 80 lines.
+executor, a light pure core, no function over 80 lines, no unexplained lazy import of the package's own modules.
 
 The import graph is read from the AST, function-local imports included: a cycle or an upward import hidden behind a
 lazy import is still one (it only moves the failure to run time), so it counts here.
@@ -81,6 +81,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("rise_batch.fake_llm",),  # the test server: it reuses eval's judge parsing and llm's wire formats
     ("rise_batch.commands", "rise_batch.cli"),
 )
+# where an import of rise_batch's own modules may sit inside a function without saying why: the CLI imports each
+# command's dependencies only when that command runs, so `rise-batch --help` stays fast
+LAZY_FREE = ("rise_batch.commands", "rise_batch.cli")
 MAX_FUNCTION_LINES = 80
 # functions allowed over MAX_FUNCTION_LINES, each with why (none today: split a long function into named helpers)
 LONG_FUNCTIONS_ALLOWED: dict[str, str] = {}
@@ -233,6 +236,51 @@ def test_no_function_over_80_lines() -> None:
     assert not over, f"functions over {MAX_FUNCTION_LINES} lines (split them into named helpers): {over}"
     stale = sorted(set(LONG_FUNCTIONS_ALLOWED) - set(found))
     assert not stale, f"LONG_FUNCTIONS_ALLOWED lists functions that are short now (remove them): {stale}"
+
+
+def unexplained_lazy_imports(path: Path, name: str) -> list[str]:
+    """Imports of rise_batch modules inside functions with no `# lazy: <why>` comment on their line or the line
+    before (the reasons that hold: a heavy optional dependency, an import cycle, the CLI's start-up time)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found: list[str] = []
+
+    def visit(node: ast.AST, inside: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)) and inside:
+                targets = [a.name for a in child.names] if isinstance(child, ast.Import) else [child.module or ""]
+                own = child.level > 0 if isinstance(child, ast.ImportFrom) else False
+                own = own or any(t == "rise_batch" or t.startswith("rise_batch.") for t in targets)
+                near = lines[child.lineno - 1] + (lines[child.lineno - 2] if child.lineno > 1 else "")
+                if own and "# lazy:" not in near:
+                    found.append(f"{name}:{child.lineno}: {lines[child.lineno - 1].strip()}")
+            visit(child, inside or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+    visit(ast.parse("\n".join(lines)), False)
+    return found
+
+
+def test_the_lazy_import_check_sees_an_unexplained_one(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "from rise_batch.io import read_json\n\n\n"
+        "def f():\n    from rise_batch.storage import location\n\n"
+        "def g():\n    from rise_batch.llm.client import client_from_config  # lazy: loads openai\n\n"
+        "def h():\n    # lazy: loads ray\n    from rise_batch.executor.ray import init_ray\n    import json\n"
+    )
+    assert unexplained_lazy_imports(tmp_path / "m.py", "m") == ["m:5: from rise_batch.storage import location"]
+
+
+def test_internal_imports_sit_at_module_top_unless_they_say_why() -> None:
+    found = [
+        hit
+        for name, path in modules().items()
+        if not any(name == p or name.startswith(p + ".") for p in LAZY_FREE)
+        for hit in unexplained_lazy_imports(path, name)
+    ]
+    assert not found, (
+        "imports of rise_batch modules inside functions: move them to the module's top, or say why they must stay "
+        "lazy (a heavy optional dependency, an import cycle, the CLI's start-up time) in a `# lazy: ...` comment on "
+        "their line or the line before: " + "; ".join(found)
+    )
 
 
 def test_only_the_executor_and_the_limiter_actor_import_ray() -> None:

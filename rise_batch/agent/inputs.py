@@ -16,18 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from rise_batch.cache import Cached, cache_dir, copy_objects, fetch_objects, key_of, materialize
+from rise_batch.corpus.scan import shards_from_json
+from rise_batch.errors import ConfigError
+from rise_batch.index.build import META_FILE
+from rise_batch.io import read_json
 from rise_batch.storage import ObjectPath, location
+from rise_batch.structuring.job import MANIFEST
+from rise_batch.structuring.shard import materialize_shard
+from rise_batch.structuring.verify import require_intact
 
 
 def _docs_source(uri: str) -> tuple[ObjectPath, dict[str, Any], list]:
     """(OUT, its manifest, its shards) of a `structure` OUT in object storage; refuses one that is not such an OUT or
     whose checkpoint is damaged, naming it."""
-    from rise_batch.corpus.scan import shards_from_json
-    from rise_batch.errors import ConfigError
-    from rise_batch.io import read_json
-    from rise_batch.structuring.job import MANIFEST
-    from rise_batch.structuring.verify import require_intact
-
     out = location(uri)
     if not (out / MANIFEST).is_file():
         raise ConfigError(f"docs {out}: no {MANIFEST} (--docs in object storage must be a `structure` OUT)")
@@ -40,8 +41,6 @@ def _docs_source(uri: str) -> tuple[ObjectPath, dict[str, Any], list]:
 def check_sources(cfg: Any, uses_index: bool) -> None:
     """The driver's check of a run's inputs in object storage, before any worker starts: a docs OUT that is whole,
     an index with its meta.json (the workers then copy them, each node once)."""
-    from rise_batch.index.build import META_FILE
-
     for key in ("docs", "original_docs"):
         value = getattr(cfg, key)
         if value and isinstance(location(value), ObjectPath):
@@ -57,10 +56,6 @@ def local_docs(uri: str, root: Path) -> Cached:
     and checked against the checkpoint's content hashes as for any OUT), and corpus/<relpath> rendered from that
     local checkpoint and the corpus. Refuses an unfinished or damaged run, naming it. Its bytes are what it reads:
     the objects copied and the corpus files."""
-    from rise_batch.errors import ConfigError
-    from rise_batch.structuring.job import MANIFEST
-    from rise_batch.structuring.shard import materialize_shard
-
     out, manifest, shards = _docs_source(uri)
     listing = [(str(p.relative_to(out)), n) for sub in ("checkpoint", "stats") for p, n in (out / sub).list()]
     key = key_of(str(out), manifest["run_hash"], listing)
@@ -86,8 +81,6 @@ def localize(cfg: Any, uses_index: bool) -> tuple[Any, dict[str, dict]]:
     changes: dict[str, str] = {}
     report: dict[str, dict] = {}
     if uses_index and cfg.index and isinstance(location(cfg.index), ObjectPath):
-        from rise_batch.index.build import META_FILE
-
         got = fetch_objects(location(cfg.index), root, "index", META_FILE)
         changes["index"], report["index"] = str(got.path), got.report()
     for key in ("docs", "original_docs"):

@@ -17,18 +17,26 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from rise_batch.agent.inputs import check_sources
+from rise_batch.agent.originals import ORIGINAL_DIR, original_docs
 from rise_batch.agent.run_config import RunConfig, config_hash
 from rise_batch.agent.run_stats import TRANSPORT_KEYS, RunStats, WorkerReport, cache_by_node, cache_line
 from rise_batch.agent.runner import EVENT_PARTS, EVENTS, TRAJECTORIES, finished, trajectory_path
+from rise_batch.agent.stage import STUCK_WHY, TrajectoryOutcomes
 from rise_batch.agent.systems import ORIGINAL, get_system
 from rise_batch.agent.workspace_root import claim_workspace_root
 from rise_batch.config import ConfigError, config_to_dict
 from rise_batch.counters import add_counts
-from rise_batch.errors import RunIncomplete
-from rise_batch.executor.probe import node_labels
+from rise_batch.errors import RunIncomplete, StorageError
+from rise_batch.executor import executor_for
+from rise_batch.executor.base import MapOptions, Stage, WorkerSpec
+from rise_batch.executor.probe import REMEDY, Input, Output, check_storage, node_labels
 from rise_batch.io import make_output_dir, read_json, supersede, write_json_atomic
+from rise_batch.llm.errors import KeyRefused
+from rise_batch.progress import Progress as Shown
 from rise_batch.prompts import load_prompt
 from rise_batch.queries import Query, gold_label, read_queries, select_gold
+from rise_batch.space.sandbox import probe
+from rise_batch.space.workspace import load_docmap
 from rise_batch.storage import AnyPath, ObjectPath, location
 
 RUN_JSON = "run.json"
@@ -72,13 +80,9 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
     if cfg.workers > 0:
         check_nodes_storage(cfg, system)
     if system.uses_sandbox and not cfg.allow_unsandboxed:
-        from rise_batch.space.sandbox import probe
-
         if not probe().ok:  # refuse up front rather than fail every trajectory
             raise ConfigError(f"{probe().reason}; the {system.name} agent's bash needs it (or --unsandboxed)")
     if system.docs == ORIGINAL and not cfg.original_docs and not isinstance(location(cfg.docs), ObjectPath):
-        from rise_batch.agent.originals import original_docs
-
         cfg = dataclasses.replace(cfg, original_docs=str(original_docs(cfg.docs, workers=max(cfg.workers, 1))))
     queries = select_gold(read_queries(cfg.queries, cfg.limit), cfg.gold, cfg.qrels, cfg.queries)
     claim_workspace_root(cfg.workspace_dir, out, default=cfg.workspace_root is None)  # refused before any write
@@ -107,9 +111,6 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
 def check_nodes_storage(cfg: RunConfig, system: Any) -> None:
     """On a cluster, every node must write the run directory this driver reads and read the docs and index it
     read (a per-node copy of those is fine): probed once before the first query (executor/probe.py)."""
-    from rise_batch.agent.originals import ORIGINAL_DIR
-    from rise_batch.executor.probe import Input, Output, check_storage
-
     inputs = [Input("the docs directory (--docs)", cfg.docs, "docs")]
     if system.uses_index and cfg.index:
         inputs.append(Input("the index (--index)", cfg.index, "index"))
@@ -138,8 +139,6 @@ def refuse_foreign_index(index_dir: str | Path, docs_dir: str | Path) -> None:
     missing from the docs directory" and each trajectory is paid for anyway. The measure is the documents
     themselves (the index's docids.json against the docs' docmap.parquet), which also catches an index over a
     larger slice of the same corpus; the corpus paths both sides recorded are named to show where each came from."""
-    from rise_batch.space.workspace import load_docmap
-
     try:
         docids = read_json(location(index_dir) / "docids.json")
     except (OSError, ValueError) as e:
@@ -172,8 +171,6 @@ class Progress:
     a line every --progress-every seconds elsewhere). The stage's hooks call started / stopped / finished."""
 
     def __init__(self, total: int, already: int, enabled: bool = True, every_s: float | None = None) -> None:
-        from rise_batch.progress import Progress as Shown
-
         self.running = self.failed = 0
         self.reasons: Counter[str] = Counter()
         self.input_tokens = self.output_tokens = 0
@@ -226,11 +223,6 @@ def run_queries(plan: RunPlan, progress: Progress, nodes: dict[str, str] | None 
     `workers` Ray actors share them, with a watchdog at budget + grace_s (cancel, then kill after kill_grace_s)
     and a query lost after its worker died `max_attempts` times recorded as failed (agent/stage.py).
     """
-    from rise_batch.agent.stage import STUCK_WHY, TrajectoryOutcomes
-    from rise_batch.executor import executor_for
-    from rise_batch.executor.base import MapOptions, Stage, WorkerSpec
-    from rise_batch.llm.errors import KeyRefused
-
     cfg = plan.cfg
     options = MapOptions(
         max_in_flight=cfg.concurrency,
@@ -270,8 +262,6 @@ def verify_trajectories(plan: RunPlan, progress: Progress, nodes: dict[str, str]
     """The driver's check of what the workers reported: one trajectory file per query, under this config hash, on
     its own view of the run directory. A query whose file it does not find runs once more; still missing, the job
     fails naming the file and the node that wrote it. Returns the second pass's worker reports."""
-    from rise_batch.errors import StorageError
-    from rise_batch.executor.probe import REMEDY
 
     def missing() -> list[Query]:  # a retryable trajectory was written: the resume redoes it (RunIncomplete)
         return [q for q in plan.pending if not finished(plan.cfg.out, q.query_id, plan.config_hash, True)]
@@ -292,8 +282,6 @@ def verify_trajectories(plan: RunPlan, progress: Progress, nodes: dict[str, str]
     if gone:
         node = nodes.get(gone[0].query_id)
         if node is not None:
-            from rise_batch.executor.probe import node_labels
-
             node = node_labels().get(node, node)
         more = f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""
         raise StorageError(

@@ -23,6 +23,10 @@ from pathlib import Path
 
 from rise_batch.space.safe_open import Below, NotADocument, link_from, read_from
 from rise_batch.space.workspace import DocStore
+from rise_batch.structure.backends import content_hash
+from rise_batch.structure.render import strip_structure
+from rise_batch.structuring.checkpoint import CheckpointStore
+from rise_batch.types import OUTCOME_TOC
 
 log = logging.getLogger(__name__)
 ORIGINAL_DIR = "original"
@@ -45,9 +49,6 @@ def is_structure_output(docs_dir: Path) -> bool:
 
 def checkpoint_outcomes(docs_dir: Path) -> dict[str, tuple[bool, str]]:
     """docid -> (a TOC was inserted, content hash of the corpus text), from every checkpoint part of the run."""
-    from rise_batch.structuring.checkpoint import CheckpointStore
-    from rise_batch.types import OUTCOME_TOC
-
     out: dict[str, tuple[bool, str]] = {}
     store = CheckpointStore(docs_dir)
     for part in store.parts():  # a damaged part: one line naming it and the command that repairs it
@@ -144,9 +145,6 @@ def _strip_chunk(src: str, dst: str, items: list[tuple[str, str, bool, str | Non
 def _write_original(fd: int, st: os.stat_result, a: str, b: str, docid: str, row: tuple, remedy: str) -> None:
     """The original of the structured file open at `fd` (path `a`), checked against its checkpoint row
     (has_toc, content hash), written at `b`: linked from the open file when it has no TOC."""
-    from rise_batch.structure.backends import content_hash
-    from rise_batch.structure.render import strip_structure
-
     has_toc, digest = row
     text = read_from(fd, st).decode("utf-8")
     where = f"{a} (docid {docid!r})"

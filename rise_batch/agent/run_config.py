@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rise_batch.cache import cache_dir
 from rise_batch.config import ConfigError, LLMConfig, build_section, read_yaml_section, section_mapping
 from rise_batch.llm.transport import APIS  # chat completions, or the Responses API
 from rise_batch.options import option
 from rise_batch.queries import GOLD_SETS
+from rise_batch.storage import ObjectPath, location, redact, staging_path
 
 if TYPE_CHECKING:
     from rise_batch.agent.loop import Budget
@@ -100,7 +102,7 @@ class RunConfig:
     llm: LLMConfig = field(default_factory=lambda: LLMConfig(**AGENT_LLM_DEFAULTS))
 
     def validate(self) -> None:
-        from rise_batch.agent.systems import get_system
+        from rise_batch.agent.systems import get_system  # lazy: the CLI builds run's flags from RunConfig at start-up
 
         system = get_system(self.system)
         for name in ("queries", "out", "docs"):
@@ -144,6 +146,7 @@ class RunConfig:
     def check_retriever(self, searches: bool) -> None:
         """The retriever parses and, for a system that searches, the index holds its parts: a run refuses up front,
         not at its first search call."""
+        # lazy: the CLI builds run's flags from RunConfig at start-up
         from rise_batch.index.retriever import PARTS, parse_retriever, parts_present
 
         spec = parse_retriever(self.retriever)
@@ -157,7 +160,7 @@ class RunConfig:
 
     def budget(self) -> Budget:
         from rise_batch.agent.loop import Budget  # lazy: the CLI builds run's flags from RunConfig at start-up
-        from rise_batch.agent.systems import get_system
+        from rise_batch.agent.systems import get_system  # lazy: the CLI builds run's flags from RunConfig at start-up
 
         system = get_system(self.system)
         return Budget(
@@ -173,14 +176,10 @@ class RunConfig:
         directory in object storage keeps them on this machine's disk."""
         import hashlib
 
-        from rise_batch.storage import ObjectPath, location, redact, staging_path
-
         if self.workspace_root:
             return Path(self.workspace_root)
         out = location(self.out)
         if isinstance(location(self.docs), ObjectPath):
-            from rise_batch.cache import cache_dir
-
             run = hashlib.sha256(redact(self.out).encode()).hexdigest()[:16]
             return cache_dir(self.cache_dir) / "workspaces" / run
         return staging_path(out / "workspaces") if isinstance(out, ObjectPath) else out / "workspaces"
@@ -201,6 +200,7 @@ def config_hash(cfg: RunConfig, prompt_text: str) -> str:
         "bash": [cfg.bash_timeout_s, cfg.bash_max_output_chars],
     }
     if cfg.retriever != "bm25":  # only then, so the hash of every bm25 run made before retrievers existed holds
+        # lazy: the CLI builds run's flags from RunConfig at start-up
         from rise_batch.index.retriever import parse_retriever
 
         basis["retriever"] = str(parse_retriever(cfg.retriever))

@@ -22,11 +22,14 @@ from typing import Any
 
 import orjson
 
+from rise_batch.agent.inputs import localize
 from rise_batch.agent.loop import AgentRun, run_agent
-from rise_batch.agent.originals import COMPLETE, ORIGINAL_DIR
+from rise_batch.agent.originals import COMPLETE, ORIGINAL_DIR, original_docs
 from rise_batch.agent.run_config import RunConfig
 from rise_batch.agent.systems import ORIGINAL, get_system, open_tools, workspace_docs
 from rise_batch.agent.workspace_root import claim_workspace_root
+from rise_batch.cache import same_filesystem
+from rise_batch.index.retriever import open_retriever
 from rise_batch.io import read_json, write_json_atomic
 from rise_batch.llm.errors import KeyRefused
 from rise_batch.names import safe_stem as safe_name  # a query id's file stem
@@ -96,7 +99,6 @@ def system_docs(cfg: RunConfig) -> str:
     system = get_system(cfg.system)
     if system.docs != ORIGINAL:
         return cfg.docs
-    from rise_batch.agent.originals import original_docs
 
     if cfg.original_docs and Path(cfg.original_docs) != Path(cfg.docs) / ORIGINAL_DIR:
         return cfg.original_docs  # the user's own originals
@@ -109,8 +111,7 @@ class WorkerContext:
     long after it started its first trajectory began (both reported by QueryWorker.close)."""
 
     def __init__(self, cfg: RunConfig, config_hash: str, limiter: Any = None, node: str | None = None) -> None:
-        from rise_batch.agent.inputs import localize
-        from rise_batch.llm.client import client_from_config
+        from rise_batch.llm.client import client_from_config  # lazy: loads openai, aiohttp, tenacity (~4 s)
 
         self.started = time.monotonic()
         self.first_trajectory_s: float | None = None
@@ -148,8 +149,6 @@ class WorkerContext:
     def _cache_event(self, docs: str) -> None:
         """One `cache` event per worker: what its node's copies cost it; a warning when its workspaces cannot
         hardlink the cached docs (another file system: every document is then copied into each workspace)."""
-        from rise_batch.cache import same_filesystem
-
         linked = same_filesystem(Path(docs), self.ws_root)
         if not linked:
             log.warning(
@@ -170,8 +169,6 @@ class WorkerContext:
         """The retriever (bm25, dense or hybrid), loaded on first use (from a tool thread; DCI never loads it)."""
         with self._index_lock:
             if self._index is None:
-                from rise_batch.index.retriever import open_retriever
-
                 self._index = open_retriever(
                     self.cfg.index, self.cfg.retriever, embedder=self.cfg.embedder, backend=self.cfg.index_backend
                 )

@@ -42,7 +42,7 @@ class QueryWorker:
         cfg: RunConfig = config["cfg"]
         limiter = None
         if services.get("limiter"):
-            from rise_batch.llm.limiter_actor import RemoteLimiter
+            from rise_batch.llm.limiter_actor import RemoteLimiter  # lazy: loads ray (Ray runs only)
 
             limiter = RemoteLimiter(services["limiter"], cfg.llm.concurrency)
         self.ctx = WorkerContext(cfg, config["config_hash"], limiter, node=services.get("node"))
@@ -79,7 +79,7 @@ class TrajectoryOutcomes:
         """On Ray, the job's limiter actor, shared by every worker and held until every trajectory is done."""
         if kind == "local":
             return {}, None
-        from rise_batch.llm.limiter_actor import start_limiter
+        from rise_batch.llm.limiter_actor import start_limiter  # lazy: loads ray (Ray runs only)
 
         name, handle = start_limiter(self.cfg.llm, self.config_hash)
         return {"limiter": name}, handle

@@ -27,7 +27,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from rise_batch.agent.systems import get_system
+from rise_batch.eval.rundir import load_run
 from rise_batch.io import write_json_atomic, write_text_atomic
+from rise_batch.space.workspace import load_docmap
 from rise_batch.storage import AnyPath, ObjectPath, location
 
 BCP_COMPLETED, BCP_INCOMPLETE = "completed", "incomplete"
@@ -181,10 +184,6 @@ def export_bcp(run_dir: str | Path, out_dir: str | Path, docs: str | Path | None
     """Write one BCP run file per trajectory of `run_dir` into `out_dir`; returns counts. Refuses an unreadable
     trajectory (it would silently be a missing query) and an `out_dir` already holding `.json` files (BCP's scripts
     would score them too) unless `force`, which removes them first."""
-    from rise_batch.agent.systems import get_system
-    from rise_batch.eval.rundir import load_run
-    from rise_batch.space.workspace import load_docmap
-
     run = load_run(run_dir)
     if run.unreadable:
         raise ValueError(f"cannot export {run.path}: {run.unreadable[0]}")

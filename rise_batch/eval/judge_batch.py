@@ -20,6 +20,10 @@ from typing import Any
 from rise_batch.config import LLMConfig
 from rise_batch.eval.judge import GRADER_PROMPT, GRADER_RESPONSE_FORMAT
 from rise_batch.eval.judge_runner import JudgeSummary, grade_online, grade_reply, plan_judging, record_failure
+from rise_batch.llm.batch import reply_from_body
+from rise_batch.llm.batch_runner import BatchRunner, async_client
+from rise_batch.llm.errors import refuses_response_format
+from rise_batch.llm.pricing import PriceTable
 
 BATCH_DIR = "judge_batches"
 
@@ -40,11 +44,8 @@ async def judge_run_batch(
     completion_window: str = "24h",
     on_judged: Callable[[dict[str, Any]], None] | None = None,
 ) -> JudgeSummary:
-    from rise_batch.llm.batch import reply_from_body
-    from rise_batch.llm.batch_runner import BatchRunner, async_client
+    # lazy: loads openai, aiohttp, tenacity (~4 s)
     from rise_batch.llm.client import chat_request, client_from_config, format_params
-    from rise_batch.llm.errors import refuses_response_format
-    from rise_batch.llm.pricing import PriceTable
 
     plan = plan_judging(run_dir, llm.model, force=force, prompt=prompt, queries_path=queries_path, on_judged=on_judged)
     if not plan.todo:

@@ -41,6 +41,7 @@ from rise_batch.eval.judge import (
 )
 from rise_batch.eval.rundir import judgment_path, load_run
 from rise_batch.io import write_json_atomic
+from rise_batch.llm.errors import LLMError
 from rise_batch.llm.limiter import Limiter
 from rise_batch.prompts import load_prompt, prompt_hash
 from rise_batch.queries import answers_by_id
@@ -211,8 +212,6 @@ async def grade_reply(
 ) -> dict[str, Any]:
     """Turn the first grader reply into the task's judgment file: re-ask once (through `ask`) when the reply is not
     in the grader format, then record the verdict or `unjudged`; counted in the plan's summary."""
-    from rise_batch.llm.errors import LLMError
-
     replies, reask_error = [reply], ""
     first = parse_grader_reply(reply.text)
     if first.parse_error is not None:
@@ -242,8 +241,6 @@ async def grade_online(
     on_judged: Callable[[dict[str, Any]], None] | None = None,
 ) -> None:
     """Ask the grader online and record the judgment, or the failure (no file: the next run retries it)."""
-    from rise_batch.llm.errors import LLMError
-
     try:
         reply = await ask(task.messages)
     except LLMError as e:
@@ -269,7 +266,7 @@ async def judge_run(
     on_judged: Callable[[dict[str, Any]], None] | None = None,
 ) -> JudgeSummary:
     """Grade every trajectory of `run_dir` that has no judgment yet (all of them with `force`), online."""
-    from rise_batch.llm.client import client_from_config
+    from rise_batch.llm.client import client_from_config  # lazy: loads openai, aiohttp, tenacity (~4 s)
 
     plan = plan_judging(run_dir, llm.model, force=force, prompt=prompt, queries_path=queries_path, on_judged=on_judged)
     if not plan.todo:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rise_batch.config import LLMConfig
+from rise_batch.errors import StorageError
 from rise_batch.eval.judge import judges
 from rise_batch.eval.judge_batch import judge_run_batch
 from rise_batch.eval.judge_runner import JudgeSummary, judge_run
@@ -42,8 +43,6 @@ def with_accuracy(summary: JudgeSummary, run_dir: str | Path) -> JudgeSummary:
     run = load_run(run_dir)
     judged = [s for s, t in run.trajectories.items() if s in run.judgments and judges(run.judgments[s], t)]
     if len(judged) < summary.total - summary.no_gold - summary.failed:
-        from rise_batch.errors import StorageError
-
         gone = sorted(set(run.trajectories) - set(judged))
         raise StorageError(
             f"{judgment_path(run.path, '*').parent}: {len(gone)} of {len(run.trajectories)} trajectories have no "

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rise_batch.agent.systems import SYSTEMS
+
 
 def system_name(system: Any) -> str:
     """The label a system's registry entry gives it (agent/systems.py), else the name as recorded in the run."""
-    from rise_batch.agent.systems import SYSTEMS  # here, not at the top: importing this module stays free
-
     known = SYSTEMS.get(str(system))
     return known.label if known is not None else str(system)
 

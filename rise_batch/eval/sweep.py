@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from rise_batch.agent.run_config import AGENT_LLM_DEFAULTS, RunConfig
 from rise_batch.config import ConfigError, LLMConfig, build_section, section_mapping
 from rise_batch.names import portable
 from rise_batch.options import option, same_as
@@ -174,7 +175,7 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
 
 def expand(cfg: SweepConfig) -> list[Cell]:
     """Every cell, in a stable order: corpus, model, system, K, retriever, repeat (one model's cells together)."""
-    from rise_batch.agent.systems import get_system
+    from rise_batch.agent.systems import get_system  # lazy: the CLI builds judge's flags from JudgeSpec at start-up
 
     cells = []
     for corpus in cfg.corpora:
@@ -194,7 +195,6 @@ def cell_dir(cfg: SweepConfig, cell: Cell) -> Path:
 
 def cell_run_config(cfg: SweepConfig, cell: Cell) -> Any:
     """The cell's RunConfig: the sweep's shared `run:` settings plus the cell's coordinates (validated)."""
-    from rise_batch.agent.run_config import AGENT_LLM_DEFAULTS, RunConfig
 
     data = {k: v for k, v in cfg.run.items() if k != "llm"}
     data |= {

@@ -16,6 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rise_batch.agent.job import run_trajectories
+from rise_batch.eval.judging import judge_run_sync
+from rise_batch.eval.report import write_report
 from rise_batch.eval.sweep import SweepConfig, cell_dir, cell_run_config, expand, judge_llm_config
 from rise_batch.io import read_json, write_json_atomic
 
@@ -46,8 +49,8 @@ class _JudgeLimiter:
         self._handle: Any = None
         self.concurrency = llm.concurrency
         if uses_ray:
-            from rise_batch.executor.ray import init_ray
-            from rise_batch.llm.limiter_actor import start_limiter
+            from rise_batch.executor.ray import init_ray  # lazy: loads ray (Ray runs only)
+            from rise_batch.llm.limiter_actor import start_limiter  # lazy: loads ray (Ray runs only)
 
             init_ray(cfg.run.get("ray_address"), env=(*env, llm.api_key_env))  # the process's first init decides
             key = hashlib.sha256(f"judge\0{cfg.name}\0{cfg.out}\0{llm.model}".encode()).hexdigest()[:16]
@@ -56,7 +59,7 @@ class _JudgeLimiter:
     def limiter(self) -> Any:
         if self.name is None:
             return None
-        from rise_batch.llm.limiter_actor import RemoteLimiter
+        from rise_batch.llm.limiter_actor import RemoteLimiter  # lazy: loads ray (Ray runs only)
 
         return RemoteLimiter(self.name, self.concurrency)
 
@@ -67,9 +70,6 @@ def plan_sweep(cfg: SweepConfig) -> list[tuple[Any, Any]]:
 
 
 def run_sweep(cfg: SweepConfig, *, only: list[str] | None = None, force_judge: bool = False) -> dict[str, Any]:
-    from rise_batch.agent.job import run_trajectories
-    from rise_batch.eval.judging import judge_run_sync
-
     t0 = time.monotonic()
     plan = plan_sweep(cfg)
     if only:
@@ -121,8 +121,6 @@ def run_sweep(cfg: SweepConfig, *, only: list[str] | None = None, force_judge: b
         "incomplete": sorted(c for c, e in state["cells"].items() if e.get("status") != "done"),
     }
     if cfg.report:
-        from rise_batch.eval.report import write_report
-
         dirs = [cell_dir(cfg, c) for c, _ in plan_sweep(cfg) if (cell_dir(cfg, c) / "trajectories").is_dir()]
         report = write_report(dirs, out / "report")
         result["report"] = str(out / "report" / "report.md")

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from rise_batch.executor.local import LocalExecutor
+
 if TYPE_CHECKING:
     from rise_batch.executor.base import Executor, MapOptions
 
@@ -17,9 +19,7 @@ def executor_for(workers: int, options: MapOptions, address: str | None = None, 
     """`workers == 0`: this process (debugging, small runs); otherwise `workers` Ray actors (local Ray or `address`),
     lent the variables named in `env` (and executor.ray.FORWARDED_ENV) when `address` is a cluster."""
     if workers == 0:
-        from rise_batch.executor.local import LocalExecutor
-
         return LocalExecutor(options)
-    from rise_batch.executor.ray import RayExecutor
+    from rise_batch.executor.ray import RayExecutor  # lazy: loads ray (Ray runs only)
 
     return RayExecutor(workers, options, address, env)

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from rise_batch.corpus.readers import list_sources
 from rise_batch.errors import StorageError
 from rise_batch.io import make_output_dir
 
@@ -65,8 +66,6 @@ def corpus_fingerprint(path: str) -> str:
     """The corpus files' names (relative to the corpus path), sizes and first and last MiB: a copy on another node
     matches, a different or truncated file does not. (corpus.scan.corpus_fingerprint hashes mtimes and resolved
     paths, which a per-node copy changes: right for noticing a changed corpus, wrong for comparing nodes.)"""
-    from rise_batch.corpus.readers import list_sources
-
     root = Path(path)
     h = hashlib.blake2b(digest_size=8)
     for src in list_sources(root):
@@ -165,7 +164,7 @@ def check_storage(
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from rise_batch.executor.ray import init_ray
+    from rise_batch.executor.ray import init_ray  # lazy: loads ray (Ray runs only)
 
     init_ray(address, env=env)
     nodes = [n for n in ray.nodes() if n.get("Alive")]

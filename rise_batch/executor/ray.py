@@ -32,6 +32,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rise_batch.errors import USER_ERRORS
 from rise_batch.executor.base import Lost, LostKind, MapOptions, Stage, WorkerSpec, build_worker
+from rise_batch.logs import route_ray_logging
 
 POLL_S = 0.2
 # What a driver's environment lends to every actor and task of a cluster it attaches to (with `init_ray(env=...)`'s
@@ -72,8 +73,6 @@ def init_ray(address: str | None, log_to_driver: bool = True, env: Sequence[str]
     with a submitted job's own (a local Ray's workers inherit this process's environment anyway). The first call
     of a process decides: Ray takes a runtime env only when it connects."""
     if not ray.is_initialized():
-        from rise_batch.logs import route_ray_logging
-
         route_ray_logging()  # Ray's records through the command's one handler, its token-auth notice demoted
         target = address or os.environ.get("RAY_ADDRESS") or "local"
         if target == "local":  # Ray starts workers at niceness 15: beside any busy process they starved (issue 14)

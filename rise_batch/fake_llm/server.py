@@ -40,6 +40,7 @@ from rise_batch.fake_llm.http import (
 )
 from rise_batch.fake_llm.request import Responder
 from rise_batch.fake_llm.state import ServerState
+from rise_batch.llm.pricing import PriceTable
 from rise_batch.llm.tokens import counter_for
 
 ADMIN_WRITES = frozenset({"/v1/_config", "/v1/_batch_config", "/v1/_reset"})  # they change how the server answers
@@ -162,8 +163,6 @@ class FakeLLMServer:
 
 
 def _models(server: FakeLLMServer, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
-    from rise_batch.llm.pricing import PriceTable
-
     names = ["fake-llm", *sorted(PriceTable.load().prices)]
     data = [{"id": n, "object": "model", "created": 0, "owned_by": "fake-llm"} for n in names]
     return json_response(200, {"object": "list", "data": data})

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rise_batch.index.plan import later_copy, plan_index_shards
+from rise_batch.index.shards import ProcessShardRunner
 from rise_batch.index.tables import DOCIDS_FILE, write_docid_table, write_vocab_table
 from rise_batch.index.tokenize import TokenizerSettings
 from rise_batch.progress import Progress
@@ -26,7 +28,7 @@ from rise_batch.storage import AnyPath, ObjectPath, location, publish_tree, reda
 
 if TYPE_CHECKING:
     from rise_batch.corpus.readers import ShardSpec
-    from rise_batch.index.merge import GlobalStats
+    from rise_batch.index.merge import GlobalStats  # lazy: loads numpy (the merge step only)
     from rise_batch.index.shards import ShardRunner
     from rise_batch.index.tokenize import ShardPostings
     from rise_batch.types import BadRow
@@ -99,9 +101,6 @@ def build_index(
     the same per-shard function as Ray tasks. `columns` ("docid=id,text=contents") names the source columns.
     `progress` shows rows tokenized, then the merge (rise_batch.progress: a bar on a terminal, lines elsewhere).
     """
-    from rise_batch.index.plan import plan_index_shards
-    from rise_batch.index.shards import ProcessShardRunner
-
     say = log or (lambda _msg: None)
     t0 = time.perf_counter()
     settings = settings or TokenizerSettings()
@@ -183,7 +182,7 @@ def _tokenize_corpus(
 def _save_bm25(run: _Run, tmp: Path, use_numba: bool | None) -> tuple[GlobalStats, str]:
     """Pass 2: merge the postings into the scores matrix and save it in bm25s's format, the docids and the
     vocabulary beside it; returns the global statistics and the bm25s version. Frees the run's merger."""
-    from rise_batch.index.merge import GlobalStats, assemble
+    from rise_batch.index.merge import GlobalStats, assemble  # lazy: loads numpy (the merge step only)
 
     stats = GlobalStats(run.merger, K1, B)
     del run.merger
@@ -244,7 +243,7 @@ class _Run:
     """Pass 1 over all shards: global statistics, postings fetchers, content digest, refused rows."""
 
     def __init__(self) -> None:
-        from rise_batch.index.merge import VocabMerger
+        from rise_batch.index.merge import VocabMerger  # lazy: loads numpy (the merge step only)
 
         self.merger = VocabMerger()
         self.fetchers: list[Callable[[], ShardPostings]] = []
@@ -261,8 +260,6 @@ def _tokenize_all(
     spill: Path,
     bar: Progress | None = None,
 ) -> _Run:
-    from rise_batch.index.plan import later_copy
-
     run = _Run()
     first: dict[str, tuple[int, int]] = {}  # docid -> (shard index, source row) of its first occurrence
     for i, (summary, fetch) in enumerate(runner.map(shards, settings, on_bad_row, spill)):

@@ -22,10 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rise_batch.errors import ConfigError
+from rise_batch.executor.local import process_map
 from rise_batch.index.build import DOCIDS_FILE
 from rise_batch.index.embedders import EmbedderSpec, load_embedder, parse_embedder
+from rise_batch.index.plan import later_copy, plan_index_shards, read_shard_docs
 from rise_batch.index.search import Hits, clamp_k
 from rise_batch.index.tables import docid_table, write_docid_table
+from rise_batch.index.tokenize import doc_digest
 
 if TYPE_CHECKING:
     import numpy as np
@@ -51,9 +54,6 @@ class DenseShard(NamedTuple):
 def embed_shard(spec: ShardSpec, embedder: EmbedderSpec, on_bad_row: str) -> tuple[DenseShard, np.ndarray]:
     """The per-shard function (local process or Ray task): read, check and embed one shard -> (summary, float16)."""
     import numpy as np
-
-    from rise_batch.index.plan import read_shard_docs
-    from rise_batch.index.tokenize import doc_digest
 
     model = load_embedder(embedder)
     bad: list[BadRow] = []
@@ -87,13 +87,12 @@ def map_shards(
     import numpy as np
 
     if ray is not None:
-        from rise_batch.executor.ray import init_ray, task_map
+        from rise_batch.executor.ray import init_ray, task_map  # lazy: loads ray (Ray runs only)
 
         init_ray(ray.get("address"), log_to_driver=False)
         opts = {"num_gpus": ray["num_gpus"]} if ray.get("num_gpus") else None
         yield from task_map(embed_shard, shards, embedder, on_bad_row, options=opts)
         return
-    from rise_batch.executor.local import process_map
 
     spill.mkdir(parents=True, exist_ok=True)
     calls = [(s, embedder, on_bad_row, str(spill / f"shard-{i:06d}.npy")) for i, s in enumerate(shards)]
@@ -118,8 +117,6 @@ def build_dense(
 
     Duplicate docids and bad rows follow `on_bad_row` exactly as the BM25 build does (the first copy is kept), so
     both parts hold the same rows; an existing `docids.json` (the BM25 part's) must equal the dense rows."""
-    from rise_batch.index.plan import plan_index_shards
-
     say = log or (lambda _msg: None)
     spec = embedder if isinstance(embedder, EmbedderSpec) else parse_embedder(embedder)
     model = load_embedder(spec)  # fail here, before any shard, when the extra is missing
@@ -181,8 +178,6 @@ def _embed_all(
     """Every shard embedded: (summary, fetch vectors) per shard, and per shard the mask of rows kept (False: a
     later copy of a docid, left out as the BM25 build leaves it out)."""
     import numpy as np
-
-    from rise_batch.index.plan import later_copy
 
     parts: list[tuple[DenseShard, Callable[[], Any]]] = []
     first: dict[str, tuple[int, int]] = {}

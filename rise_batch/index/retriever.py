@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from rise_batch.errors import ConfigError
+from rise_batch.index.dense import DenseIndex
+from rise_batch.index.hybrid import HybridIndex
+from rise_batch.index.search import load_index, local_index
 
 RETRIEVERS = ("bm25", "dense", "hybrid")
 PARTS = {"bm25": ("bm25",), "dense": ("dense",), "hybrid": ("bm25", "dense")}
@@ -86,8 +89,6 @@ def open_retriever(
 ) -> Any:
     """Open `retriever` over `index_dir`; `embedder` (dense, hybrid) must match the recorded model when given. An
     index in object storage is opened from a verified local copy (`local_index`)."""
-    from rise_batch.index.search import local_index
-
     index_dir = local_index(index_dir)
     spec = parse_retriever(retriever)
     have = parts_present(index_dir)
@@ -100,15 +101,9 @@ def open_retriever(
         )
     bm25 = dense = None
     if "bm25" in PARTS[spec.name]:
-        from rise_batch.index.search import load_index
-
         bm25 = load_index(index_dir, backend=backend, **bm25_kw)
     if "dense" in PARTS[spec.name]:
-        from rise_batch.index.dense import DenseIndex
-
         dense = DenseIndex(index_dir, embedder=embedder)
     if spec.name == "hybrid":
-        from rise_batch.index.hybrid import HybridIndex
-
         return HybridIndex(bm25, dense, spec.fusion, spec.rrf_k, spec.weight)
     return bm25 if bm25 is not None else dense

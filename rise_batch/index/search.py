@@ -11,9 +11,12 @@ import warnings
 from pathlib import Path
 from typing import NamedTuple
 
-from rise_batch.index.build import IndexMeta
+from rise_batch.cache import cache_dir as root_of
+from rise_batch.cache import fetch_objects
+from rise_batch.index.build import META_FILE, IndexMeta
 from rise_batch.index.tables import docid_table, vocabulary
 from rise_batch.index.tokenize import query_tokenizer
+from rise_batch.storage import ObjectPath, location
 
 
 class Hits(NamedTuple):
@@ -172,11 +175,6 @@ def local_index(index_dir: str | Path, cache_dir: str | Path | None = None) -> s
     """`index_dir` itself on a POSIX path; for an index in object storage, a verified local copy of it (memory-mapped
     arrays need a file), made once per node under the cache (rise_batch/cache.py) and reused while the objects are
     unchanged."""
-    from rise_batch.cache import cache_dir as root_of
-    from rise_batch.cache import fetch_objects
-    from rise_batch.index.build import META_FILE
-    from rise_batch.storage import ObjectPath, location
-
     loc = location(index_dir)
     if not isinstance(loc, ObjectPath):
         return index_dir

@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from rise_batch.executor.local import process_map
 from rise_batch.index.tokenize import ShardPostings, ShardSummary, TokenizerSettings, tokenize_shard
 from rise_batch.storage import known_options, remember_options
 
@@ -75,8 +76,6 @@ class ProcessShardRunner:
     def map(
         self, shards: Sequence[ShardSpec], settings: TokenizerSettings, on_bad_row: str, spill_dir: Path
     ) -> Iterator[tuple[ShardSummary, Fetch]]:
-        from rise_batch.executor.local import process_map
-
         spill_dir.mkdir(parents=True, exist_ok=True)
         opts = known_options()
         calls = [(spec, settings, on_bad_row, str(spill_dir / f"shard-{i:06d}"), opts) for i, spec in enumerate(shards)]
@@ -116,7 +115,7 @@ class RayShardRunner:
     name = "ray"
 
     def __init__(self, address: str | None = None, max_in_flight: int | None = None, spill: bool = False) -> None:
-        from rise_batch.executor.ray import init_ray
+        from rise_batch.executor.ray import init_ray  # lazy: loads ray (Ray runs only)
 
         init_ray(address, log_to_driver=False)
         self.max_in_flight = max_in_flight
@@ -125,7 +124,7 @@ class RayShardRunner:
     def map(
         self, shards: Sequence[ShardSpec], settings: TokenizerSettings, on_bad_row: str, spill_dir: Path
     ) -> Iterator[tuple[ShardSummary, Fetch]]:
-        from rise_batch.executor.ray import task_map
+        from rise_batch.executor.ray import task_map  # lazy: loads ray (Ray runs only)
 
         if not self.spill:  # postings live in the object store
             yield from task_map(

@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from rise_batch.index.plan import read_shard_docs
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -283,8 +285,6 @@ def tokenize_shard(
     spec: ShardSpec, settings: TokenizerSettings, on_bad_row: str = "error"
 ) -> tuple[ShardSummary, ShardPostings]:
     """Read one shard of the corpus and tokenize it; the shared per-shard function of local and Ray builds."""
-    from rise_batch.index.plan import read_shard_docs
-
     bad: list[BadRow] = []
     summary, postings = tokenize_docs(read_shard_docs(spec, on_bad_row, bad), settings, spec.shard_id)
     return summary._replace(bad_rows=bad), postings

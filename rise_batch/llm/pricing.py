@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from rise_batch.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 # OpenAI names pinned snapshots "<model>-YYYY-MM-DD"; they cost what the alias costs.
@@ -79,8 +81,6 @@ class PriceTable:
         replies recorded as $0, so a run with one must not start on an unknown model."""
         found = self.find(model)
         if found is None:
-            from rise_batch.errors import ConfigError
-
             raise ConfigError(
                 f"{why} needs the price of model {model!r}, which is not in the prices table (its replies would be "
                 f"recorded as $0 and the limit would never stop the run). Give it in a YAML file, e.g. `models: "

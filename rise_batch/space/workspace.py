@@ -28,6 +28,7 @@ import orjson
 from rise_batch.corpus import docmap_table
 from rise_batch.corpus.docmap import check_relpath, check_relpaths, checked_columns
 from rise_batch.space.safe_open import THROUGH_LINK, Below, NotADocument, copy_from, kind_of, link_from, open_path
+from rise_batch.storage import arrow_source, location
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +92,6 @@ def load_docmap(docs_dir: str | Path) -> dict[str, str]:
     """docid -> relpath of a docs dir (or a `structure` OUT in object storage); a docmap holding one unsafe relpath
     refuses the whole dir, naming the row."""
     import pyarrow.parquet as pq
-
-    from rise_batch.storage import arrow_source, location
 
     path = location(docs_dir) / "docmap.parquet"
     if not path.exists():
