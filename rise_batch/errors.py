@@ -26,7 +26,6 @@ from collections.abc import Callable
 
 from rise_batch.io import remove_unused_outputs
 from rise_batch.logs import setup_logging
-from rise_batch.progress import set_progress_every
 from rise_batch.storage import redact_text  # a URI's credentials never reach a message
 
 EXIT_USAGE = 2
@@ -86,6 +85,8 @@ def run_main(
     the CLI and the jobs alike (rise_batch.logs, rise_batch.progress)."""
     setup_logging(log_level)
     try:
+        from rise_batch.progress import set_progress_every  # lazy: config (so the CLI's parser) loads this module
+
         set_progress_every(progress_every)
     except ValueError as e:
         print(f"{name}: error: {e}", file=sys.stderr)

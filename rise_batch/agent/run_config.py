@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rise_batch.cache import cache_dir
 from rise_batch.config import ConfigError, LLMConfig, build_section, read_yaml_section, section_mapping
 from rise_batch.llm.transport import APIS  # chat completions, or the Responses API
 from rise_batch.options import option
@@ -181,6 +180,8 @@ class RunConfig:
         out = location(self.out)
         if isinstance(location(self.docs), ObjectPath):
             run = hashlib.sha256(redact(self.out).encode()).hexdigest()[:16]
+            from rise_batch.cache import cache_dir  # lazy: the CLI builds run's flags from RunConfig at start-up
+
             return cache_dir(self.cache_dir) / "workspaces" / run
         return staging_path(out / "workspaces") if isinstance(out, ObjectPath) else out / "workspaces"
 
