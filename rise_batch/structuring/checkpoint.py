@@ -119,8 +119,8 @@ class CheckpointStore:
         return self.stats_path(shard_id).exists()
 
     def mark_done(self, shard_id: int, stats: dict, parts: list[tuple[AnyPath, list[DocResult]]] | None = None) -> None:
-        """The done marker: the shard's stats plus, under "parts", what they cover (a list, so `merge_stats`,
-        which adds numbers and dicts, leaves it out of stats.json). Then the shard's reply journal goes."""
+        """The done marker: the shard's stats (ShardStats.marker_json) plus, under "parts", what they cover (read
+        back by verify.py; ShardStats.from_marker leaves it out). Then the shard's reply journal goes."""
         if parts is not None:
             stats = stats | {"parts": [part_record(p, rows) for p, rows in parts]}
         write_json_atomic(self.stats_path(shard_id), stats, indent=None, sort_keys=True, ensure_ascii=True)
