@@ -14,7 +14,7 @@ actor (the `ray::TrajectoryWorker` processes below the run): RSS, PSS, and the r
 mappings of the index's files (from /proc/PID/smaps), which says how much of the index the actors share through
 the page cache.
 
-    python bench/search_load.py --docs DOCS --index INDEX [--trajectories 200] [--out bench/results/search_load.json]
+    python -m bench.search_load --docs DOCS --index INDEX [--trajectories 200] [--out bench/results/search_load.json]
 """
 
 from __future__ import annotations
@@ -29,21 +29,18 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pipeline_prep import squad_queries  # noqa: E402
-from pipeline_probe import start_fake_llm  # noqa: E402
-from workspace import query_triples  # noqa: E402
+from bench.common import REPO, SCRATCH, SQUAD, WIKI, Run
+from bench.pipeline_prep import squad_queries
+from bench.pipeline_probe import start_fake_llm
+from bench.workspace import query_triples
+from rise_batch.agent.loop import thread_clock
+from rise_batch.index.retriever import open_retriever
+from rise_batch.space import tools
+from rise_batch.space.fileview import prefetch_heads
+from rise_batch.space.sandbox import Sandbox, SandboxLimits
+from rise_batch.space.tools import search_into
+from rise_batch.space.workspace import DocStore, Workspace
 
-from rise_batch.agent.loop import thread_clock  # noqa: E402
-from rise_batch.index.retriever import open_retriever  # noqa: E402
-from rise_batch.space import tools  # noqa: E402
-from rise_batch.space.fileview import prefetch_heads  # noqa: E402
-from rise_batch.space.sandbox import Sandbox, SandboxLimits  # noqa: E402
-from rise_batch.space.tools import search_into  # noqa: E402
-from rise_batch.space.workspace import DocStore, Workspace  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "data"
 MB = 1024**2
 TARGETS = {"search": (20.0, 30.0), "search_link": (100.0, 200.0), "sandbox_true": (10.0, 15.0)}  # p50, p99 ms
 
@@ -192,8 +189,10 @@ def start_run(args, queries: Path, base_url: str, out: Path, log: Path, pythonpa
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)  # noqa: SIM115
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.search_load", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--docs", type=Path, required=True, help="structured docs dir (corpus/ + docmap.parquet)")
     ap.add_argument("--index", type=Path, required=True, help="its BM25 index")
     ap.add_argument("--corpus", type=Path, help="the raw derived corpus (to find the queries' gold documents)")
@@ -206,19 +205,25 @@ def main() -> None:
     ap.add_argument("--idle-rounds", type=int, default=60)
     ap.add_argument("--ab-prefetch", action="store_true", help="alternate rounds without the previews' prefetch")
     ap.add_argument("--py-spy", type=int, default=0, help="record each trajectory actor this many seconds (raw)")
-    ap.add_argument("--scratch", type=Path, default=REPO / "bench" / "scratch" / "search_load")
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "search_load.json")
-    args = ap.parse_args()
+    ap.add_argument("--scratch", type=Path, default=SCRATCH / "search_load")
+    ap.add_argument("--out", type=Path, help="the results file (default bench/results/search_load.json)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    run = Run("search_load", args)
     shutil.rmtree(args.scratch, ignore_errors=True)
     args.scratch.mkdir(parents=True)
     if args.queries:  # a query file as is (e.g. squad_wiki's own over wiki2015 itself)
         queries, qinfo = args.queries, {"file": str(args.queries)}
     else:  # SQuAD questions with their gold re-found in a derived corpus, as bench/pipeline_1m.py asks them
-        squad, wiki = SHARED / "squad_wiki" / "queries.jsonl", SHARED / "wiki2015"
-        queries, qinfo = squad_queries(args.corpus, squad, wiki, args.scratch / "q.jsonl", args.trajectories)
+        queries, qinfo = squad_queries(
+            args.corpus, SQUAD / "queries.jsonl", WIKI, args.scratch / "q.jsonl", args.trajectories
+        )
     t = time.perf_counter()
     index, store = open_retriever(args.index), DocStore(args.docs)
-    res: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "queries": qinfo, "open_s": 0.0}
+    res: dict = {"queries": qinfo, "open_s": 0.0}
     res["open_s"] = round(time.perf_counter() - t, 1)
     probe = SpaceProbe(index, store, args.scratch / "ws", seed=1)
     for _ in range(3):
@@ -276,9 +281,7 @@ def main() -> None:
         for when in ("probe_idle", "probe_loaded"):
             row = res[when].get("prefetch", res[when]).get(f"{name}_ms", {})
             print(f"{name:>13} {when:>13}: p50 {row.get('p50_ms')} (<= {t50}) p99 {row.get('p99_ms')} (<= {t99}) ms")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(res, indent=1))
-    print(f"wrote {args.out}")
+    run.write(res, args.out)
 
 
 if __name__ == "__main__":
