@@ -170,7 +170,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             # as executor/ray.init_ray starts a local Ray: workers at the driver's niceness, not Ray's +15, which
             # starved them beside any busy process (the fake server, other jobs) and so measured Ray's scheduling
             os.environ.setdefault("RAY_worker_niceness", "0")
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # private
         expected = spec.get("expected_requests", 0)
         window = SteadyWindow(url, server.pid, int(0.2 * expected), int(0.7 * expected)) if expected else None
         if window:
