@@ -41,16 +41,22 @@ def test_the_helpers_and_scripts_are_what_bench_holds() -> None:
     assert {"common", "pipeline_checks", "pipeline_prep", "pipeline_probe"} == set(MODULES) - set(SCRIPTS)
 
 
-def test_importing_every_module_does_nothing(tmp_path: Path) -> None:
-    """One fresh interpreter imports them all: no output, and no file appears under bench/ (results, scratch)."""
-    before = {p for p in BENCH.rglob("*") if "__pycache__" not in p.parts}
+def top_level() -> set[Path]:
+    dirs = [BENCH, BENCH / "results", BENCH / "scratch"]
+    return {p for d in dirs if d.is_dir() for p in d.iterdir() if p.name != "__pycache__"}
+
+
+def test_importing_every_module_does_nothing() -> None:
+    """One fresh interpreter imports them all: no output, and no file appears in bench/, bench/results/ or
+    bench/scratch/ (their top levels: a scratch dir may hold a million structured files)."""
+    before = top_level()
     code = "import importlib\n" + "".join(f"importlib.import_module('bench.{m}')\n" for m in MODULES)
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, env=env(), capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert (done.stdout, done.stderr) == ("", "")
-    after = {p for p in BENCH.rglob("*") if "__pycache__" not in p.parts}
+    after = top_level()
     assert after == before, sorted(map(str, after ^ before))
 
 
