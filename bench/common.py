@@ -35,6 +35,12 @@ WIKI = DATA / "wiki2015"
 SQUAD = DATA / "squad_wiki"
 
 
+def pct(xs: list[float], p: float) -> float:
+    """The p-th percentile of `xs` by nearest rank (the value at round(p% of n-1) when sorted); nan when empty."""
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))] if xs else float("nan")
+
+
 def git(*args: str) -> str | None:
     """`git ARGS` in the repository, or None where there is no git or no repository (a copied tree)."""
     try:

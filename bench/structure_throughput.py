@@ -121,6 +121,8 @@ class SteadyWindow(threading.Thread):
         for pid, (group, cpu) in b.items():
             groups[group] = groups.get(group, 0.0) + cpu - (a[pid][1] if pid in a else 0.0)
         requests = n1 - n0
+        if requests <= 0:  # a run so short that both marks fell in one poll: no steady state to report
+            return None
         ms = {g: round(1000 * v / requests, 3) for g, v in sorted(groups.items())}
         engine = sum(v for g, v in ms.items() if g != "fake_server")
         return {

@@ -94,7 +94,9 @@ def figure(row: dict[str, Any], results: Path) -> tuple[Any, Any, str]:
         if "over" in row:
             base = dig(figs, row["over"])
             value = round(value / base, 3) if base else None
-        if value is not None and "scale" in row:
+        if value is None:  # e.g. a run too short for a steady state: the next file, or "not measured"
+            continue
+        if "scale" in row:
             value = round(value * row["scale"], 2)
         load = dig(figs, row["load"]) if "load" in row else dig(doc, ["machine", "load_average_start"])
         if isinstance(load, tuple):

@@ -35,16 +35,11 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import REPO, Run
+from bench.common import REPO, Run, pct
 
 SAMPLE = REPO / "rise_batch" / "data" / "enwiki_sample.jsonl.gz"
 TARGET_OVERHEAD_SHARE = 0.05
 TARGET_OVERSHOOT_P99_S = 2.0
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))] if xs else float("nan")
 
 
 def stats(xs: list[float], scale: float = 1.0, nd: int = 2) -> dict:

@@ -24,7 +24,7 @@ import statistics
 import time
 from pathlib import Path
 
-from bench.common import DATA, SCRATCH, WIKI, Run  # SCRATCH: where index_scale leaves its indexes
+from bench.common import DATA, SCRATCH, WIKI, Run, pct  # SCRATCH: where index_scale leaves its indexes
 from rise_batch.corpus.docmap import RelpathAssigner, frontmatter_title
 from rise_batch.corpus.readers import iter_docs
 from rise_batch.space.fileview import snippet_line
@@ -35,11 +35,6 @@ from rise_batch.space.workspace import DocStore, Workspace
 TARGET_SEARCH_MS = 300.0
 TARGET_SANDBOX_MS = 10.0  # overhead p50
 TARGET_SANDBOX_P99_MS = 15.0
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
 
 
 def summary(ms: list[float]) -> dict:

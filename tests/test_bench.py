@@ -148,3 +148,26 @@ def test_a_bad_bench_command_is_caught() -> None:
     assert "--jso" not in parser._option_string_actions  # what argparse would forgive, the check above refuses
     with contextlib.redirect_stderr(io.StringIO()), pytest.raises(SystemExit):
         parser.parse_args(["--no-such-flag"])
+
+
+def test_one_envelope_for_every_result(tmp_path: Path) -> None:
+    """What `Run.write` puts beside the figures: the benchmark, when, on what (cores, load at the start and the end,
+    the commit), the options as given; `read_result` gives it back, and reads a file from before the envelope as
+    figures with no machine facts rather than dropping it."""
+    from bench.common import Run, read_result
+
+    args = argparse.Namespace(corpus=Path("../shared/data/wiki2015"), limit=3, skip={"b", "a"})
+    path = Run("demo", args).write({"docs_per_s": 12.5}, tmp_path / "demo.json", quiet=True)
+    doc = read_result(path)
+    assert doc is not None
+    assert list(doc) == ["bench", "date", "seconds", "machine", "args", "figures"]
+    assert (doc["bench"], doc["figures"], doc["args"]) == (
+        "demo", {"docs_per_s": 12.5}, {"corpus": "../shared/data/wiki2015", "limit": 3, "skip": ["a", "b"]}
+    )  # fmt: skip
+    machine = doc["machine"]
+    assert machine["cpus"] == os.cpu_count() and len(machine["load_average_start"]) == 3
+    if (REPO / ".git").exists():  # a checkout (a worktree's .git is a file), not an unpacked archive
+        assert re.fullmatch(r"[0-9a-f]{40}", machine["git_commit"] or ""), machine
+    (tmp_path / "old.json").write_text('{"wall_s": 3.0}')
+    assert read_result(tmp_path / "old.json")["figures"] == {"wall_s": 3.0}
+    assert read_result(tmp_path / "missing.json") is None
