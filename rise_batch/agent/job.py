@@ -334,12 +334,16 @@ def run_trajectories(cfg: RunConfig, incomplete_ok: bool = False) -> dict[str, A
 
 
 def summary_line(stats: dict[str, Any], out: str) -> str:
+    """One grep-able line; `cost_usd>=X cancelled_calls=N` when calls were cut (their billed output is in no reply)."""
     reasons = ",".join(f"{k}:{v}" for k, v in stats["stop_reasons"].items())
-    keys = ("queries", "ran", "skipped", "model_calls_mean", "input_tokens", "output_tokens", "cost_usd")
+    keys = ("queries", "ran", "skipped", "model_calls_mean", "input_tokens", "output_tokens")
     sent = stats.get("transport")  # only when this invocation sent requests: never a 0 that was not measured
     transport = f" retries={sent.get('retries', 0)} 429s={sent.get('rate_limited', 0)}" if sent else ""
+    cost = f"cost_usd={stats['cost_usd']}"
+    if stats.get("cost_lower_bound"):
+        cost = f"cost_usd>={stats['cost_usd']} cancelled_calls={stats.get('cancelled_calls', 0)}"
     return (
         f"run system={stats['system']} model={stats['model']} "
         + " ".join(f"{k}={stats[k]}" for k in keys)
-        + f" stop_reasons={reasons or '-'}{transport} wall_seconds={stats['wall_seconds']} out={out}"
+        + f" {cost} stop_reasons={reasons or '-'}{transport} wall_seconds={stats['wall_seconds']} out={out}"
     )

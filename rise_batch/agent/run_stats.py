@@ -38,6 +38,7 @@ class RunStats:
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    cancelled_calls: int = 0  # model calls cut before their reply: billed, but in no usage nor cost_usd
     # this invocation's
     nodes: dict[str, int] | None = None  # on Ray: queries run per node
     cache: dict[str, dict[str, Any]] | None = None  # per node, what the copies of the inputs cost (cache_by_node)
@@ -73,10 +74,16 @@ class RunStats:
         self.input_tokens += t["usage"]["input_tokens"]
         self.output_tokens += t["usage"]["output_tokens"]
         self.cost_usd += t.get("cost_usd") or 0.0
+        self.cancelled_calls += t.get("cancelled_calls") or 0
 
     @property
     def trajectories(self) -> int:
         return sum(self.stop_reasons.values())
+
+    @property
+    def cost_lower_bound(self) -> bool:
+        """Calls were cut: their billed output is in no reply, so cost_usd is at least what was spent."""
+        return self.cancelled_calls > 0
 
     def to_json(self) -> dict[str, Any]:
         n = max(self.trajectories, 1)
@@ -92,6 +99,8 @@ class RunStats:
             "output_tokens": self.output_tokens,
             "cost_usd": round(self.cost_usd, 6),
             "cost_usd_per_query": round(self.cost_usd / n, 6),
+            "cancelled_calls": self.cancelled_calls,
+            "cost_lower_bound": self.cost_lower_bound,
         }
         for k in ("nodes", "cache", "transport"):
             if getattr(self, k) is not None:

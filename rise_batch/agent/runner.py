@@ -195,6 +195,7 @@ def trajectory_record(ctx: WorkerContext, query: Query, run: AgentRun, ws_docs: 
         "tool_calls": dict(run.tool_calls),
         "usage": run.usage(),
         "cost_usd": round(run.cost_usd, 8),
+        "cancelled_calls": run.cancelled_calls,  # not in usage nor cost_usd: then those are a lower bound
         "elapsed_s": round(run.elapsed_s, 3),
         "workspace_docs": ws_docs,
         "retrieved_docids": list(run.retrieved),

@@ -181,6 +181,7 @@ def run_metrics(
         "agent_usd_per_query": mean(agent_cost),
         "judge_usd_per_query": mean(judge_cost),
         "agent_usd_total": sum(agent_cost),
+        "cost_lower_bound": any(t.get("cancelled_calls") for t in trajs),  # cut calls: billed, in no reply's usage
         "judge_usd_total": sum(judge_cost),
         "tokens_per_query": {
             k: mean([float((t.get("usage") or {}).get(k) or 0) for t in trajs])

@@ -51,7 +51,7 @@ def main_table(summaries: Sequence[dict[str, Any]]) -> list[str]:
             str(s.get("n_unjudged", 0)),
             f"{s.get('no_answers', 0)}/{s.get('n_queries', 0)}",
             _num((s.get("tool_calls") or {}).get("mean")),
-            _usd(s.get("agent_usd_per_query")),
+            ("≥ " if s.get("cost_lower_bound") else "") + _usd(s.get("agent_usd_per_query")),  # calls were cut
             _pct(s.get("gold_R")),
             _pct(s.get("cov_mean")),
         ]

@@ -122,6 +122,11 @@ class _StageActor:
         """(this actor's node id, the item's result): the driver records where each item ran."""
         return self.where[1], await self.worker.run(item, attempt)
 
+    async def progress(self) -> Any:
+        """Where the worker's items stand (its `progress()`, None without one), for the driver's progress line."""
+        progress = getattr(self.worker, "progress", None)
+        return await progress() if progress is not None else None
+
     async def close(self) -> Any:
         return await self.worker.close()
 
@@ -153,6 +158,8 @@ class _Slot:
     pid: int | None = None
     node: str | None = None
     load: int = 0
+    progress_ref: Any = None  # an outstanding progress() call
+    progress_at: float = 0.0  # when it was asked
 
 
 def placement(slot: int) -> Any:
@@ -241,6 +248,27 @@ class _Dispatch:
                 elif ref in self.flights:  # not landed by an actor replacement in this same pass
                     self._on_result(ref)
         self._watchdog(time.monotonic())
+        self._progress(time.monotonic())
+
+    def _progress(self, now: float) -> None:
+        """Hand the workers' answers about their items to the stage, and ask each busy worker again every
+        `progress_s`. One call out per worker at a time; a dead worker's call fails and is dropped (its items are
+        resubmitted, and their counts start again: the stage takes counts as where an item stands)."""
+        if self.stage.on_progress is None:
+            return
+        asked = [s.progress_ref for s in self.slots if s.progress_ref is not None]
+        answered = set(ray.wait(asked, num_returns=len(asked), timeout=0)[0]) if asked else set()
+        for s in self.slots:
+            if s.progress_ref is not None and s.progress_ref in answered:
+                ref, s.progress_ref = s.progress_ref, None
+                try:
+                    report = ray.get(ref)
+                except Exception:  # noqa: BLE001, S112 - the worker died or was replaced: nothing to show
+                    continue
+                if report is not None:
+                    self.stage.on_progress(report)
+            if s.progress_ref is None and s.load and now - s.progress_at >= self.o.progress_s:
+                s.progress_ref, s.progress_at = s.actor.progress.remote(), now
 
     def _submit(self) -> None:
         """Fill the least loaded ready actors, keeping at most `max_in_flight` items out in total."""

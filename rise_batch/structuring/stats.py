@@ -1,5 +1,7 @@
 """The structure job's figures, typed: one shard's (`ShardStats`, summed with `+`), what a worker reports for a shard
-(`ShardReport`), and the job's (`StructureStats`, whose `to_json()` is stats.json).
+(`ShardReport`), and the job's (`StructureStats`, whose `to_json()` is stats.json); while shards run, a worker's
+documents so far (`ShardCount`, the shard pipeline's `on_doc`) and what a Ray worker answers the driver's progress
+poll (`WorkerProgress`).
 
 A shard's figures come from its checkpoint rows (`ShardStats.of_rows`) or, for a shard an earlier run finished, from
 its done marker (`ShardStats.from_marker`). Fields a run does not always produce are None (or 0) when absent and are
@@ -15,7 +17,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from rise_batch.types import OUTCOME_TOC, DocResult
 
@@ -150,9 +152,42 @@ class ShardStats:
 
 class ShardReport(NamedTuple):
     """What a worker returns for a shard: its figures, and the retries and 429s its client counted since its
-    previous shard (for the driver's progress line while the job runs; the job's totals come from `close`)."""
+    previous report (for the driver's progress line while the job runs; the job's totals come from `close`)."""
 
     stats: ShardStats
+    retries: int = 0
+    rate_limited: int = 0
+
+
+class OnDoc(Protocol):
+    """The shard pipeline's per-document callback: `(1, usd)` for a document this run structured, `(1, 0.0, True)`
+    for one an earlier run checkpointed (done, and paid for, then)."""
+
+    def __call__(self, n: int, usd: float, earlier: bool = False) -> None: ...
+
+
+@dataclass
+class ShardCount:
+    """One running shard's documents so far: this run's, an earlier run's (checkpointed, skipped) and dollars. On
+    Ray it is the shard pipeline's `on_doc`, read by ShardWorker.progress()."""
+
+    done: int = 0
+    earlier: int = 0
+    cost: float = 0.0
+
+    def __call__(self, n: int, usd: float, earlier: bool = False) -> None:
+        if earlier:
+            self.earlier += n
+        else:
+            self.done += n
+            self.cost += usd
+
+
+class WorkerProgress(NamedTuple):
+    """A Ray worker's answer to the driver's progress poll: each running shard's counts so far (copies), and the
+    retries and 429s its client counted since its previous report (a shard's ShardReport carries the rest)."""
+
+    shards: dict[int, ShardCount]
     retries: int = 0
     rate_limited: int = 0
 

@@ -8,7 +8,8 @@ which is what lets the executor resubmit the shards of a dead worker.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from rise_batch.config import StructureConfig
@@ -21,7 +22,7 @@ from rise_batch.structure.propose import TOC_RESPONSE_FORMAT
 from rise_batch.structure.tier import TieredBackend
 from rise_batch.structuring.budget import CostBudget, checkpoint_cost, structuring_estimator
 from rise_batch.structuring.shard import structure_shard
-from rise_batch.structuring.stats import ShardReport
+from rise_batch.structuring.stats import OnDoc, ShardCount, ShardReport, WorkerProgress
 from rise_batch.tier_rule import tier_rule
 
 
@@ -69,7 +70,9 @@ def transport_stats(backend) -> dict:
 
 class ShardWorker:
     """config: {"cfg": StructureConfig, "prompt_text", "run_hash"}; services: {"limiter": actor name} on Ray,
-    {"on_doc": progress callback} in process (per-document progress; on Ray the driver counts whole shards)."""
+    {"on_doc": progress callback} in process. On Ray the driver asks `progress()` every few seconds instead: the
+    documents, earlier-run documents and dollars of each running shard so far, and the retries and 429s since the
+    last report."""
 
     def __init__(self, config: Mapping[str, Any], services: Mapping[str, Any]) -> None:
         self.cfg: StructureConfig = config["cfg"]
@@ -82,18 +85,34 @@ class ShardWorker:
 
             limiter = RemoteLimiter(services["limiter"], self.cfg.llm.concurrency)
         self.backend = make_backend(self.cfg, config["prompt_text"], limiter)
-        self.on_doc: Callable[[int, float], None] | None = services.get("on_doc")
+        self.on_doc: OnDoc | None = services.get("on_doc")
         self.reported: dict = {}
+        self.running: dict[int, ShardCount] = {}  # shard id -> its documents so far (Ray: read by progress())
 
     async def run(self, spec: ShardSpec, attempt: int) -> ShardReport:
-        """The shard's stats, with the retries and 429s this worker's client counted since its previous shard, so
+        """The shard's stats, with the retries and 429s this worker's client counted since its previous report, so
         the driver's progress line can show them while the job runs."""
         del attempt  # a shard resumes from its checkpoint, whichever attempt this is
-        stats = await structure_shard(self.cfg, spec, self.backend, self.run_hash, self.on_doc)
+        on_doc = self.on_doc
+        if on_doc is None:
+            on_doc = self.running[spec.shard_id] = ShardCount()
+        try:
+            stats = await structure_shard(self.cfg, spec, self.backend, self.run_hash, on_doc)
+        finally:
+            self.running.pop(spec.shard_id, None)
+        return ShardReport(stats, *self.transport_delta())
+
+    async def progress(self) -> WorkerProgress:
+        """Each running shard's counts so far, and this worker's retries and 429s since its last report."""
+        shards = {sid: dataclasses.replace(c) for sid, c in self.running.items()}
+        return WorkerProgress(shards, *self.transport_delta())
+
+    def transport_delta(self) -> tuple[int, int]:
+        """(retries, 429s) this worker's client counted since its previous report."""
         now = transport_stats(self.backend)
         retries, limited = (now.get(k, 0) - self.reported.get(k, 0) for k in ("retries", "rate_limited"))
         self.reported = now
-        return ShardReport(stats, retries, limited)
+        return retries, limited
 
     async def close(self) -> dict:
         """The transport stats, then the client closed in this worker's own event loop (its aiohttp session's)."""
@@ -108,7 +127,44 @@ def describe_shard(spec: ShardSpec) -> str:
     return f"shard {spec.shard_id} ({spec.source} rows {spec.start}-{spec.stop})"
 
 
-def shard_services(cfg: StructureConfig, run_hash: str, on_doc: Callable[[int, float], None]):
+class ShardProgress:
+    """The driver's side of the progress line of structure: documents, dollars, retries and 429s as they come.
+
+    In process each document is counted as it finishes (`on_doc`, the worker's service). On Ray the executor asks
+    every busy worker where its shards stand every few seconds (`on_progress`); a shard's result then closes its
+    count (`on_result`). Both go through `Progress.item`, which adds only what passes the most shown for the
+    shard, so a late report, or a shard redone from the start after its worker died, never counts a document or
+    a dollar twice: the line never passes the total and ends on the real count."""
+
+    def __init__(self, bar, local: bool) -> None:
+        self.bar, self.local = bar, local
+
+    def on_doc(self, n: int, usd: float, earlier: bool = False) -> None:
+        if earlier:  # a document an earlier run checkpointed: done, but not this run's rate (nor its ETA)
+            self.bar.earlier(n)
+        else:
+            self.bar.update(n, cost=usd)
+
+    def on_progress(self, report: WorkerProgress) -> None:
+        """A Ray worker's report: its shards' counts so far, its retries and 429s since the last."""
+        self.bar.update(0, retries=report.retries, rate_limited=report.rate_limited)
+        for sid, c in report.shards.items():
+            self.bar.item(sid, c.done, earlier=c.earlier, cost=c.cost)
+
+    def on_result(self, spec: ShardSpec, report: ShardReport) -> None:
+        """A shard's final stats: a shard an earlier run finished counts whole as done before; on Ray the rest
+        settles what its reports showed; in process every document was counted as it finished."""
+        self.bar.update(0, retries=report.retries, rate_limited=report.rate_limited)
+        stats = report.stats
+        if self.local and not stats.shards_resumed:
+            return
+        total = stats.docs_total  # 0 for a shard that left documents undone (rows not counted): its reports stand
+        earlier = total if stats.shards_resumed else stats.docs_resumed or 0
+        cost = stats.cost_usd + (stats.rebought_cost_usd or 0.0)  # replies bought twice cost twice
+        self.bar.item(spec.shard_id, total - earlier, earlier=earlier, cost=cost)
+
+
+def shard_services(cfg: StructureConfig, run_hash: str, on_doc: OnDoc):
     """What every worker shares: in process, the per-document progress callback; on Ray, the job's limiter actor
     (LLM backend only), whose handle the executor holds until every shard is done."""
 
