@@ -11,6 +11,7 @@ touching the report's JSON.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -86,11 +87,17 @@ def verdict(row: dict[str, Any]) -> str:
     return "no answer" if row.get("method") == "empty" else "wrong"
 
 
-def _weights(model: str, calls: Sequence[dict[str, Any]]) -> list[float]:
-    """What each model call would cost at the model's prices (tokens alone when the model has none)."""
+@functools.cache
+def _prices(model: str) -> Any:
+    """The packaged price of `model` (None when unknown), read once per report, not once per trajectory."""
     from rise_batch.llm.pricing import PriceTable
 
-    price = PriceTable.load().find(model)
+    return PriceTable.load().find(model)
+
+
+def _weights(model: str, calls: Sequence[dict[str, Any]]) -> list[float]:
+    """What each model call would cost at the model's prices (tokens alone when the model has none)."""
+    price = _prices(model)
     p_in, p_out = (price.input, price.output) if price else (1.0, 1.0)
     return [float(c.get("input_tokens") or 0) * p_in + float(c.get("output_tokens") or 0) * p_out for c in calls]
 
