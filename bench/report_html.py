@@ -39,9 +39,10 @@ def step(rng: random.Random, i: int, chars: int) -> tuple[dict, str]:
     args = {"search": {"queries": [f"sub-query {i}"]}, "bash": {"command": f"rg -n 'term {i}' | head"},
             "read": {"path": f"doc{i}.txt", "start": 1, "end": 40}}[tool]  # fmt: skip
     body = " ".join(rng.choice(("alpha", "beta", "gamma", "delta", "epsilon")) for _ in range(chars // 6))
+    body = body[: max(chars, 200)]
     if tool == "search":
         body += f"\n\nWorkspace: {100 * (i // 10 + 1):,} documents (+100 this call)."
-    return {"tool": tool, "arguments": args, "output": body[: max(chars, 200)]}, tool
+    return {"tool": tool, "arguments": args, "output": body}, tool
 
 
 def write_run(root: Path, system: str, queries: int, steps: int, chars: int, seed: int) -> Path:

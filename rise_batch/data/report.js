@@ -14,6 +14,7 @@
   const hasInteraction = rows.some((r) => r.interaction);
   const cache = new Map();
   const waiting = new Map();
+  let savedScroll = 0;
   const SHORT = 600; // characters of a tool output shown before "show all"
 
   // A trajectory's data file calls this when it has loaded.
@@ -197,7 +198,7 @@
 
   function args(a) {
     if (a && typeof a === "object" && typeof a.command === "string" && Object.keys(a).length === 1) return a.command;
-    return typeof a === "string" ? a : JSON.stringify(a, null, 1);
+    return typeof a === "string" ? a : JSON.stringify(a);
   }
 
   function marks(step, inter) {
@@ -287,6 +288,7 @@
       );
     }
     viewer.replaceChildren(head, cols);
+    if (viewer.hidden) savedScroll = window.scrollY;
     viewer.hidden = false;
     document.body.classList.add("viewing");
     viewer.scrollTop = 0;
@@ -305,6 +307,7 @@
     } else {
       document.getElementById("viewer").hidden = true;
       document.body.classList.remove("viewing");
+      window.scrollTo(0, savedScroll); // back where the reader left the table
     }
   }
 

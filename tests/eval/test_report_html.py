@@ -80,7 +80,7 @@ def test_every_query_listed_and_a_trajectory_opens_side_by_side(tmp_path: Path) 
     viewer = dump_dom(url(page, "q2"))
     viewer = viewer[viewer.index('id="viewer"') :]
     assert viewer.count('class="traj"') == 2  # the two runs side by side
-    assert text('"first call of q2"') in viewer  # the first tool call's arguments
+    assert text('{"queries":["first call of q2"]}') in viewer  # the first tool call and its arguments
     assert "workspace 40 docs (+40)" in viewer and "model call 2" in viewer and "show all 1500 characters" in viewer
     assert "x" * 1500 not in viewer  # shortened until expanded
 
