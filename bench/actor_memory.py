@@ -1,12 +1,12 @@
-"""Private memory of trajectory-actor-like processes at 1M documents, one checkout beside another, in one run.
+"""Private memory of trajectory-actor-like processes at 1M documents, loading one index and docs map at once.
 
 A trajectory actor loads the index (`open_retriever`) and the docs' map (`DocStore`), then every search call maps its
 hits to relpaths (`Workspace.add`) and paths shown to the agent back to docids. This bench synthesizes a 1M-document
-index-like set of files once (no text: only what those loads read), then for each checkout (`--before DIR`, e.g. a
-`git archive` of the code before the change, and this one) starts N such processes at once, each loading both and
+index-like set of files once (no text: only what those loads read), then starts N such processes at once, each
+loading both and
 running its own searches (3 sub-queries x top-1000, the union's relpaths, the top-10's reverse lookups), and, while
 all N are alive, reads each one's /proc/PID/smaps: USS (Private_Clean + Private_Dirty), PSS, RSS, split into
-anonymous memory (the Python heap) and file mappings (the index's arrays, the string tables). Both checkouts answer
+anonymous memory (the Python heap) and file mappings (the index's arrays, the string tables). Every process answers
 the same searches, and their answers are compared by digest. Each search call (search + mapping its hits) is timed
 by the wall clock and by the process's CPU time (all threads), p50; on a busy machine the CPU figure is the one to
 compare.
@@ -18,7 +18,7 @@ a CSC score matrix with Zipf-distributed document frequencies (`--postings` in a
 2-4 words drawn from the 20,000 most frequent terms. The string tables of the index are written as the build writes
 them, the docs' table is derived by one process first, as the first actor of a node would.
 
-    python bench/actor_memory.py --before ../before [--docs 1000000 --terms 2500000 --actors 2 --searches 200]
+    python -m bench.actor_memory [--docs 1000000 --terms 2500000 --actors 2 --searches 200]
 
 Writes bench/results/actor_memory.json.
 """
@@ -34,7 +34,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.common import REPO, SCRATCH, Run
+
 MB = 1024**2
 CHILD = "--child"
 
@@ -171,9 +172,9 @@ def measure(pid: int) -> dict:
 
 
 def run_actors(code: Path, root: Path, n: int, searches: int) -> dict:
-    # PWD too: a site hook may put the checkout named by the working directory first on sys.path
+    # PWD too: a site hook may put the checkout named by the working directory first on the import path
     env = dict(os.environ, PYTHONPATH=str(code), PWD=str(code), DISABLE_TQDM="1")
-    cmd = [sys.executable, str(Path(__file__).resolve()), CHILD, str(root)]
+    cmd = [sys.executable, "-m", "bench.actor_memory", CHILD, str(root)]
     procs = [
         subprocess.Popen(
             [*cmd, str(i), str(searches)], cwd=code, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -197,19 +198,24 @@ def run_actors(code: Path, root: Path, n: int, searches: int) -> dict:
     return {"code": str(code), "actors": [r | m for r, m in zip(reports, mem, strict=True)], "digests": digests}
 
 
-def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == CHILD:
-        return child(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--before", type=Path, help="a checkout of the code before the change, measured first")
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench.actor_memory", description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=1_000_000)
     ap.add_argument("--terms", type=int, default=2_500_000)
     ap.add_argument("--postings", type=int, default=30_000_000)
     ap.add_argument("--actors", type=int, default=2)
     ap.add_argument("--searches", type=int, default=200)
-    ap.add_argument("--scratch", type=Path, default=REPO / "bench" / "scratch" / "actor_memory")
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "actor_memory.json")
-    a = ap.parse_args()
+    ap.add_argument("--scratch", type=Path, default=SCRATCH / "actor_memory")
+    ap.add_argument("--out", type=Path, help="the results file (default bench/results/actor_memory.json)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [CHILD]:  # one of the actor-like processes run_actors starts
+        return child(Path(argv[1]), int(argv[2]), int(argv[3]))
+    a = build_parser().parse_args(argv)
+    run = Run("actor_memory", a)
     root = a.scratch / f"d{a.docs}-t{a.terms}-p{a.postings}"
     made_file = root / "made.json"
     if not made_file.is_file():
@@ -218,17 +224,12 @@ def main() -> None:
     from rise_batch.space.workspace import DocStore
 
     DocStore(root / "docs")  # the docs' table, derived once, as the first actor of a node derives it
-    res = {"made": json.loads(made_file.read_text()), "loadavg_1m_start": round(os.getloadavg()[0], 2)}
-    for tag, code in (("before", a.before), ("after", REPO)):
-        if code is not None:
-            res[tag] = run_actors(code.resolve(), root, a.actors, a.searches)
-            print(tag, json.dumps(res[tag]["actors"]), flush=True)
-    if "before" in res:
-        res["same_answers"] = res["before"]["digests"] == res["after"]["digests"]
-    res["loadavg_1m_end"] = round(os.getloadavg()[0], 2)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(res, indent=1))
-    print(json.dumps({k: v for k, v in res.items() if k not in ("before", "after")}))
+    res = {"made": json.loads(made_file.read_text())}
+    res["run"] = run_actors(REPO, root, a.actors, a.searches)
+    print(json.dumps(res["run"]["actors"]), flush=True)
+    res["same_answers"] = len(set(res["run"]["digests"])) == 1
+    print(json.dumps({"same_answers": res["same_answers"]}))
+    run.write(res, a.out)
 
 
 if __name__ == "__main__":

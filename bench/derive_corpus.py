@@ -9,7 +9,7 @@ like a passage of one article, occasionally running into the next). It gets Brow
 50,000 documents with row groups of 2,000 rows. Real sentences, none invented; but the vocabulary is
 bounded by wiki2015's (~0.5M terms), where a real 1M-document web corpus would have several million.
 
-Usage: python bench/derive_corpus.py --src ../shared/data/wiki2015 --out bench/scratch/syn1m --docs 1000000
+Usage: python -m bench.derive_corpus --src ../shared/data/wiki2015 --out bench/scratch/syn1m --docs 1000000
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import argparse
 import json
 import time
 from pathlib import Path
+
+from bench.common import WIKI
 
 MEDIAN_WORDS, SIGMA, MIN_WORDS, MAX_WORDS = 600, 1.0, 20, 30_000
 DOCS_PER_FILE, ROW_GROUP = 50_000, 2_000
@@ -90,13 +92,16 @@ def derive(src: Path, out: Path, n_docs: int, seed: int = 2015) -> dict:
     return info
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    shared = Path(__file__).resolve().parents[1].parent / "shared" / "data"  # the shared data beside the checkout
-    ap.add_argument("--src", type=Path, default=shared / "wiki2015")
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench.derive_corpus", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--src", type=Path, default=WIKI, help="the corpus whose paragraphs are drawn (default wiki2015)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--docs", type=int, default=1_000_000)
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     print(json.dumps(derive(args.src, args.out, args.docs), indent=2))
 
 

@@ -1,6 +1,6 @@
-"""The index build's memory inside the structure job vs on its own, side by side, for one or two checkouts.
+"""The index build's memory inside the structure job vs on its own, side by side.
 
-For each checkout (this one, and `--before DIR`, e.g. a `git worktree add /tmp/before <commit>`), in turn:
+In turn:
   * standalone: `rise-batch index --corpus C --workers 2` (its local process runner);
   * in the job: `jobs/structure_corpus.py --index` resumed over a finished heuristic structure run of C (every
     shard is already done, so the job starts its Ray actors, skips the shards and builds OUT/index, which is what
@@ -8,10 +8,9 @@ For each checkout (this one, and `--before DIR`, e.g. a `git worktree add /tmp/b
     a private `ray start --head` (whose whole process tree is measured: raylet, workers, the job's driver).
 Each run's process tree is sampled every 0.1 s (bench/treemem.py): peak summed PSS and RSS, and who held what at
 the PSS peak; the job's figures are also given for its index stage alone (while OUT/.index.tmp-* exists). The
-index files' digests (all but meta.json, which records timings) must be equal across every run, or it exits 1.
+index files' digests (all but meta.json, which records timings) must be equal across both runs, or it exits 1.
 
-    nice -n 10 python bench/index_in_job.py --corpus bench/scratch/syn200k --struct bench/scratch/h4/s200k \\
-        --before ../before                                     # writes bench/results/index_in_job.json
+    nice -n 10 python -m bench.index_in_job --corpus bench/scratch/syn200k --struct bench/scratch/s200k
 """
 
 from __future__ import annotations
@@ -26,10 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from treemem import TreeMemory  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
+from bench.common import REPO, SCRATCH, Run
+from bench.pipeline_probe import RayHead
+from bench.treemem import TreeMemory
 
 
 def digests(index_dir: Path) -> dict[str, str]:
@@ -92,39 +90,35 @@ def run_checkout(tag: str, code: Path, a: argparse.Namespace, head) -> dict:
     return res
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench.index_in_job", description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", type=Path, required=True)
     ap.add_argument("--struct", type=Path, required=True, help="a finished heuristic structure run of --corpus")
     ap.add_argument("--shard-docs", type=int, default=1000, help="the structure run's --shard-docs")
-    ap.add_argument("--before", type=Path, help="another checkout to measure the same way, first")
     ap.add_argument("--submit", action="store_true", help="ray job submit to a private ray start --head")
-    ap.add_argument("--scratch", type=Path, default=REPO / "bench" / "scratch" / "index_in_job")
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "index_in_job.json")
-    a = ap.parse_args()
+    ap.add_argument("--scratch", type=Path, default=SCRATCH / "index_in_job")
+    ap.add_argument("--out", type=Path, help="the results file (default bench/results/index_in_job.json)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = build_parser().parse_args(argv)
+    run = Run("index_in_job", a)
     a.ray = shutil.which("ray") or "ray"
     a.scratch.mkdir(parents=True, exist_ok=True)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
     head = None
     if a.submit:
-        from pipeline_probe import RayHead
-
         head = RayHead(cpus=2, object_store_gb=2.0, log=a.scratch / "ray_head.log")
-    results: dict = {"corpus": str(a.corpus), "struct": str(a.struct), "submit": a.submit, "runs": {}}
     try:
-        for tag, code in (("before", a.before), ("after", REPO)):
-            if code is not None:
-                results["runs"][tag] = run_checkout(tag, code.resolve(), a, head)
-                print(tag, json.dumps(summary(results["runs"][tag])), flush=True)
+        results: dict = run_checkout("run", REPO, a, head)
     finally:
         if head is not None:
             head.stop()
-    every = [r[k]["digests"] for r in results["runs"].values() for k in ("standalone", "in_job")]
-    results["identical_index_files"] = all(d == every[0] for d in every)
-    results["summary"] = {tag: summary(r) for tag, r in results["runs"].items()}
-    a.out.write_text(json.dumps(results, indent=2))
+    results["identical_index_files"] = results["standalone"]["digests"] == results["in_job"]["digests"]
+    results["summary"] = summary(results)
     print(json.dumps(results["summary"], indent=1))
-    print(f"index files identical across all runs: {results['identical_index_files']}; wrote {a.out}")
+    print(f"index files identical in the job and standalone: {results['identical_index_files']}")
+    run.write(results, a.out)
     sys.exit(0 if results["identical_index_files"] else 1)
 
 

@@ -7,8 +7,8 @@ counts a page once per process mapping it; bench/treemem.py), index size on disk
 in its own subprocess so memory figures do not bleed into each other. Stock runs under a memory guard: if its
 process tree passes --stock-limit-gb it is killed and reported as such.
 
-    python bench/index_scale.py                       # wiki2015 + the 1M derived corpus (made if missing)
-    python bench/index_scale.py --skip-big            # wiki2015 only
+    python -m bench.index_scale                       # wiki2015 + the 1M derived corpus (made if missing)
+    python -m bench.index_scale --skip-big            # wiki2015 only
 
 Writes bench/results/index_scale.json.
 """
@@ -23,14 +23,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from treemem import TreeMemory  # noqa: E402
+from bench.common import REPO, RESULTS, SCRATCH, WIKI, Run, read_result
+from bench.common import SQUAD as SQUAD_DIR
+from bench.derive_corpus import derive
+from bench.treemem import TreeMemory
 
-REPO = Path(__file__).resolve().parent.parent
-DATA = REPO.parent / "shared" / "data"  # the shared data beside the checkout
-WIKI = DATA / "wiki2015"
-SQUAD = DATA / "squad_wiki" / "queries.jsonl"
-SCRATCH = REPO / "bench" / "scratch"  # not committed; --scratch / --big elsewhere for 1M runs
+SQUAD = SQUAD_DIR / "queries.jsonl"
 GB = 1024**3
 MIN_AVAILABLE = 1.5 * GB
 ARRAYS = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy")
@@ -222,7 +220,6 @@ def child_search(kind: str, index_dir: str, recall: bool) -> None:
 
 def bench_corpus(name: str, corpus: Path, scratch: Path, args, log: Path) -> dict:
     py = sys.executable
-    here = str(Path(__file__).resolve())
     ours_dir, stock_dir = scratch / f"{name}-ours", scratch / f"{name}-stock"
     out: dict = dict(args.previous.get("corpora", {}).get(name, {})) if args.only_search else {}
     out["corpus"] = str(corpus)
@@ -234,7 +231,8 @@ def bench_corpus(name: str, corpus: Path, scratch: Path, args, log: Path) -> dic
         if kind == "stock" and not stock_ok:
             continue
         out[f"{kind}_search"] = run_measured(
-            [py, here, "_search", kind, str(d), "1" if recall and kind != "ours-numpy" else "0"], log=log
+            [py, "-m", "bench.index_scale", "_search", kind, str(d), "1" if recall and kind != "ours-numpy" else "0"],
+            log=log,
         )
         print(f"[{name}] {kind} search: {out[f'{kind}_search']}", flush=True)
     if stock_ok:
@@ -249,7 +247,6 @@ def bench_corpus(name: str, corpus: Path, scratch: Path, args, log: Path) -> dic
 
 def build_both(name: str, corpus: Path, ours_dir: Path, stock_dir: Path, args, log: Path, out: dict) -> None:
     py = sys.executable
-    here = str(Path(__file__).resolve())
     print(f"[{name}] ours: rise-batch index --workers {args.workers}", flush=True)
     cmd = [py, "-m", "rise_batch.cli", "index", "--corpus", str(corpus), "--out", str(ours_dir)]
     out["ours_build"] = run_measured(
@@ -261,7 +258,9 @@ def build_both(name: str, corpus: Path, ours_dir: Path, stock_dir: Path, args, l
     print(f"[{name}] ours: {out['ours_build']}", flush=True)
     print(f"[{name}] stock: bm25s.tokenize + BM25.index in one process (guard {args.stock_limit_gb} GB)", flush=True)
     out["stock_build"] = run_measured(
-        [py, here, "_stock-build", str(corpus), str(stock_dir)], limit_gb=args.stock_limit_gb, log=log
+        [py, "-m", "bench.index_scale", "_stock-build", str(corpus), str(stock_dir)],
+        limit_gb=args.stock_limit_gb,
+        log=log,
     )
     if out["stock_build"]["exit"] == 0:
         out["stock_build"]["index_gb"] = du(stock_dir)
@@ -303,12 +302,8 @@ def table(results: dict) -> str:
     return "\n".join(rows)
 
 
-def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "_stock-build":
-        return child_stock_build(sys.argv[2], sys.argv[3])
-    if len(sys.argv) > 1 and sys.argv[1] == "_search":
-        return child_search(sys.argv[2], sys.argv[3], sys.argv[4] == "1")
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench.index_scale", description=__doc__.split("\n\n")[0])
     ap.add_argument("--wiki", type=Path, default=WIKI, help="the real corpus (recall is computed on it)")
     ap.add_argument("--big", type=Path, default=SCRATCH / "syn1m", help="the 1M-document corpus dir")
     ap.add_argument("--big-docs", type=int, default=1_000_000)
@@ -318,39 +313,39 @@ def main() -> None:
     ap.add_argument("--shard-docs", type=int, default=2000)
     ap.add_argument("--stock-limit-gb", type=float, default=20.0)
     ap.add_argument("--scratch", type=Path, default=SCRATCH / "index_scale")
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "index_scale.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "index_scale.json")
     ap.add_argument("--only-search", action="store_true", help="reuse the indexes and build figures of --out")
-    args = ap.parse_args()
-    args.previous = json.loads(args.out.read_text()) if args.only_search and args.out.exists() else {}
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_stock-build"]:  # the children run_measured starts
+        return child_stock_build(argv[1], argv[2])
+    if argv[:1] == ["_search"]:
+        return child_search(argv[1], argv[2], argv[3] == "1")
+    args = build_parser().parse_args(argv)
+    run = Run("index_scale", args)
+    previous = read_result(args.out) if args.only_search else None
+    args.previous = previous["figures"] if previous else {}
     args.scratch.mkdir(parents=True, exist_ok=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     log = args.scratch / "children.log"
-    results: dict = {"machine": {"cpus": os.cpu_count(), "mem_gb": round(_mem_total() / GB, 1)}, "corpora": {}}
+    results: dict = {"corpora": {}}
     if args.only_search:
         results = args.previous | {"corpora": dict(args.previous.get("corpora", {}))}
     if not args.skip_wiki:
         results["corpora"]["wiki2015"] = bench_corpus("wiki2015", args.wiki, args.scratch, args, log)
-        args.out.write_text(json.dumps(results, indent=2))
+        run.write(results, args.out, quiet=True)  # the wiki figures survive a 1M run that is stopped
     if not args.skip_big:
         if not (args.big / "DERIVED.json").exists():
-            sys.path.insert(0, str(Path(__file__).parent))
-            from derive_corpus import derive
-
             print(f"deriving {args.big_docs} documents into {args.big}", flush=True)
             derive(args.wiki, args.big, args.big_docs)
         results["derived_corpus"] = json.loads((args.big / "DERIVED.json").read_text())
         print("1M corpus: " + results["derived_corpus"]["how"], flush=True)
         results["corpora"]["syn1m"] = bench_corpus("syn1m", args.big, args.scratch, args, log)
     results["table"] = table(results)
-    args.out.write_text(json.dumps(results, indent=2))
     print(results["table"])
-    print(f"wrote {args.out}")
-
-
-def _mem_total() -> int:
-    import psutil
-
-    return psutil.virtual_memory().total
+    run.write(results, args.out)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ After each resume the outputs are checked for completeness (every document a che
 all documents, every query a trajectory and a judgment). Per stage: wall, CPU, peak RSS/PSS of the process tree,
 bytes written, output size and file count, and the load average, since the machine is shared (bench/pipeline_probe).
 
-    python bench/pipeline_1m.py --docs 20000          # rehearsal, minutes
-    python bench/pipeline_1m.py                       # 1M (derives bench/scratch/syn1m first if missing)
+    python -m bench.pipeline_1m --docs 20000          # rehearsal, minutes
+    python -m bench.pipeline_1m                       # 1M (derives bench/scratch/syn1m first if missing)
 
 Writes bench/results/pipeline_1m[_<docs>].json and .md (not committed); work files under --scratch.
 """
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -31,19 +30,20 @@ import time
 from pathlib import Path
 
 import yaml
-from pipeline_checks import check_index, check_judged, check_structure, check_trajectories, tool_latency
-from pipeline_prep import derived_corpus, squad_queries, tier_file
-from pipeline_probe import Probe, RayHead, start_fake_llm, tree_size
 
-REPO = Path(__file__).resolve().parent.parent
-SQUAD = REPO.parent / "shared" / "data" / "squad_wiki" / "queries.jsonl"  # the shared data beside the checkout
-WIKI = REPO.parent / "shared" / "data" / "wiki2015"
+from bench.common import REPO, RESULTS, SCRATCH, WIKI, Run
+from bench.common import SQUAD as SQUAD_DIR
+from bench.pipeline_checks import check_index, check_judged, check_structure, check_trajectories, tool_latency
+from bench.pipeline_prep import derived_corpus, squad_queries, tier_file
+from bench.pipeline_probe import Probe, RayHead, start_fake_llm, tree_size
+
+SQUAD = SQUAD_DIR / "queries.jsonl"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench.pipeline_1m", description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=1_000_000)
-    ap.add_argument("--scratch", type=Path, default=REPO / "bench" / "scratch")
+    ap.add_argument("--scratch", type=Path, default=SCRATCH)
     ap.add_argument("--llm-docs", type=int, default=50_000, help="LLM tier size (every docs/N-th docid)")
     ap.add_argument("--latency-ms", type=int, default=300, help="fake server latency per completion")
     ap.add_argument("--trajectories", type=int, default=200)
@@ -51,7 +51,11 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--kill-at", type=float, default=0.4, help="stop each stage once at this share of its work")
     ap.add_argument("--stages", default="structure,trajectories,judge", help="comma list; later ones need earlier")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped benchmark still saves what it measured
     run = Pipeline(args)
     try:
@@ -68,8 +72,9 @@ class Pipeline:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.out, self.run_dir = self.work / "struct", self.work / "run_rise"
         suffix = "" if args.docs == 1_000_000 else f"_{args.docs}"
-        self.result_path = REPO / "bench" / "results" / f"pipeline_1m{suffix}.json"
-        self.res: dict = {"machine": machine(), "args": {k: str(v) for k, v in vars(args).items()}, "stages": {}}
+        self.result_path = RESULTS / f"pipeline_1m{suffix}.json"
+        self.run = Run("pipeline_1m", args)
+        self.res: dict = {"note": "see the load average per stage: the machine may be shared", "stages": {}}
         self.probe = Probe().start()
         self.head = self.fake = None
 
@@ -243,8 +248,7 @@ class Pipeline:
         return path
 
     def save(self) -> None:
-        self.result_path.parent.mkdir(parents=True, exist_ok=True)
-        self.result_path.write_text(json.dumps(self.res, indent=2))
+        self.run.write(self.res, self.result_path, quiet=True)
         self.result_path.with_suffix(".md").write_text(table(self.res))
 
     def close(self) -> None:
@@ -277,18 +281,6 @@ def after(seconds: float):
 
 def count(d: Path, pattern: str) -> int:
     return sum(1 for _ in d.glob(pattern)) if d.exists() else 0
-
-
-def machine() -> dict:
-    import psutil
-
-    return {
-        "cpus": os.cpu_count(),
-        "mem_gb": round(psutil.virtual_memory().total / 1024**3, 1),
-        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
-        "python": sys.version.split()[0],
-        "note": "shared machine, not idle: other engineers' tests ran throughout; see loadavg per stage",
-    }
 
 
 def table(res: dict) -> str:

@@ -1,5 +1,5 @@
-"""Inputs of bench/pipeline_1m.py, all derived from the shared data: the corpus, the LLM tier's docid list and the
-queries with their gold documents in the derived corpus.
+"""Inputs of bench/pipeline_1m.py (and of bench/s3_pipeline.py and bench/search_load.py), all derived from the
+shared data: the corpus, the LLM tier's docid list and the queries with their gold documents in the derived corpus.
 
 Queries are SQuAD v1.1 dev questions (squad_wiki, over 24 wiki2015 articles). The derived corpus has no wiki2015
 docids, so a question's gold is re-found there: the derived documents that start in its article (their title is
@@ -28,8 +28,8 @@ def derived_corpus(scratch: Path, docs: int, repo: Path) -> tuple[Path, dict]:
     out = scratch / f"syn{short(docs)}"
     info = out / "DERIVED.json"
     if not (info.exists() and json.loads(info.read_text()).get("docs") == docs):
-        cmd = ["nice", "-n", "10", sys.executable, str(repo / "bench" / "derive_corpus.py"), "--out", str(out)]
-        subprocess.run([*cmd, "--docs", str(docs)], check=True, stdout=subprocess.DEVNULL)
+        cmd = ["nice", "-n", "10", sys.executable, "-m", "bench.derive_corpus", "--out", str(out)]
+        subprocess.run([*cmd, "--docs", str(docs)], check=True, stdout=subprocess.DEVNULL, cwd=repo)
     return out, json.loads(info.read_text())
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -25,8 +24,9 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: its test's working Ray pattern
-from tests.jobs.test_ray_job_submit import free_ports, ray_env, stop_head  # noqa: E402
+# the tests' working pattern for a private Ray head (run from the repository root, `tests` is importable)
+from tests.jobs.test_ray_job_submit import ray_env, stop_head
+from tests.two_nodes import free_ports
 
 GB = 1024**3
 RAY = shutil.which("ray") or "ray"

@@ -12,27 +12,24 @@ Each seed's sample is weighted two ways, the plan's regression on text bytes and
 The output model was fitted on the fake server's replies (deterministic proposals, see fake_llm/structuring.py), not
 a real model's: its error here says how well it fits this server, not what a real model will write.
 
-    python bench/plan_accuracy.py [--corpus PATH] [--samples 250 1000 4000] [--seeds 3] [--limit N] [--reuse-truth]
+    python -m bench.plan_accuracy [--corpus PATH] [--samples 250 1000 4000] [--seeds 3] [--limit N] [--reuse-truth]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from bench.common import RESULTS, WIKI, Run, read_result
 from rise_batch.config import load_structure_config
 from rise_batch.fake_llm import FakeLLMServer
 from rise_batch.structuring.job import run_structure
 from rise_batch.structuring.plan import format_plan, make_plan
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CORPUS = REPO.parent / "shared" / "data" / "wiki2015"
 MODEL = "gpt-5.4-nano"
 # Online limits the 1M projection is priced at: the CLI defaults, and a high-tier account (an assumption: check the
 # limits page of your own organisation).
@@ -82,15 +79,22 @@ def structure_on_fake(corpus: Path, limit: int | None) -> dict:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.plan_accuracy", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--corpus", type=Path, default=WIKI)
     ap.add_argument("--samples", type=int, nargs="+", default=[250, 1000, 4000])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--limit", type=int, help="structure only the first N docs (then plans sample those only)")
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "plan_accuracy.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "plan_accuracy.json")
     ap.add_argument("--reuse-truth", action="store_true", help="take the fake server's counts from --out's last run")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    run = Run("plan_accuracy", args)
     corpus = args.corpus
     if args.limit:  # plan and run must see the same documents
         import pyarrow as pa
@@ -102,7 +106,7 @@ def main() -> None:
         corpus = Path(tempfile.mkdtemp()) / "subset.parquet"
         pq.write_table(pa.table({"docid": [d.docid for d in docs], "text": [d.text for d in docs]}), corpus)
 
-    previous = json.loads(args.out.read_text()) if args.reuse_truth and args.out.exists() else {}
+    previous = (read_result(args.out) or {}).get("figures", {}) if args.reuse_truth else {}
     if previous.get("corpus") == str(args.corpus) and previous.get("limit") == args.limit:
         truth = previous["truth"]  # the fake server's counts do not change with the plan's sampling
     else:
@@ -190,11 +194,8 @@ def main() -> None:
             for name, p in projection.items()
         },
         "counted_scaled_1m": counted_1m,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}")
+    run.write(result, args.out)
 
 
 if __name__ == "__main__":

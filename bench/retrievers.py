@@ -6,8 +6,8 @@ squad_wiki's 4,997 questions (gold = the article each was written from) with eve
 queries where hybrid ranks the gold article lower than bm25 does (the "why" when hybrid < bm25 at some K).
 Embedding throughput (docs/s and chars/s on this machine's cores) is projected to 1M documents.
 
-    python bench/retrievers.py                 # build into bench/scratch/retrievers (kept; --rebuild to redo)
-    python bench/retrievers.py --workers 2 --embedder wordllama
+    python -m bench.retrievers                 # builds into bench/scratch/retrievers (kept; --rebuild to redo)
+    python -m bench.retrievers --workers 2 --embedder wordllama
 
 Writes bench/results/retrievers.json and prints the table.
 """
@@ -22,11 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-DATA = REPO.parent / "shared" / "data"  # the shared data beside the checkout
-WIKI = DATA / "wiki2015"
-SQUAD = DATA / "squad_wiki" / "queries.jsonl"
-SCRATCH = REPO / "bench" / "scratch" / "retrievers"
+from bench.common import SCRATCH, WIKI, Run
+from bench.common import SQUAD as SQUAD_DIR
+
+SQUAD = SQUAD_DIR / "queries.jsonl"
 KS = (10, 100, 1000)
 RETRIEVERS = ("bm25", "dense", "hybrid:rrf:60", "hybrid:weighted:0.5", "hybrid:weighted:0.7")
 
@@ -68,21 +67,27 @@ def ranks_of_gold(hits, gold: list[str]) -> int | None:
     return min(found) if found else None
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=str(SCRATCH))
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench.retrievers", description=__doc__.split("\n")[0])
+    ap.add_argument("--scratch", type=Path, default=SCRATCH / "retrievers", help="where the index is built (kept)")
+    ap.add_argument("--out", type=Path, help="the results file (default bench/results/retrievers.json)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--embedder", default="wordllama")
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--limit", type=int, default=0, help="first N queries only (0 = all)")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    run = Run("retrievers", args)
     if not WIKI.is_dir() or not SQUAD.is_file():
         sys.exit(f"retrievers: needs {WIKI} and {SQUAD} (the shared data beside the checkout)")
     from rise_batch.index.recall import score_recall, search_all
     from rise_batch.index.retriever import open_retriever
     from rise_batch.queries import read_queries
 
-    out = Path(args.out)
+    out = args.scratch
     info_path = out / "bench_build.json"
     if args.rebuild or not info_path.is_file():
         print(f"building bm25 + dense over {WIKI} into {out} ({args.workers} workers, {os.cpu_count()} cores)")
@@ -116,7 +121,6 @@ def main() -> int:
     report = {
         "corpus": "wiki2015",
         "queries": "squad_wiki",
-        "cores": os.cpu_count(),
         "build": info,
         "embedding_throughput": {
             "docs_per_second": round(docs_s, 1),
@@ -128,9 +132,6 @@ def main() -> int:
         "recall": results,
         "hybrid_below_bm25": {"n": len(worse), "examples": worse[:10]},
     }
-    res = REPO / "bench" / "results"
-    res.mkdir(parents=True, exist_ok=True)
-    (res / "retrievers.json").write_text(json.dumps(report, indent=2))
     print()
     print("| retriever | R@10 | R@100 | R@1000 | build s | index MB |")
     print("|---|---|---|---|---|---|")
@@ -150,7 +151,7 @@ def main() -> int:
     for w in worse[:5]:
         ranks = f"bm25 #{w['rank_bm25']} dense #{w['rank_dense']} hybrid #{w['rank_hybrid']}"
         print(f"  {w['query_id']}: {ranks}  {w['query']}")
-    print(f"wrote {res / 'retrievers.json'}")
+    run.write(report, args.out)
     return 0
 
 

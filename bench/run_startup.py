@@ -15,8 +15,8 @@ that hits its 8 s budget under load ends early, which shortens that run).
 `--exit-only` times just the exit: from a command's last statement, with a local Ray and 2 actors up, to the end of
 its process (Ray's shutdown included), for each checkout in turn.
 
-    python bench/run_startup.py [--reps 3] [--modes idle,busy] [--code before=../before] [--out FILE]
-    python bench/run_startup.py --exit-only --code before=../before --out bench/results/run_startup_exit.json
+    python -m bench.run_startup [--reps 3] [--modes idle,busy] [--code before=../before]   # run_startup.json
+    python -m bench.run_startup --exit-only --code before=../before                        # run_startup_exit.json
 """
 
 from __future__ import annotations
@@ -33,17 +33,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
-WIKI = REPO.parent / "shared" / "data" / "wiki2015"
+from bench.common import REPO, SCRATCH, WIKI, Run
+from bench.trajectories import FakeServer, write_queries
+
 BURN = "while 1: pass"
 
 
 def prepare(root: Path, corpus: Path, docs_n: int, n_queries: int) -> tuple[Path, Path]:
     """The structured docs with their index, and the query file (the scripted agent answers each with its title)."""
-    sys.path.insert(0, str(Path(__file__).parent))
     import pyarrow.parquet as pq
-    from trajectories import write_queries
 
     from rise_batch.config import load_structure_config
     from rise_batch.structuring.job import run_structure
@@ -138,9 +136,6 @@ def measure_exit(codes: dict[str, str], reps: int) -> dict[str, list[dict]]:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    sys.path.insert(0, str(Path(__file__).parent))
-    from trajectories import FakeServer
-
     codes = dict(c.split("=", 1) for c in args.code) | {args.name: str(REPO)}
     root = Path(tempfile.mkdtemp(prefix="rise-bench-startup-", dir=args.scratch))
     os.chmod(root, 0o755)
@@ -194,8 +189,8 @@ def summary(runs: list[dict]) -> dict[str, dict]:
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench.run_startup", description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--modes", default="idle,busy", help="idle, busy or both (comma-separated)")
     ap.add_argument("--busy", type=int, default=2, help="CPU-bound processes beside a busy run")
@@ -206,21 +201,24 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=8.0)
     ap.add_argument("--docs", type=int, default=4858)
     ap.add_argument("--corpus", type=Path, default=WIKI)
-    ap.add_argument("--scratch", default=str(REPO / "bench" / "scratch"))
-    ap.add_argument("--out", type=Path, default=RESULTS / "run_startup_compare.json")
+    ap.add_argument("--scratch", type=Path, default=SCRATCH)
+    ap.add_argument("--out", type=Path, help="the results file (default bench/results/run_startup[_exit].json)")
     ap.add_argument("--exit-only", action="store_true", help="measure only the exit of a local Ray with 2 actors")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.exit_only:
+        run = Run("run_startup_exit", args)
         codes = dict(c.split("=", 1) for c in args.code) | {args.name: str(REPO)}
-        res = {"exit": measure_exit(codes, args.reps)}
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(res, indent=2))
+        run.write({"exit": measure_exit(codes, args.reps)}, args.out)
         return 0
-    Path(args.scratch).mkdir(parents=True, exist_ok=True)
+    run = Run("run_startup", args)
+    args.scratch.mkdir(parents=True, exist_ok=True)
     res = measure(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(res, indent=2))
     print(json.dumps(res["summary"], indent=2))
+    run.write(res, args.out)
     return 0
 
 

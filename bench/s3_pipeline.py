@@ -11,8 +11,8 @@ The cluster is the tests' 2-node Ray cluster on this machine (tests/two_nodes.py
 namespace, so the cache directory is node-local; needs root and unshare), else a local Ray of 2 workers (one node).
 The corpus is derived from ../shared/data/wiki2015 by bench/derive_corpus.py (see bench/pipeline_prep.py).
 
-    python bench/s3_pipeline.py                  # 20k documents, 40 queries
-    python bench/s3_pipeline.py --docs 100000
+    python -m bench.s3_pipeline                  # 20k documents, 40 queries
+    python -m bench.s3_pipeline --docs 100000
 
 Writes bench/results/s3_pipeline_<docs>.json (not committed); work files under --scratch.
 """
@@ -28,13 +28,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
-
-from pipeline_prep import derived_corpus, short, squad_queries  # noqa: E402
-from pipeline_probe import start_fake_llm, tree_size  # noqa: E402
-
-SHARED = REPO.parent / "shared" / "data"  # the shared data beside the checkout
+from bench.common import REPO, RESULTS, SCRATCH, SQUAD, WIKI, Run
+from bench.pipeline_prep import derived_corpus, short, squad_queries
+from bench.pipeline_probe import start_fake_llm, tree_size
 
 
 def cli(args: list, env: dict, address: str | None) -> tuple[dict, float, str]:
@@ -64,11 +60,12 @@ class Bench:
         self.work.mkdir(parents=True)
         os.chmod(self.work, 0o755)
         self.corpus, self.res = None, {"docs": a.docs, "queries": a.queries, "workers": 2}
+        self.run = Run("s3_pipeline", a)
 
     def prepare(self) -> None:
         self.corpus, self.res["corpus"] = derived_corpus(self.a.scratch, self.a.docs, REPO)
         self.queries, self.res["query_info"] = squad_queries(
-            self.corpus, SHARED / "squad_wiki" / "queries.jsonl", SHARED / "wiki2015", self.work / "q.jsonl",
+            self.corpus, SQUAD / "queries.jsonl", WIKI, self.work / "q.jsonl",
             self.a.queries,
         )  # fmt: skip
         self.res["corpus_bytes"] = sum(f.stat().st_size for f in self.corpus.glob("*.parquet"))
@@ -131,21 +128,23 @@ class Bench:
             fake.terminate()
             if cluster:
                 cluster.stop()
-        dest = REPO / "bench" / "results" / f"s3_pipeline_{short(self.a.docs)}.json"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(json.dumps(self.res, indent=2))
         print(json.dumps(self.res, indent=2))
-        print(f"wrote {dest}")
+        self.run.write(self.res, self.a.out or RESULTS / f"s3_pipeline_{short(self.a.docs)}.json")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench.s3_pipeline", description=__doc__.split("\n\n")[0])
     ap.add_argument("--docs", type=int, default=20_000)
     ap.add_argument("--queries", type=int, default=40)
     ap.add_argument("--latency-ms", type=int, default=50, help="the fake server's latency per call")
-    ap.add_argument("--scratch", type=Path, default=REPO / "bench" / "scratch")
+    ap.add_argument("--scratch", type=Path, default=SCRATCH)
     ap.add_argument("--one-node", action="store_true", help="a local Ray even where the 2-node cluster can run")
-    Bench(ap.parse_args()).main()
+    ap.add_argument("--out", type=Path, help="the results file (default bench/results/s3_pipeline_<docs>.json)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    Bench(build_parser().parse_args(argv)).main()
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ actor (the `ray::TrajectoryWorker` processes below the run): RSS, PSS, and the r
 mappings of the index's files (from /proc/PID/smaps), which says how much of the index the actors share through
 the page cache.
 
-    python bench/search_load.py --docs DOCS --index INDEX [--trajectories 200] [--out bench/results/search_load.json]
+    python -m bench.search_load --docs DOCS --index INDEX [--trajectories 200] [--out bench/results/search_load.json]
 """
 
 from __future__ import annotations
@@ -29,21 +29,16 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pipeline_prep import squad_queries  # noqa: E402
-from pipeline_probe import start_fake_llm  # noqa: E402
-from workspace import query_triples  # noqa: E402
+from bench.common import REPO, SCRATCH, SQUAD, WIKI, Run, pct
+from bench.pipeline_prep import squad_queries
+from bench.pipeline_probe import start_fake_llm
+from bench.workspace import query_triples
+from rise_batch.agent.loop import thread_clock
+from rise_batch.index.retriever import open_retriever
+from rise_batch.space.sandbox import Sandbox, SandboxLimits
+from rise_batch.space.tools import search_into
+from rise_batch.space.workspace import DocStore, Workspace
 
-from rise_batch.agent.loop import thread_clock  # noqa: E402
-from rise_batch.index.retriever import open_retriever  # noqa: E402
-from rise_batch.space import tools  # noqa: E402
-from rise_batch.space.fileview import prefetch_heads  # noqa: E402
-from rise_batch.space.sandbox import Sandbox, SandboxLimits  # noqa: E402
-from rise_batch.space.tools import search_into  # noqa: E402
-from rise_batch.space.workspace import DocStore, Workspace  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "data"
 MB = 1024**2
 TARGETS = {"search": (20.0, 30.0), "search_link": (100.0, 200.0), "sandbox_true": (10.0, 15.0)}  # p50, p99 ms
 
@@ -52,13 +47,7 @@ def pcts(xs: list[float]) -> dict:
     """p50/p90/p99 (nearest rank) of milliseconds, with the count: the one summary every row uses."""
     if not xs:
         return {"n": 0}
-    xs = sorted(xs)
-    at = lambda p: xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]  # noqa: E731
-    return {"n": len(xs), "p50_ms": round(at(50), 2), "p90_ms": round(at(90), 2), "p99_ms": round(at(99), 2)}
-
-
-def _no_prefetch(root, rels: list[str]) -> None:
-    """The search call without the previews' prefetch: the code before it, for the A/B rounds."""
+    return {"n": len(xs), **{f"p{p}_ms": round(pct(xs, p), 2) for p in (50, 90, 99)}}
 
 
 class SpaceProbe:
@@ -72,11 +61,10 @@ class SpaceProbe:
         bash_ws.add(list(store.relpath)[:3000])
         self.bash_ws, self.sandbox = bash_ws, Sandbox(bash_ws.files_dir, SandboxLimits())
 
-    def round(self, no_prefetch: bool = False) -> dict:
-        """One round; `no_prefetch`: the search call as before the previews' prefetch (issue 14), for A/B."""
+    def round(self) -> dict:
+        """One round: the three probes, each timed, with the load average after them."""
         q = self.triples[self.n % len(self.triples)]
         self.n += 1
-        tools.prefetch_heads = _no_prefetch if no_prefetch else prefetch_heads
         t0 = time.perf_counter()
         self.index.search(q, 1000)
         search_ms = (time.perf_counter() - t0) * 1000
@@ -91,7 +79,6 @@ class SpaceProbe:
         true_ms = (time.perf_counter() - t0) * 1000
         assert run.exit_code == 0, run
         return {
-            "variant": "no_prefetch" if no_prefetch else "prefetch",
             "load": os.getloadavg()[0],
             "search_ms": search_ms,
             "search_link_ms": call_ms,
@@ -108,9 +95,6 @@ class SpaceProbe:
 
 
 def summarise_rounds(rounds: list[dict]) -> dict:
-    variants = {r["variant"] for r in rounds}
-    if len(variants) > 1:  # A/B rounds: each variant apart, interleaved under the same load
-        return {v: summarise_rounds([r for r in rounds if r["variant"] == v]) for v in sorted(variants)}
     keys = [k for k in rounds[0] if k.endswith("_ms")] if rounds else []
     loads = [r["load"] for r in rounds]
     out: dict = {k: pcts([r[k] for r in rounds if k in r]) for k in keys}
@@ -192,8 +176,10 @@ def start_run(args, queries: Path, base_url: str, out: Path, log: Path, pythonpa
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)  # noqa: SIM115
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.search_load", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--docs", type=Path, required=True, help="structured docs dir (corpus/ + docmap.parquet)")
     ap.add_argument("--index", type=Path, required=True, help="its BM25 index")
     ap.add_argument("--corpus", type=Path, help="the raw derived corpus (to find the queries' gold documents)")
@@ -204,26 +190,31 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--latency-ms", type=int, default=300)
     ap.add_argument("--idle-rounds", type=int, default=60)
-    ap.add_argument("--ab-prefetch", action="store_true", help="alternate rounds without the previews' prefetch")
     ap.add_argument("--py-spy", type=int, default=0, help="record each trajectory actor this many seconds (raw)")
-    ap.add_argument("--scratch", type=Path, default=REPO / "bench" / "scratch" / "search_load")
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "search_load.json")
-    args = ap.parse_args()
+    ap.add_argument("--scratch", type=Path, default=SCRATCH / "search_load")
+    ap.add_argument("--out", type=Path, help="the results file (default bench/results/search_load.json)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    run = Run("search_load", args)
     shutil.rmtree(args.scratch, ignore_errors=True)
     args.scratch.mkdir(parents=True)
     if args.queries:  # a query file as is (e.g. squad_wiki's own over wiki2015 itself)
         queries, qinfo = args.queries, {"file": str(args.queries)}
     else:  # SQuAD questions with their gold re-found in a derived corpus, as bench/pipeline_1m.py asks them
-        squad, wiki = SHARED / "squad_wiki" / "queries.jsonl", SHARED / "wiki2015"
-        queries, qinfo = squad_queries(args.corpus, squad, wiki, args.scratch / "q.jsonl", args.trajectories)
+        queries, qinfo = squad_queries(
+            args.corpus, SQUAD / "queries.jsonl", WIKI, args.scratch / "q.jsonl", args.trajectories
+        )
     t = time.perf_counter()
     index, store = open_retriever(args.index), DocStore(args.docs)
-    res: dict = {"args": {k: str(v) for k, v in vars(args).items()}, "queries": qinfo, "open_s": 0.0}
+    res: dict = {"queries": qinfo, "open_s": 0.0}
     res["open_s"] = round(time.perf_counter() - t, 1)
     probe = SpaceProbe(index, store, args.scratch / "ws", seed=1)
     for _ in range(3):
         probe.round()  # warm: numba, the index pages the queries touch
-    idle = [probe.round(args.ab_prefetch and i % 2 == 1) for i in range(args.idle_rounds)]
+    idle = [probe.round() for _ in range(args.idle_rounds)]
     res["probe_idle"] = summarise_rounds(idle)
     print("idle:", json.dumps(res["probe_idle"]), flush=True)
 
@@ -251,7 +242,7 @@ def main() -> None:
         if any((run_dir / "trajectories").glob("*.json")) or time.monotonic() - t0 > 600:
             if args.py_spy and not spies:
                 spies = [spy(a["pid"], args.py_spy, args.scratch / f"py-spy-{a['pid']}.txt") for a in mem.values()]
-            loaded.append(probe.round(args.ab_prefetch and len(loaded) % 2 == 1))
+            loaded.append(probe.round())
         else:
             time.sleep(0.5)
     for s in spies:
@@ -274,11 +265,9 @@ def main() -> None:
     print("actors:", json.dumps(res["actor_memory_peak"]))
     for name, (t50, t99) in TARGETS.items():
         for when in ("probe_idle", "probe_loaded"):
-            row = res[when].get("prefetch", res[when]).get(f"{name}_ms", {})
+            row = res[when].get(f"{name}_ms", {})
             print(f"{name:>13} {when:>13}: p50 {row.get('p50_ms')} (<= {t50}) p99 {row.get('p99_ms')} (<= {t99}) ms")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(res, indent=1))
-    print(f"wrote {args.out}")
+    run.write(res, args.out)
 
 
 if __name__ == "__main__":

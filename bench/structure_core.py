@@ -11,7 +11,7 @@ heuristic >= 500 docs/s. `--baseline FILE` times an older heuristic.py the same 
 last commit's, from `git show HEAD:rise_batch/structure/heuristic.py > /tmp/old.py`) and compares what readers
 see: TOC entries without a description, and titles that are comma lists of words ("Overview: Kong, Hong, Chau").
 
-    python bench/structure_core.py [--corpus PATH] [--limit N] [--repeat 3] [--out bench/results/structure_core.json]
+    python -m bench.structure_core [--corpus PATH] [--limit N] [--repeat 3] [--out bench/results/structure_core.json]
         [--baseline OLD_HEURISTIC.py]
 """
 
@@ -21,15 +21,14 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import random
 import re
 import statistics
 import sys
 import time
 from collections import Counter
-from pathlib import Path
 
+from bench.common import WIKI, Run
 from rise_batch.corpus.readers import iter_docs
 from rise_batch.structure.anchors import LOCATED, body_start_line, validate_anchors
 from rise_batch.structure.backends import HeuristicBackend, evaluate, finish
@@ -37,8 +36,6 @@ from rise_batch.structure.heuristic import propose_heuristic
 from rise_batch.structure.render import render
 from rise_batch.types import Doc, Section
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CORPUS = REPO.parent / "shared" / "data" / "wiki2015"
 TARGET_VALIDATE_RENDER = 2000.0
 TARGET_HEURISTIC = 500.0
 KEYWORD_TITLE = re.compile(r"^(?:[^:;]+: )?[^\W\d_][\w'’.-]*(?:, [^\W\d_][\w'’.-]*)+$")
@@ -117,15 +114,22 @@ def timed_validate_render(docs: list[Doc], anchor_sets: list[list[str]]) -> tupl
     return time.perf_counter() - t0, time.process_time() - c0, statuses
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.structure_core", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--corpus", default=str(WIKI))
     ap.add_argument("--limit", type=int, default=0, help="first N documents (0 = all)")
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "structure_core.json"))
+    ap.add_argument("--out", help="the results file (default bench/results/structure_core.json)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per measure; the best is reported")
     ap.add_argument("--baseline", default="", help="an older heuristic.py to time and compare beside the current")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    run = Run("structure_core", args)
 
     t0 = time.perf_counter()
     docs: list[Doc] = []
@@ -176,9 +180,7 @@ def main() -> int:
         "docs": n,
         "mean_chars": round(statistics.mean(chars), 1) if chars else 0,
         "load_seconds": round(load_s, 2),
-        "python": platform.python_version(),
         "repeat": args.repeat,
-        "load_average_at_end": None,
         "validate_render_heuristic_anchors": {
             "seconds": round(vr_heur_s, 3),
             "docs_per_s": round(n / vr_heur_s, 1),
@@ -238,12 +240,8 @@ def main() -> int:
                 f"({d['share_lacking_description']:.3%}), with a keyword-list title "
                 f"{d['docs_with_keyword_list_title']:,} ({d['share_keyword_list_title']:.2%})"
             )
-    result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    print(f"load average at end: {result['load_average_at_end']} (other processes share the cores: see cpu column)")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    print(f"load average at end: {os.getloadavg()} (other processes share the cores: see the cpu column)")
+    run.write(result, args.out)
     return 0
 
 

@@ -14,7 +14,7 @@ it never shares the GIL with the engine) and, for Ray configurations, its own lo
   - checkpoint flush cost (one Parquet part of flush_docs rows) per document;
   - a projection to 1M documents at given RPM/TPM and gpt-5.4-nano prices from the measured token counts.
 
-    python bench/structure_throughput.py [--corpus ../shared/data/wiki2015] [--compare-docs 4000] [--quick]
+    python -m bench.structure_throughput [--corpus ../shared/data/wiki2015] [--compare-docs 4000] [--quick]
 
 Wall-clock figures depend on what else runs on the machine; the load average is recorded with each measurement,
 and the CPU-derived ceilings are what the code costs regardless of neighbours.
@@ -35,10 +35,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-DEFAULT_CORPUS = REPO.parent / "shared" / "data" / "wiki2015"
-SCRATCH = Path(os.environ.get("BENCH_SCRATCH", REPO / "bench" / "scratch" / "structure"))
+from bench.common import REPO, WIKI, Run
+from bench.common import SCRATCH as BENCH_SCRATCH
+
+SCRATCH = Path(os.environ.get("BENCH_SCRATCH", BENCH_SCRATCH / "structure"))
 UNLIMITED = {"llm_rpm": 10**9, "llm_tpm": 10**12}
 TARGET_DOCS_PER_S = 300.0
 
@@ -121,6 +121,8 @@ class SteadyWindow(threading.Thread):
         for pid, (group, cpu) in b.items():
             groups[group] = groups.get(group, 0.0) + cpu - (a[pid][1] if pid in a else 0.0)
         requests = n1 - n0
+        if requests <= 0:  # a run so short that both marks fell in one poll: no steady state to report
+            return None
         ms = {g: round(1000 * v / requests, 3) for g, v in sorted(groups.items())}
         engine = sum(v for g, v in ms.items() if g != "fake_server")
         return {
@@ -148,7 +150,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     pin = spec.get("pin") or {}  # {"engine": "0", "server": "1"}: each on its own core, the engine's ceiling
     if pin.get("engine"):
         os.sched_setaffinity(0, {int(c) for c in pin["engine"].split(",")})  # Ray's processes inherit it
-    cpus = pin.get("server") or spec.get("server_cpus")  # bench/fake_server.py pins the server alone
+    cpus = pin.get("server")
     server, url = start_server(spec.get("server", {}), cpus, spec.get("server_repo"))
     try:
         out = Path(spec["out"])
@@ -170,7 +172,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             # as executor/ray.init_ray starts a local Ray: workers at the driver's niceness, not Ray's +15, which
             # starved them beside any busy process (the fake server, other jobs) and so measured Ray's scheduling
             os.environ.setdefault("RAY_worker_niceness", "0")
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # private
         expected = spec.get("expected_requests", 0)
         window = SteadyWindow(url, server.pid, int(0.2 * expected), int(0.7 * expected)) if expected else None
         if window:
@@ -228,8 +230,9 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     """`measure(spec)` in a fresh process (fresh Ray, fresh limiter, clean process tree to account)."""
     env = os.environ | {"OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY", ""), "RAY_DEDUP_LOGS": "0"}
     proc = subprocess.run(
-        [sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True, env=env, cwd=REPO
-    )
+        [sys.executable, "-m", "bench.structure_throughput", "--child", json.dumps(spec)],
+        capture_output=True, text=True, env=env, cwd=REPO,
+    )  # fmt: skip
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"measurement {spec['name']} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -313,9 +316,12 @@ def corpus_docs(corpus: str) -> int:
     return sum(pq.ParquetFile(p).metadata.num_rows for p in sorted(Path(corpus).glob("*.parquet")))
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", default=str(DEFAULT_CORPUS))
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.structure_throughput", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    ap.add_argument("--corpus", default=str(WIKI))
     ap.add_argument("--compare-docs", type=int, default=4000, help="documents per compared configuration")
     ap.add_argument("--full-docs", type=int, default=0, help="documents of the ceiling run (0 = the whole corpus)")
     ap.add_argument("--limit-rpm", type=int, default=3000)
@@ -330,13 +336,18 @@ def main() -> int:
         "--pinned", action="store_true", help="also each configuration with the engine on core 0, the server on core 1"
     )
     ap.add_argument("--skip", default="", help="comma list of parts to skip: compare,ceiling,resume,limit")
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "structure_throughput.json"))
+    ap.add_argument("--out", help="the results file (default bench/results/structure_throughput.json)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.child:
         print(json.dumps(measure(json.loads(args.child))), flush=True)
         return 0
 
+    run = Run("structure_throughput", args)
     skip = set(filter(None, args.skip.split(",")))
     if args.quick:
         args.compare_docs, args.full_docs, args.limit_seconds = 400, 1200, 10.0
@@ -346,7 +357,6 @@ def main() -> int:
     results: dict[str, Any] = {
         "corpus": args.corpus,
         "corpus_docs": total,
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "compare": [],
     }
 
@@ -427,9 +437,7 @@ def main() -> int:
         )
     results["flush_cpu_ms_per_doc"] = {"flush_docs=200": flush_cost(200), "flush_docs=50": flush_cost(50)}
     print(f"checkpoint part write, CPU per doc: {results['flush_cpu_ms_per_doc']}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2))
-    print(f"wrote {args.out}")
+    run.write(results, args.out)
     return 0
 
 

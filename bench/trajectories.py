@@ -14,7 +14,7 @@
 The fake server runs in its own process (as a real API would), the corpus is the bundled 100-article sample,
 structured by the heuristic and indexed with BM25.
 
-    python bench/trajectories.py [--latency-ms 1000] [--concurrency 1,4,16,64] [--budget-s 5] [--out FILE]
+    python -m bench.trajectories [--latency-ms 1000] [--concurrency 1,4,16,64] [--budget-s 5] [--out FILE]
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shutil
 import statistics
@@ -36,15 +35,11 @@ from pathlib import Path
 
 import psutil
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.common import REPO, Run, pct
+
 SAMPLE = REPO / "rise_batch" / "data" / "enwiki_sample.jsonl.gz"
 TARGET_OVERHEAD_SHARE = 0.05
 TARGET_OVERSHOOT_P99_S = 2.0
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))] if xs else float("nan")
 
 
 def stats(xs: list[float], scale: float = 1.0, nd: int = 2) -> dict:
@@ -310,14 +305,19 @@ def overshoot(root, docs, titles, server, budget_s: float, n: int, concurrency: 
     }
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench.trajectories", description=__doc__.split("\n\n")[0])
     ap.add_argument("--latency-ms", type=float, default=1000.0)
     ap.add_argument("--concurrency", default="1,4,16,64")
     ap.add_argument("--budget-s", type=float, default=5.0)
     ap.add_argument("--overshoot-n", type=int, default=48)
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "trajectories.json"))
-    args = ap.parse_args()
+    ap.add_argument("--out", help="the results file (default bench/results/trajectories.json)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    run = Run("trajectories", args)
     import ray
 
     levels = [int(x) for x in args.concurrency.split(",")]
@@ -331,7 +331,7 @@ def main() -> int:
         print(f"world: 100 structured docs + BM25 index in {time.monotonic() - t0:.1f} s", flush=True)
         # workers at the driver's niceness, as executor/ray.init_ray starts a local Ray (Ray's 15 starves them)
         os.environ.setdefault("RAY_worker_niceness", "0")
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # private
         print(f"throughput at {args.latency_ms:g} ms model latency (Ray, 2 actors):", flush=True)
         tp = throughput(root, docs, titles, server, levels, latency_s)
         lo, hi = tp[0], tp[-1]
@@ -372,7 +372,6 @@ def main() -> int:
         shutil.rmtree(root, ignore_errors=True)
     share = oh[f"concurrency_{levels[0]}"]["share_of_wall"]["harness_model_call_overhead_plus_loop"]
     result = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg": os.getloadavg()},
         "latency_ms": args.latency_ms,
         "throughput": tp,
         "worker_cpu": cpu,
@@ -385,9 +384,7 @@ def main() -> int:
             "overshoot_met": os_["overshoot_s"]["p99"] <= TARGET_OVERSHOOT_P99_S,
         },
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out}")
+    run.write(result, args.out)
     return 0
 
 

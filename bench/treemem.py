@@ -7,11 +7,12 @@ processes outside the tree are divided with them too, so it is a slight under-co
 /proc/PID/smaps_rollup, one read per process, cheap enough for a 0.1 s period, so a short peak (the merge of an
 index build lasts seconds) is not missed. The page cache of files a process wrote or read is in neither figure.
 
-    python bench/treemem.py -- CMD ...     # runs CMD, prints its tree's peaks as JSON on stderr
+    python -m bench.treemem -- CMD ...     # runs CMD, prints its tree's peaks as JSON on stderr
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -178,11 +179,19 @@ class TreeMemory:
         return out
 
 
-def main(argv: list[str]) -> int:
-    if "--" not in argv:
-        print(__doc__, file=sys.stderr)
-        return 2
-    cmd = argv[argv.index("--") + 1 :]
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.treemem", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("cmd", nargs=argparse.REMAINDER, help="-- and the command to run")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        build_parser().error("no command: python -m bench.treemem -- CMD ...")
     t0 = time.perf_counter()
     load0 = os.getloadavg()[0]
     p = subprocess.Popen(cmd)
@@ -195,4 +204,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -6,12 +6,11 @@
    Sub-queries are SQuAD questions about wiki2015 articles, three per call. The docs dir holds the original texts
    (DIR/corpus/<relpath>), written once to the scratch dir and reused.
 2. One sandboxed `bash` call (`rg` over a 3,000-file workspace, and `true`), in one interleaved run: the
-   long-lived sandbox (the default), a bubblewrap per call as today (`persistent=False`), the sandbox from before
-   the per-call bounds (commit PRE_BOUNDS, loaded with `git show`), and the command unsandboxed; overhead = p50/p99
-   minus the unsandboxed p50/p99, with the load average around it.
+   long-lived sandbox (the default), a bubblewrap per call (`persistent=False`) and the command unsandboxed;
+   overhead = p50/p99 minus the unsandboxed p50/p99, with the load average around it.
 Targets: search+materialize <= 300 ms p50 at 1M; sandbox overhead <= 10 ms p50 and <= 15 ms p99 (issue 14).
 
-    python bench/workspace.py [--corpus PATH] [--scratch DIR] [--calls N] [--bash-runs N] [--full-1m] [--out FILE]
+    python -m bench.workspace [--corpus PATH] [--scratch DIR] [--calls N] [--bash-runs N] [--full-1m] [--out FILE]
 """
 
 from __future__ import annotations
@@ -19,13 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import shutil
 import statistics
 import time
 from pathlib import Path
 
+from bench.common import DATA, SCRATCH, WIKI, Run, pct  # SCRATCH: where index_scale leaves its indexes
 from rise_batch.corpus.docmap import RelpathAssigner, frontmatter_title
 from rise_batch.corpus.readers import iter_docs
 from rise_batch.space.fileview import snippet_line
@@ -33,18 +32,9 @@ from rise_batch.space.sandbox import Sandbox, SandboxLimits
 from rise_batch.space.tools import search_into
 from rise_batch.space.workspace import DocStore, Workspace
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data"
-SCRATCH = REPO / "bench" / "scratch"  # not committed; where index_scale.py leaves its indexes
 TARGET_SEARCH_MS = 300.0
 TARGET_SANDBOX_MS = 10.0  # overhead p50
 TARGET_SANDBOX_P99_MS = 15.0
-PRE_BOUNDS = "10d51a2~1"  # the sandbox before each call got its own cgroup and mount namespace (issue 12 s. 8)
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
 
 
 def summary(ms: list[float]) -> dict:
@@ -179,37 +169,6 @@ def bench_link_only(store: DocStore, ws_parent: Path, calls: int, union: int = 2
     }
 
 
-def load_module_at(rev: str, relpath: str, name: str):
-    """The module at `relpath` as of commit `rev`, imported under `name` from `git show` (the "before" of an A/B).
-    CalledProcessError outside a git checkout or for an unknown commit."""
-    import importlib.util
-    import subprocess
-    import sys
-    import tempfile
-
-    src = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{rev}:{relpath}"], capture_output=True, text=True, check=True
-    ).stdout
-    path = Path(tempfile.mkdtemp(prefix=f"rise-{name}-")) / f"{name}.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules[name] = module
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
-def load_pre_bounds_sandbox():
-    """The sandbox module as of PRE_BOUNDS, imported from `git show` (None, with why, outside a git checkout)."""
-    import subprocess
-
-    try:
-        module = load_module_at(PRE_BOUNDS, "rise_batch/space/sandbox.py", "pre_bounds_sandbox")
-    except (OSError, subprocess.CalledProcessError) as e:
-        return None, f"git show {PRE_BOUNDS} failed: {e}"
-    return module, f"rise_batch/space/sandbox.py at {PRE_BOUNDS}"
-
-
 def bench_sandbox(store: DocStore, ws_parent: Path, runs: int) -> dict:
     ws = Workspace(ws_parent / "bash3000", store)
     ws.add(list(store.relpath)[:3000])
@@ -217,14 +176,10 @@ def bench_sandbox(store: DocStore, ws_parent: Path, runs: int) -> dict:
         "long_lived": Sandbox(ws.files_dir, SandboxLimits()),
         "per_call": Sandbox(ws.files_dir, SandboxLimits(), persistent=False),
     }
-    old, old_note = load_pre_bounds_sandbox()
-    if old is not None:
-        boxes["pre_bounds"] = old.Sandbox(ws.files_dir, old.SandboxLimits())
     plain = Sandbox(ws.files_dir, SandboxLimits(), bwrap="/nonexistent/bwrap", allow_unsandboxed=True)
     out: dict = {
         "workspace_files": len(ws),
         "run_as_uid": boxes["long_lived"].run_as,
-        "pre_bounds": old_note,
         "loadavg_start": os.getloadavg(),
         "targets": {"overhead_p50_ms": TARGET_SANDBOX_MS, "overhead_p99_ms": TARGET_SANDBOX_P99_MS},
     }
@@ -248,9 +203,7 @@ def bench_sandbox(store: DocStore, ws_parent: Path, runs: int) -> dict:
                 "p50_vs_target": round(over50 / TARGET_SANDBOX_MS, 2),
                 "p99_vs_target": round(over99 / TARGET_SANDBOX_P99_MS, 2),
             }
-        for k in ("per_call", "pre_bounds"):
-            if k in boxes:
-                row[f"long_lived_p50_vs_{k}"] = round(pct(times["long_lived"], 50) / pct(times[k], 50), 3)
+        row["long_lived_p50_vs_per_call"] = round(pct(times["long_lived"], 50) / pct(times["per_call"], 50), 3)
         out[name] = row
     out["loadavg_end"] = os.getloadavg()
     boxes["long_lived"].close()
@@ -259,7 +212,7 @@ def bench_sandbox(store: DocStore, ws_parent: Path, runs: int) -> dict:
 
 
 def print_sandbox(s: dict) -> None:
-    print(f"  load average {s['loadavg_start']} -> {s['loadavg_end']}; pre-bounds: {s['pre_bounds']}")
+    print(f"  load average {s['loadavg_start']} -> {s['loadavg_end']}")
     for name in ("rg", "true"):
         row = s[name]
         print(f"  {row['command']!r}: unsandboxed p50 {row['unsandboxed']['p50_ms']} ms")
@@ -349,16 +302,21 @@ def bench_searches(args, result: dict, store: DocStore, scratch: Path, ws_parent
         )
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--corpus", type=Path, default=DATA / "wiki2015")
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench.workspace", description=__doc__.split("\n")[0])
+    ap.add_argument("--corpus", type=Path, default=WIKI)
     ap.add_argument("--scratch", type=Path, default=SCRATCH / "workspace_bench")
     ap.add_argument("--calls", type=int, default=40)
     ap.add_argument("--bash-runs", type=int, default=60)
     ap.add_argument("--sandbox-only", action="store_true", help="only the sandbox overhead (quick re-runs)")
     ap.add_argument("--full-1m", action="store_true", help="write all 1M docs' files, not just the retrieved ones")
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "workspace.json")
-    args = ap.parse_args()
+    ap.add_argument("--out", type=Path, help="the results file (default bench/results/workspace.json)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    run = Run("workspace", args)
 
     scratch = args.scratch
     scratch.mkdir(parents=True, exist_ok=True)
@@ -367,7 +325,6 @@ def main() -> None:
     ws_parent.mkdir()
     os.chmod(ws_parent, 0o755)
     result: dict = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "loadavg_start": os.getloadavg()},
         "targets": {
             "search_materialize_p50_ms_at_1M": TARGET_SEARCH_MS,
             "sandbox_overhead_p50_ms": TARGET_SANDBOX_MS,
@@ -383,11 +340,8 @@ def main() -> None:
     print("sandbox overhead (3,000-file workspace)")
     result["sandbox"] = bench_sandbox(store, ws_parent, args.bash_runs)
     print_sandbox(result["sandbox"])
-    result["machine"]["loadavg_end"] = os.getloadavg()
     shutil.rmtree(ws_parent, ignore_errors=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}")
+    run.write(result, args.out)
 
 
 if __name__ == "__main__":

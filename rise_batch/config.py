@@ -16,8 +16,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from rise_batch.corpus.readers import canonical_columns
+from rise_batch.corpus.readers import COLUMNS_HELP, canonical_columns
 from rise_batch.errors import ConfigError as ConfigError  # re-exported: callers import it from here too
+from rise_batch.options import option
 from rise_batch.registry import BACKENDS, TRANSPORTS, one_of
 from rise_batch.tier_rule import parse_tier
 
@@ -26,30 +27,50 @@ HEURISTIC_VERSION = "1"
 
 @dataclass(frozen=True)
 class LLMConfig:
-    base_url: str | None = None  # None: the OpenAI default
-    model: str = "gpt-5.4-nano"
-    api_key_env: str = "OPENAI_API_KEY"
-    reasoning_effort: str | None = None
-    max_output_tokens: int = 4096
-    timeout_s: float = 120.0
-    max_attempts: int = 8
-    rpm: int = 500  # requests per minute across the whole job
-    tpm: int = 2_000_000  # tokens per minute across the whole job
-    limit_window_s: float = 60.0  # the window rpm/tpm count over; only tests shrink it
-    concurrency: int = 32  # requests in flight per worker
-    reask: bool = True
-    max_input_chars: int = 200_000
-    max_input_tokens: int | None = None  # cut longer inputs at a line break, counted with the model's tokenizer
-    prices_file: str | None = None
-    # the transport, a name registered in rise_batch.registry.TRANSPORTS. direct (the default): the project's
-    # lean aiohttp + orjson path, ~1.5 ms less CPU per request than the SDK, with the SDK's URL, headers, error
-    # wording and retry classification (tests/llm/test_foreign_faults.py); httpx / aiohttp: the openai SDK's
-    # AsyncOpenAI on either HTTP client (the reference path)
-    http_backend: str = "direct"
-    # send the caller's strict JSON schema as `response_format` (structuring's TOC, the judge's verdict); off for
-    # providers without structured outputs. A server that refuses it (400 "response_format not supported") turns it
-    # off for the rest of the run, with a warning, counted in the stats (llm/client.py)
-    structured_output: bool = True
+    """The endpoint, model and request settings of every LLM call (structuring, agent turns, the judge)."""
+
+    base_url: str | None = option(
+        None, help="OpenAI-compatible base URL (e.g. http://127.0.0.1:8000/v1)", shown="OpenAI's"
+    )
+    model: str = option("gpt-5.4-nano", help="model name")
+    api_key_env: str = option("OPENAI_API_KEY", help="environment variable holding the key")
+    reasoning_effort: str | None = option(
+        None,
+        help="reasoning effort of reasoning models: none, minimal, low, medium, high or xhigh",
+        shown="the model's",
+    )
+    max_output_tokens: int = option(4096, help="cap of one reply's tokens, reasoning included; reserved against --tpm")
+    timeout_s: float = option(120.0, flag="--timeout", help="per-request timeout in seconds")
+    max_attempts: int = option(8, help="tries of a request that fails for a transient reason (connection, 429, 5xx)")
+    rpm: int = option(500, help="requests per minute, whole job (raise it for a local server)")
+    tpm: int = option(2_000_000, help="tokens per minute, whole job")
+    limit_window_s: float = option(60.0, help="the window rpm and tpm count over; only tests shrink it")
+    concurrency: int = option(32, help="requests in flight per worker")
+    reask: bool = option(True, help="ask once more when a reply does not parse or none of its anchors is found")
+    max_input_chars: int = option(200_000, help="cut longer documents (recorded per row)")
+    max_input_tokens: int | None = option(
+        None,
+        help="cut documents longer than this many tokens of the model's tokenizer, at a line break (recorded per row)",
+    )
+    prices_file: str | None = option(
+        None,
+        metavar="YAML",
+        help="prices of models not in the packaged table (or overriding it): `models: {NAME: {input: USD, "
+        "cached_input: USD, output: USD}}` per 1M tokens; --max-cost refuses to start on a model without a price",
+    )
+    # direct: the project's lean aiohttp + orjson path, ~1.5 ms less CPU per request than the SDK, with the SDK's URL,
+    # headers, error wording and retry classification (tests/llm/test_foreign_faults.py); httpx / aiohttp: the openai
+    # SDK's AsyncOpenAI on either HTTP client (the reference path)
+    http_backend: str = option(
+        "direct", help="the transport, a name in rise_batch/registry.py TRANSPORTS: direct, httpx or aiohttp"
+    )
+    # a server that refuses it (400 "response_format not supported") turns it off for the rest of the run, with a
+    # warning, counted in the stats (llm/client.py)
+    structured_output: bool = option(
+        True,
+        help="do not send the caller's JSON schema (the TOC's, the grader's) as response_format (for providers "
+        "without structured outputs; a server that refuses it turns it off by itself, after one refused request)",
+    )
 
     def validate(self) -> None:
         # read from the registry, so a new transport needs no edit here
@@ -90,13 +111,23 @@ class LLMConfig:
 class BatchConfig:
     """`mode: batch` settings (OpenAI Batch API: half price, results within the completion window)."""
 
-    retry: str = "online"  # failed/expired lines and re-asks: "online" (full price, now) or "batch" (a new round)
-    max_rounds: int = 3  # batch rounds a request may take (retry=batch) before its document is recorded as error
-    poll_s: float = 30.0
-    max_requests: int = 50_000  # per input file (API limit)
-    max_bytes: int = 200_000_000  # per input file (API limit: 200 MB)
-    max_active: int | None = None  # packs in flight at once (stay under the provider's enqueued-token limit)
-    completion_window: str = "24h"
+    retry: str = option(
+        "online",
+        flag="--batch-retry",
+        choices=("online", "batch"),
+        help="batch mode: failed/expired lines and re-asks go online (full price, now) or into a new batch round",
+    )
+    max_rounds: int = option(3, help="batch rounds a request may take (retry: batch) before its document is an error")
+    poll_s: float = option(30.0, flag="--batch-poll-s", help="batch mode: seconds between polls")
+    max_requests: int = option(50_000, flag="--batch-max-requests", help="requests per batch file (the API's limit)")
+    max_bytes: int = option(200_000_000, help="bytes per batch file (the API's limit: 200 MB)")
+    max_active: int | None = option(
+        None,
+        flag="--batch-max-active",
+        help="packs (batch files) in flight at once, to stay under the provider's enqueued-token limit",
+        shown="no limit",
+    )
+    completion_window: str = option("24h", help="the Batch API's completion window")
 
     def validate(self) -> None:
         if self.retry not in ("online", "batch"):
@@ -115,26 +146,57 @@ class BatchConfig:
 
 @dataclass(frozen=True)
 class StructureConfig:
-    corpus: str = ""
-    out: str = ""
-    backend: str = "heuristic"
-    prompt: str = "structure_toc.txt"
-    limit: int | None = None
-    on_bad_row: str = "error"
-    max_doc_chars: int = 5_000_000
-    shard_docs: int = 1000
-    workers: int | None = None  # None: 0 (in-process) for heuristic, 2 Ray actors for llm
-    ray_address: str | None = None
-    max_shards_in_flight: int | None = None  # None: 2 x workers
-    flush_docs: int = 200
-    flush_seconds: float = 5.0  # a kill loses at most this much of finished replies (measured from the oldest row)
-    new_run: bool = False
-    index: bool = False
-    progress: bool = True
-    mode: str = "online"  # llm backend: "online" (chat completions) or "batch" (OpenAI Batch API, half price)
-    max_cost_usd: float | None = None  # stop cleanly (exit code 3) before the run's total cost would pass this
-    tier: str | None = None  # only these docs go to the LLM ("chars>=N" or a docid list file); the rest: heuristic
-    columns: str = ""  # source columns of the fields, "docid=id,text=contents" (as --columns); "" = the field names
+    """`rise-batch structure`'s settings: the YAML keys (nested `llm:` and `batch:`) and the flags are these fields."""
+
+    corpus: str = option("", help="Parquet file, directory of Parquet files, or JSONL[.gz] (docid, text, url?, title?)")
+    out: str = option("", help="output directory (created; re-running the same command resumes)")
+    backend: str = option(
+        "heuristic",
+        choices=lambda: list(BACKENDS),
+        help="heuristic: free, offline; llm: any OpenAI-compatible endpoint",
+    )
+    prompt: str = option("structure_toc.txt", help="structuring prompt: a name in prompts/ or a file path")
+    limit: int | None = option(None, help="structure only the first N valid documents")
+    on_bad_row: str = option(
+        "error",
+        choices=["error", "skip"],
+        help="bad rows stop the job (error) or are recorded in bad_rows.parquet (skip)",
+    )
+    max_doc_chars: int = option(5_000_000, help="a longer document is a bad row (oversized text)")
+    shard_docs: int = option(1000, help="rows per shard")
+    workers: int | None = option(None, help="0: run in this process; N>=1: N Ray actors", shown="0 heuristic, 2 llm")
+    ray_address: str | None = option(
+        None, help="connect to this Ray cluster", shown="start a local Ray when workers >= 1"
+    )
+    max_shards_in_flight: int | None = option(None, help="shards queued or running at once", shown="2 x workers")
+    flush_docs: int = option(200, help="finished documents per checkpoint part")
+    flush_seconds: float = option(
+        5.0, help="a kill loses at most this many seconds of finished replies (measured from the oldest row)"
+    )
+    new_run: bool = option(
+        False, help="start over when OUT holds a different run (old outputs kept under superseded-*/)"
+    )
+    index: bool = option(False, help="also build the BM25 index into OUT/index")
+    progress: bool = option(True, help="no progress bar or lines")
+    mode: str = option(
+        "online",
+        choices=["online", "batch"],
+        help="llm backend: online (chat completions) or the OpenAI Batch API (half price)",
+    )
+    max_cost_usd: float | None = option(
+        None,
+        flag="--max-cost",
+        metavar="USD",
+        help="stop cleanly (exit code 3) before the run's total cost would pass USD; re-run with more to continue",
+    )
+    tier: str | None = option(
+        None,
+        flag="--llm-tier",
+        metavar="RULE",
+        help="only these documents go to the LLM, the rest get the heuristic TOC: 'chars>=N' or a docid list file",
+        shown="all",
+    )
+    columns: str = option("", metavar="FIELD=COL,...", help=COLUMNS_HELP)
     llm: LLMConfig = field(default_factory=LLMConfig)
     batch: BatchConfig = field(default_factory=BatchConfig)
 

@@ -4,7 +4,8 @@ A `ray job submit` log or a file that stdout/stderr is redirected to is not a te
 hidden (then a 1M-document job looks dead for hours) or a wall of carriage returns. So off a terminal a background
 thread prints one line every `every_s` seconds (default 30, `--progress-every`): done/total, rate, ETA, dollars so
 far and, where they apply, retries and 429s. The first line comes only after the first interval, so a short run
-stays quiet. The thread only reads counters; the work updates them.
+stays quiet; a run that printed lines prints one more as it ends, so its log ends on the real count. The thread only
+reads counters; the work updates them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 DEFAULT_EVERY_S = 30.0
@@ -49,6 +50,8 @@ class Progress:
     `show_transport`; `stage` names a phase that has no count of its own (the index's merge); `extra()` adds
     `key=value` fields of the caller's (running queries).
     `already` are units done by an earlier run: shown in done/total, left out of the rate.
+    `item(key, ...)` takes where one item of work stands (a shard's documents so far, as its worker reports them)
+    and adds only what goes past what was already shown for it.
     """
 
     def __init__(
@@ -69,6 +72,7 @@ class Progress:
         self.already, self.done = already, 0
         self.cost, self.retries, self.rate_limited = 0.0, 0, 0
         self.show_cost, self.show_transport, self.extra, self.stage = show_cost, show_transport, extra, ""
+        self.items: dict[Hashable, tuple[int, int, float]] = {}  # key -> (done, earlier, cost) shown for it
         self.every_s = every_s if every_s is not None else _every_s
         self.t0 = time.monotonic()
         self.tty = enabled and sys.stderr.isatty()
@@ -78,6 +82,7 @@ class Progress:
 
             self.bar = tqdm(total=total or None, initial=already, desc=what, unit=unit)
         self._stop = threading.Event()
+        self._printed = False
         self._thread = None
         if enabled and not self.tty:
             self._thread = threading.Thread(target=self._tick, name=f"progress-{what}", daemon=True)
@@ -100,6 +105,25 @@ class Progress:
         self.cost += cost
         if self.bar is not None:
             self.bar.update(n)
+
+    def item(self, key: Hashable, done: int, *, earlier: int = 0, cost: float = 0.0) -> None:
+        """Item `key` has `done` units of this run's and `earlier` of an earlier run's behind it, and cost `cost`.
+
+        Workers report these counts every few seconds while they run an item, and the item's final stats close it.
+        Only what goes past the most shown for the key so far is added: a report that arrives late, one repeated,
+        or the counts of an item redone from the start after its worker died (they climb from zero again) never
+        count a unit or a dollar twice, so the line never passes the real total and ends on it. Units the shown
+        count already covers are not moved between this run's and the earlier run's (the rate can lag; the count
+        cannot lie)."""
+        shown_done, shown_earlier, shown_cost = self.items.get(key, (0, 0, 0.0))
+        grown = max(0, done + earlier - shown_done - shown_earlier)
+        add_earlier = min(grown, max(0, earlier - shown_earlier))
+        add_cost = max(0.0, cost - shown_cost)
+        self.items[key] = (shown_done + grown - add_earlier, shown_earlier + add_earlier, shown_cost + add_cost)
+        if add_earlier:
+            self.earlier(add_earlier)
+        if grown - add_earlier or add_cost:
+            self.update(grown - add_earlier, cost=add_cost)
 
     def set_stage(self, stage: str) -> None:
         self.stage = stage
@@ -136,11 +160,15 @@ class Progress:
     def _tick(self) -> None:
         while not self._stop.wait(self.every_s):
             print(f"{self.prefix} {self.line()}", file=sys.stderr, flush=True)
+            self._printed = True
 
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+            self._thread = None
+            if self._printed:  # the last tick may be up to every_s old: end on where the work ended
+                print(f"{self.prefix} {self.line()}", file=sys.stderr, flush=True)
         if self.bar is not None:
             self.bar.close()
 

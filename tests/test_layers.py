@@ -65,6 +65,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "rise_batch.tier_rule",
         "rise_batch.strtable",  # memory-mapped string tables (index docids, vocabulary, docmap)
         "rise_batch.cache",  # node-local copies of object storage (index, docs tree), made once per node
+        "rise_batch.options",  # config fields as options: their flags and the docs' option tables
     ),
     ("rise_batch.corpus",),
     ("rise_batch.config",),

@@ -147,3 +147,24 @@ def test_work_of_an_earlier_run_counts_as_done_but_not_towards_the_rate():
     assert "$1.5100" in m["rest"]
     eta = re.search(r"ETA (\d+)s", m["rest"])
     assert eta is None or int(eta[1]) >= 90 * 0.2 / 10  # 90 docs left at this run's rate: not seconds
+
+
+def test_item_counts_never_add_up_twice():
+    """A worker's reports say where a shard stands: repeated, late, or climbing from zero again after the shard was
+    redone on a new worker, they never count a document or a dollar twice, and the final stats settle the count."""
+    from rise_batch.progress import Progress
+
+    p = Progress("structure[llm]", 40, enabled=False, show_cost=True)
+    p.item(0, 8, cost=0.08)
+    p.item(0, 8, cost=0.08)  # the same report again
+    p.item(1, 5, cost=0.05)
+    assert (p.done, p.already) == (13, 0)
+    p.item(0, 2, earlier=4, cost=0.02)  # shard 0 redone: 4 checkpointed docs skipped, 2 redone so far
+    assert (p.done, p.already) == (13, 0) and round(p.cost, 4) == 0.13
+    p.item(0, 14, earlier=4, cost=0.14)  # its new worker passes what the dead one had shown
+    assert p.done + p.already == 23 and round(p.cost, 4) == 0.19
+    p.item(0, 16, earlier=4, cost=0.20)  # the shard's final stats
+    p.item(1, 20, cost=0.2)
+    p.item(0, 3, cost=0.03)  # a late report of the redone shard's first worker
+    m = LINE.match(f"rise-batch {p.line()}")
+    assert m and m["done"] == "40" and "$0.4000" in m["rest"]

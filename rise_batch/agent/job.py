@@ -305,7 +305,7 @@ def summarize(run_dir: str | Path, queries: list[Query], config_hash: str) -> di
     """Totals over this run's trajectory files (this config hash only)."""
     reasons: Counter[str] = Counter()
     tools: Counter[str] = Counter()
-    calls = tokens_in = tokens_out = missing = retryable = 0
+    calls = tokens_in = tokens_out = missing = retryable = cancelled = 0
     cost = 0.0
     for q in queries:
         try:
@@ -323,6 +323,7 @@ def summarize(run_dir: str | Path, queries: list[Query], config_hash: str) -> di
         tokens_in += t["usage"]["input_tokens"]
         tokens_out += t["usage"]["output_tokens"]
         cost += t.get("cost_usd") or 0.0
+        cancelled += t.get("cancelled_calls") or 0
     n = max(sum(reasons.values()), 1)
     return {
         "queries": len(queries),
@@ -336,6 +337,8 @@ def summarize(run_dir: str | Path, queries: list[Query], config_hash: str) -> di
         "output_tokens": tokens_out,
         "cost_usd": round(cost, 6),
         "cost_usd_per_query": round(cost / n, 6),
+        "cancelled_calls": cancelled,
+        "cost_lower_bound": cancelled > 0,  # billed output of cut calls is in no reply: cost_usd is at least this
     }
 
 
@@ -429,12 +432,16 @@ def cache_line(node: str, c: dict[str, Any]) -> str:
 
 
 def summary_line(stats: dict[str, Any], out: str) -> str:
+    """One grep-able line; `cost_usd>=X cancelled_calls=N` when calls were cut (their billed output is in no reply)."""
     reasons = ",".join(f"{k}:{v}" for k, v in stats["stop_reasons"].items())
-    keys = ("queries", "ran", "skipped", "model_calls_mean", "input_tokens", "output_tokens", "cost_usd")
+    keys = ("queries", "ran", "skipped", "model_calls_mean", "input_tokens", "output_tokens")
     sent = stats.get("transport")  # only when this invocation sent requests: never a 0 that was not measured
     transport = f" retries={sent.get('retries', 0)} 429s={sent.get('rate_limited', 0)}" if sent else ""
+    cost = f"cost_usd={stats['cost_usd']}"
+    if stats.get("cost_lower_bound"):
+        cost = f"cost_usd>={stats['cost_usd']} cancelled_calls={stats.get('cancelled_calls', 0)}"
     return (
         f"run system={stats['system']} model={stats['model']} "
         + " ".join(f"{k}={stats[k]}" for k in keys)
-        + f" stop_reasons={reasons or '-'}{transport} wall_seconds={stats['wall_seconds']} out={out}"
+        + f" {cost} stop_reasons={reasons or '-'}{transport} wall_seconds={stats['wall_seconds']} out={out}"
     )

@@ -8,9 +8,12 @@ command is killed at the deadline, not at its own 60 s cap). No final answer is 
 out of budget is a no-answer labelled with why.
 
 The caller owns the `AgentRun` record and passes it in, so a trajectory cancelled from outside (a watchdog)
-still leaves everything it did behind. A model call that failed for a transient reason (connection refused, 5xx, a
-lost rate limiter, after every attempt) ends the trajectory as `api_error` marked `retryable`: a resume runs it
-again. A refused key (KeyRefused) is not the query's outcome: it passes through and stops the job.
+still leaves everything it did behind. A model call the loop stops waiting for (the wall clock, a cancel from
+outside) is counted in `cancelled_calls`: the provider bills what it generated, but no reply ever says how much, so
+the trajectory's usage and cost leave it out and are a lower bound. A model call that failed for a transient
+reason (connection refused, 5xx, a lost rate limiter, after every attempt) ends the trajectory as `api_error` marked
+`retryable`: a resume runs it again. A refused key (KeyRefused) is not the query's outcome: it passes through and
+stops the job.
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ class AgentRun:
     model_s: float = 0.0  # time spent waiting on the model
     tool_s: float = 0.0  # time spent in tools
     retryable: bool = False  # ended by a transient failure (not the query's doing): a resume runs it again
+    cancelled_calls: int = 0  # model calls abandoned before their reply: billed, but not in usage nor cost_usd
 
     def usage(self) -> dict[str, int]:
         return {
@@ -152,6 +156,20 @@ def _arguments(raw: str) -> Any:
         return value
     except (ValueError, RecursionError, UnicodeEncodeError):  # JSONDecodeError is a ValueError
         return raw.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def step_record(name: str, raw: str, result: ToolResult) -> dict[str, Any]:
+    """One step of the trajectory file. Beyond the output's first STEP_OUTPUT_CHARS characters it keeps what the
+    interaction metrics (eval/interaction.py) cannot recover from a cut text: the docids the call showed
+    (`surfaced`), how many it linked into the workspace (`added`) and how many lines the whole output had."""
+    return {
+        "tool": name,
+        "arguments": _arguments(raw),
+        "output": result.text[:STEP_OUTPUT_CHARS],
+        "surfaced": list(result.surfaced),
+        "added": len(result.retrieved),
+        "output_lines": result.text.count("\n") + 1,
+    }
 
 
 class _Context:
@@ -298,9 +316,14 @@ async def _turns(client, tools, budget, run, ctx, params, executor, emit, clock,
         try:
             timeout = min(remaining + HTTP_TIMEOUT_MARGIN_S, budget.call_timeout_s)
             done = await _within(client.complete(messages, timeout=timeout, tools=tools.schemas, **params), remaining)
-        except TimeoutError:
+        except TimeoutError:  # cut at the wall clock: whatever the model generated until then goes unreported
             run.model_s += clock() - t0
+            run.cancelled_calls += 1
             return run.end("wall_clock")
+        except asyncio.CancelledError:  # the worker's deadline or the driver's watchdog, mid-call
+            run.model_s += clock() - t0
+            run.cancelled_calls += 1
+            raise
         except LLMError as e:
             run.model_s += clock() - t0
             emit({"event": "model_error", "call": run.model_calls, "error": str(e)[:500]})
@@ -343,12 +366,12 @@ async def _turns(client, tools, budget, run, ctx, params, executor, emit, clock,
             run.tool_calls[name] += 1
             if timed is None:
                 text = "[tool call abandoned: the trajectory's time budget ran out]"
-                run.steps.append({"tool": name, "arguments": _arguments(raw), "output": text})
+                run.steps.append(step_record(name, raw, ToolResult(text)))
                 return run.end("wall_clock")
             result, thread = timed
             run.retrieved.update(dict.fromkeys(result.retrieved))
             run.surfaced.update(dict.fromkeys(result.surfaced))
-            run.steps.append({"tool": name, "arguments": _arguments(raw), "output": result.text[:STEP_OUTPUT_CHARS]})
+            run.steps.append(step_record(name, raw, result))
             event = {"event": "tool_call", "tool": name, "error": result.error, "seconds": round(clock() - t1, 4)}
             emit(event | {"phases": result.phases, "thread": thread})  # ms; phases: tools.ToolResult.phases
             ctx.add(run.model_calls, call.id, result.text)

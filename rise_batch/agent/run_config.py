@@ -12,13 +12,15 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rise_batch.agent.loop import Budget
 from rise_batch.config import ConfigError, LLMConfig, build_section, read_yaml_section, section_mapping
 from rise_batch.llm.transport import APIS  # chat completions, or the Responses API
+from rise_batch.options import option
 from rise_batch.queries import GOLD_SETS
-from rise_batch.space.sandbox import check_limit
+
+if TYPE_CHECKING:
+    from rise_batch.agent.loop import Budget
 
 # An agent turn of a reasoning model can think for minutes and spend thousands of tokens before a tool call.
 # llm.concurrency (model calls in flight per worker) defaults to the worker's share of `concurrency`, since each
@@ -28,38 +30,73 @@ AGENT_LLM_DEFAULTS: dict[str, Any] = {"timeout_s": 600.0, "max_output_tokens": 1
 
 @dataclass(frozen=True)
 class RunConfig:
-    queries: str = ""
-    system: str = "rise"
-    out: str = ""
-    docs: str = ""  # structured docs dir (a `rise-batch structure` output): DIR/corpus/<relpath> + docmap.parquet
-    original_docs: str | None = None  # original-text docs for rise-bm25/retrieval-agent/dci (default: derived)
-    index: str | None = None  # index dir (not needed by dci)
-    retriever: str = "bm25"  # bm25, dense, hybrid[:rrf[:K]|:weighted[:W]] (rise_batch.index.retriever)
-    embedder: str | None = None  # dense/hybrid: must match the index's recorded model (None: the recorded one)
-    k: int = 1000
-    max_calls: int | None = None  # None: the system's default (100; dci 300)
-    wall_clock_s: float | None = None  # None: the system's default (3600; dci 5400)
-    limit: int | None = None  # first N queries only
-    gold: str = "gold"  # gold_R's gold: the query file's gold or evidence documents (rise_batch.queries.select_gold)
-    qrels: str | None = None  # ... or a TREC qrels file's relevant documents
-    workers: int = 2  # Ray actors; 0 runs every trajectory in this process
-    concurrency: int = 8  # trajectories in flight across all workers
-    ray_address: str | None = None
-    worker_cpus: float = 1.0
-    workspace_root: str | None = None  # default OUT/workspaces (beside the node's cache when docs are cached)
-    cache_dir: str | None = None  # node-local copies of object-storage docs/index (default storage.cache_root())
-    keep_workspaces: bool = False
-    bash_timeout_s: float = 60.0
-    bash_max_output_chars: int = 4000
-    bash_nice: int = 10  # the agent's commands run this much nicer than the harness (0: as nice); see SandboxLimits
-    grace_s: float = 30.0  # watchdog: a trajectory still running at budget + grace is cancelled ...
-    kill_grace_s: float = 15.0  # ... and its actor killed and replaced if it has not returned after this
-    max_attempts: int = 3  # runs of a query whose worker died before it is recorded as failed
-    index_backend: str = "auto"
-    allow_unsandboxed: bool = False
-    new_run: bool = False
-    progress: bool = True
-    api: str = "chat"
+    """`rise-batch run`'s settings: the YAML keys (optionally under `run:`, with a nested `llm:`) and the flags."""
+
+    queries: str = option(
+        "", help="query file (JSONL[.gz], TSV, .json list) with query_id, query, optionally answer and gold"
+    )
+    system: str = option("rise", help="agent system, a name in rise_batch/agent/systems.py (rise, rise-bm25, ...)")
+    out: str = option("", help="run directory (created; re-running the same command resumes)")
+    docs: str = option("", help="structured docs dir (a `structure` output: corpus/<relpath> + docmap.parquet)")
+    original_docs: str | None = option(
+        None,
+        help="docs dir with the original text, for systems that read original files",
+        shown="derived once into DOCS/original/ by removing the TOCs",
+    )
+    index: str | None = option(
+        None, help="BM25 index directory (from `rise-batch index` or `structure --index`; not needed by dci)"
+    )
+    retriever: str = option("bm25", help="bm25, dense, hybrid[:rrf[:K]] or hybrid:weighted[:W]")
+    embedder: str | None = option(None, help="dense/hybrid: must match the index's model", shown="the recorded one")
+    k: int = option(1000, help="documents linked into the workspace per sub-query")
+    max_calls: int | None = option(None, help="model calls per query", shown="the system's; 100, dci 300")
+    wall_clock_s: float | None = option(None, help="seconds per query", shown="the system's; 3600, dci 5400")
+    limit: int | None = option(None, help="run only the first N queries")
+    gold: str = option(
+        "gold",
+        choices=lambda: list(GOLD_SETS),
+        help="gold_R's gold: the query file's gold_docs/gold_doc_ids (gold) or evidence_docs/evidence_doc_ids "
+        "(evidence)",
+    )
+    qrels: str | None = option(
+        None, help="TREC qrels file (`qid iter docid rel`) whose relevant docs are gold_R's gold"
+    )
+    workers: int = option(2, help="Ray actors; 0 runs everything in this process")
+    concurrency: int = option(8, help="trajectories in flight across all workers")
+    ray_address: str | None = option(None, help="connect to this Ray cluster", shown="start a local Ray")
+    worker_cpus: float = option(1.0, help="CPUs Ray reserves per worker actor")
+    workspace_root: str | None = option(
+        None,
+        help="where per-query workspaces live",
+        shown="RUN_DIR/workspaces, or beside the node's cache when the docs are in object storage",
+    )
+    cache_dir: str | None = option(
+        None,
+        help="where each node keeps its copies of --docs/--index in object storage, made once per node and reused",
+        shown="$RISE_BATCH_CACHE, else <node's temp dir>/rise-batch-cache",
+    )
+    keep_workspaces: bool = option(False, help="keep workspaces after each query")
+    bash_timeout_s: float = option(60.0, help="cap of one bash call of the agent in seconds")
+    bash_max_output_chars: int = option(4000, help="characters of a bash call's output the agent sees")
+    bash_nice: int = option(
+        10, help="the agent's commands run this much nicer than the harness (0: as nice; see SandboxLimits)"
+    )
+    grace_s: float = option(30.0, help="watchdog: a trajectory still running at its budget + this is cancelled")
+    kill_grace_s: float = option(
+        15.0, help="... and its actor killed and replaced if it has not returned this many seconds later"
+    )
+    max_attempts: int = option(3, help="runs of a query whose worker died before it is recorded as failed")
+    index_backend: str = option("auto", choices=["auto", "numpy", "numba"], help="BM25 scorer")
+    allow_unsandboxed: bool = option(
+        False,
+        flag="--unsandboxed",
+        help="DANGEROUS: run bash without bubblewrap if it is unavailable (commands can modify the corpus)",
+    )
+    new_run: bool = option(
+        False, help="start over when RUN_DIR holds another configuration (old files kept under superseded-*/)"
+    )
+    progress: bool = option(True, help="no progress output")
+    api: str = option("chat", choices=lambda: list(APIS), help="chat completions or the Responses API")
     llm: LLMConfig = field(default_factory=lambda: LLMConfig(**AGENT_LLM_DEFAULTS))
 
     def validate(self) -> None:
@@ -71,6 +108,8 @@ class RunConfig:
                 raise ConfigError(f"{name} is required")
         if system.uses_index and not self.index:
             raise ConfigError(f"system {self.system} searches: give the BM25 index dir (index / --index)")
+        from rise_batch.space.sandbox import check_limit  # lazy: the CLI builds run's flags from RunConfig at start-up
+
         check_limit("bash_timeout_s", self.bash_timeout_s)  # NaN and inf too: they pass a `<= 0` test
         check_limit("bash_max_output_chars", self.bash_max_output_chars, integer=True)
         if not isinstance(self.bash_nice, int) or isinstance(self.bash_nice, bool) or not 0 <= self.bash_nice <= 19:
@@ -117,6 +156,7 @@ class RunConfig:
                 )
 
     def budget(self) -> Budget:
+        from rise_batch.agent.loop import Budget  # lazy: the CLI builds run's flags from RunConfig at start-up
         from rise_batch.agent.systems import get_system
 
         system = get_system(self.system)

@@ -15,6 +15,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -197,16 +198,25 @@ def trajectory_record(ctx: WorkerContext, query: Query, run: AgentRun, ws_docs: 
         "tool_calls": dict(run.tool_calls),
         "usage": run.usage(),
         "cost_usd": round(run.cost_usd, 8),
+        "cancelled_calls": run.cancelled_calls,  # not in usage nor cost_usd: then those are a lower bound
         "elapsed_s": round(run.elapsed_s, 3),
         "workspace_docs": ws_docs,
         "retrieved_docids": list(run.retrieved),
         "surfaced_docids": list(run.surfaced),
         "gold_doc_ids": list(query.gold_doc_ids),
+        # where the gold documents are, so a report can tell a `sed -n 1,40p <path>` of one from other reads
+        "gold_paths": gold_paths(ctx.store, query.gold_doc_ids),
         "answer": query.answer,
         "steps": run.steps,
         "error": run.error,
         "timing": {"model_s": round(run.model_s, 3), "tool_s": round(run.tool_s, 3)},
     } | ({"retryable": True} if run.retryable else {})
+
+
+def gold_paths(store: DocStore, gold: Sequence[str]) -> dict[str, str]:
+    """Gold docid -> its path in the docs (as the agent's tools show it), so a report can tell a bash read of a
+    gold document (`sed -n 1,40p <path>`) from other reads; gold missing from the docs is left out."""
+    return {d: rel for d in gold if (rel := store.relpath.get(d)) is not None}
 
 
 def summary_of(record: dict[str, Any]) -> dict[str, Any]:
@@ -313,6 +323,7 @@ def failed_record(
         "retrieved_docids": [],
         "surfaced_docids": [],
         "gold_doc_ids": list(query.gold_doc_ids),
+        "gold_paths": {},
         "answer": query.answer,
         "steps": [],
         "error": error,

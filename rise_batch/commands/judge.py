@@ -5,8 +5,29 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from rise_batch.eval.sweep import JudgeSpec
+from rise_batch.options import Entry, Layout, Section, add_layout
+
 if TYPE_CHECKING:
     from rise_batch.eval.judge_runner import JudgeSummary
+
+
+# What `judge` offers of JudgeSpec (a sweep's `judge:` keys): flags take the field's default, as there is no config
+# file; docs/agents.md's table is made from this too (rise_batch/commands/doc_options.py).
+JUDGE_OPTIONS = Layout(
+    JudgeSpec,
+    (
+        Section(
+            None,
+            (
+                *(Entry("model", required=True), "base_url", "api_key_env", "concurrency", "rpm", "tpm"),
+                *(Entry("timeout_s", dest="timeout"), "reasoning_effort", "max_output_tokens", "prompt"),
+                *("structured_output", "mode", "poll_s"),
+            ),
+        ),
+    ),
+    from_file=False,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,39 +45,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directory written by `rise-batch run`")
-    p.add_argument("--model", required=True, help="judge model (e.g. gpt-5.4-mini)")
-    p.add_argument("--base-url", help="OpenAI-compatible base URL (default: OpenAI; e.g. a `rise-batch fake-llm`)")
-    p.add_argument("--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
-    p.add_argument("--force", action="store_true", help="re-grade queries that already have a judgment")
-    p.add_argument("--concurrency", type=int, default=16, help="requests in flight (default 16)")
-    p.add_argument("--rpm", type=int, default=500, help="requests per minute (default 500)")
-    p.add_argument("--tpm", type=int, default=2_000_000, help="tokens per minute (default 2,000,000)")
-    p.add_argument("--timeout", type=float, default=120.0, help="per-request timeout in seconds")
-    p.add_argument("--reasoning-effort", default=None, help="reasoning effort for reasoning models")
-    p.add_argument(
-        "--max-output-tokens", type=int, default=4096, help="cap of one grader reply's tokens (default 4096)"
-    )
-    p.add_argument(
-        "--prompt",
-        default="judge_grader",
-        help="grader prompt: a name in prompts/ or a file path, relative to the working directory (default "
-        "judge_grader)",
-    )
+    groups = add_layout(p, JUDGE_OPTIONS)
+    groups[None].add_argument("--force", action="store_true", help="re-grade queries that already have a judgment")
     p.add_argument("--queries", help="query file with gold answers (default: the run's own, from run.json)")
-    p.add_argument(
-        "--no-structured-output",
-        dest="structured_output",
-        action="store_false",
-        help="do not send the grader's JSON schema as response_format (for providers without structured outputs; "
-        "a server that refuses it is asked again without it)",
-    )
-    p.add_argument(
-        "--mode",
-        choices=["online", "batch"],
-        default="online",
-        help="online: rate-limited calls now; batch: the OpenAI Batch API (half price, results within 24 h)",
-    )
-    p.add_argument("--poll-s", type=float, default=30.0, help="batch mode: seconds between status polls")
     p.add_argument("--json", action="store_true", help="print the summaries as JSON")
     p.set_defaults(func=run)
 
@@ -122,10 +113,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def accuracy_line(s: JudgeSummary) -> str:
-    """Accuracy as the report shows it: over judged queries, with its interval, unjudged ones beside it."""
+    """Accuracy as the report shows it: over judged queries (n judged / n queries), with its Wilson interval,
+    unjudged ones beside it."""
     if s.accuracy is None:
         acc = "accuracy n/a (no judged query)"
     else:
         ci = f" [95% CI {100 * s.accuracy_ci95[0]:.1f}, {100 * s.accuracy_ci95[1]:.1f}]" if s.accuracy_ci95 else ""
-        acc = f"accuracy {100 * s.accuracy:.1f}%{ci} over {s.n_judged} judged"
+        acc = f"accuracy {100 * s.accuracy:.1f}%{ci} over {s.n_judged}/{s.total} judged"
     return f"{acc}; {s.unjudged_total} unjudged (left out of accuracy)"

@@ -4,8 +4,12 @@ Two choices differ from the reference BrowseComp-Plus scripts on purpose:
 - Calibration error is computed over *all* bins. The reference (HLE's `calib_err`) sorts answers by confidence,
   cuts them into bins of 100 with the remainder joined to the last bin, and then sums over every bin but the last
   one; below 200 answers that leaves no bin at all and it reports 0. Here every bin counts (binning below).
-- Accuracy comes with a bootstrap 95% interval (fixed seed, so a report is reproducible), because on 100-query
-  runs a gap of a few points between two systems is within noise.
+- Accuracy comes with a Wilson 95% interval, because on 100-query runs a gap of a few points between two systems
+  is within noise, and a percentile bootstrap says nothing at small n (1 judged query right gives [100, 100]);
+  Wilson's interval is honest for a proportion at any n (1 of 1: [20.7, 100]). Medians and paired differences
+  use a bootstrap (fixed seed, so a report is reproducible).
+- A run where more than UNJUDGED_FLAG of its queries have no verdict is flagged (`too_many_unjudged`): its
+  accuracy speaks for the judged ones only.
 """
 
 from __future__ import annotations
@@ -16,11 +20,14 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from rise_batch.eval.interaction import interaction
 from rise_batch.eval.judge import is_empty_answer, is_unjudged, judges
 
 CALIBRATION_BIN = 100  # answers per calibration bin, as in the reference script
 BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0
+UNJUDGED_FLAG = 0.10  # share of queries without a verdict above which a run's accuracy is flagged
+Z95 = 1.959963984540054
 
 
 def mean(values: Sequence[float]) -> float | None:
@@ -37,18 +44,32 @@ def bootstrap_ci(
     samples: int = BOOTSTRAP_SAMPLES,
     seed: int = BOOTSTRAP_SEED,
     level: float = 0.95,
+    statistic: str = "mean",
 ) -> tuple[float, float] | None:
-    """Percentile bootstrap interval of the mean of `outcomes` (resampling queries with replacement)."""
+    """Percentile bootstrap interval of the mean (or `statistic="median"`) of `outcomes`, resampling queries
+    with replacement. For a proportion use wilson_ci: a bootstrap of 1 outcome is a point."""
     import numpy as np
 
     if not outcomes:
         return None
     x = np.asarray(outcomes, dtype=float)
     rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, len(x), size=(samples, len(x)))].mean(axis=1)
+    resampled = x[rng.integers(0, len(x), size=(samples, len(x)))]
+    stats = np.median(resampled, axis=1) if statistic == "median" else resampled.mean(axis=1)
     tail = (1 - level) / 2 * 100
-    lo, hi = np.percentile(means, [tail, 100 - tail])
+    lo, hi = np.percentile(stats, [tail, 100 - tail])
     return float(lo), float(hi)
+
+
+def wilson_ci(successes: int, n: int, z: float = Z95) -> tuple[float, float] | None:
+    """Wilson score interval of a proportion (95% by default); None for n = 0. Unlike the normal or bootstrap
+    interval it neither collapses at 0 or n successes nor leaves [0, 1]."""
+    if n <= 0:
+        return None
+    p, z2 = successes / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def calibration_bins(
@@ -112,7 +133,6 @@ def run_metrics(
     judgments: dict[str, dict[str, Any]],
     *,
     bin_size: int = CALIBRATION_BIN,
-    seed: int = BOOTSTRAP_SEED,
 ) -> dict[str, Any]:
     """Every figure of one run. Accuracy is over judged queries (a query needs a gold answer to be judged);
     calibration is over judged queries that gave an answer (a no-answer states no confidence). An `unjudged`
@@ -145,7 +165,9 @@ def run_metrics(
         "n_unjudged": len(unjudged),
         "n_correct": sum(outcomes),
         "accuracy": mean(outcomes),
-        "accuracy_ci95": bootstrap_ci(outcomes, seed=seed),
+        "accuracy_ci95": wilson_ci(sum(outcomes), len(outcomes)),
+        "accuracy_interval": "wilson",
+        "too_many_unjudged": bool(trajs) and (len(trajs) - len(judged)) > UNJUDGED_FLAG * len(trajs),
         "no_answers": sum(no_answer.values()),
         "no_answers_by_stop_reason": dict(sorted(no_answer.items())),
         "stop_reasons": dict(sorted(Counter(str(t.get("stop_reason")) for t in trajs).items())),
@@ -159,6 +181,7 @@ def run_metrics(
         "agent_usd_per_query": mean(agent_cost),
         "judge_usd_per_query": mean(judge_cost),
         "agent_usd_total": sum(agent_cost),
+        "cost_lower_bound": any(t.get("cancelled_calls") for t in trajs),  # cut calls: billed, in no reply's usage
         "judge_usd_total": sum(judge_cost),
         "tokens_per_query": {
             k: mean([float((t.get("usage") or {}).get(k) or 0) for t in trajs])
@@ -179,7 +202,8 @@ def run_metrics(
 def per_query_rows(
     trajectories: dict[str, dict[str, Any]], judgments: dict[str, dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """One row per query (for paired comparisons between runs in report.json): None where not judged."""
+    """One row per query (for paired comparisons between runs in report.json): None where not judged; with the
+    query's interaction-space figures (eval/interaction.py)."""
     rows = []
     for stem, t in trajectories.items():
         j = judgments.get(stem)
@@ -198,6 +222,7 @@ def per_query_rows(
                 "judge_usd": None if j is None else j.get("cost_usd"),
                 "gold_R": gold_fraction(t.get("gold_doc_ids") or (), t.get("retrieved_docids") or ()),
                 "cov": gold_fraction(t.get("gold_doc_ids") or (), t.get("surfaced_docids") or ()),
+                **interaction(t, t.get("gold_doc_ids") or ()),
             }
         )
     return rows

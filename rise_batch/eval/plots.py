@@ -91,7 +91,9 @@ def frontier_figure(summaries: Sequence[dict[str, Any]]) -> Any:
     for s, (x, y), label in zip(rows, pts, run_labels(rows), strict=True):
         ci = s.get("accuracy_ci95")
         yerr = [[y - 100 * ci[0]], [100 * ci[1] - y]] if ci else None
-        ax.errorbar(x, y, yerr=yerr, fmt="o", capsize=3, label=label)
+        judged = f"{s.get('n_judged', 0)}/{s.get('n_queries', 0)} judged"
+        ax.errorbar(x, y, yerr=yerr, fmt="o", capsize=3, label=f"{label} ({judged})")
+        ax.annotate(judged, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=7)
     xs, ys = frontier_steps(pts)
     if xs:
         ax.plot(xs, ys, "k--", lw=1, drawstyle="steps-post", label="frontier")
@@ -101,7 +103,7 @@ def frontier_figure(summaries: Sequence[dict[str, Any]]) -> Any:
     ax.set_xlabel("agent cost per query (USD)")
     ax.set_ylim(-2, 102)
     ax.set_ylabel("accuracy (%)")
-    ax.set_title("Accuracy vs cost per query (bars: bootstrap 95% CI)")
+    ax.set_title("Accuracy vs cost per query (bars: Wilson 95% CI)")
     ax.legend(fontsize=7, loc="best")
     return fig
 
@@ -117,6 +119,33 @@ def plot_tool_calls(summaries: Sequence[dict[str, Any]], path: Path) -> Path | N
     ax.set_ylim(bottom=0)
     ax.set_ylabel("tool calls per query")
     ax.set_title("Tool calls per query (box: quartiles, triangle: mean)")
+    return _save(fig, path)
+
+
+def plot_gold_steps(summaries: Sequence[dict[str, Any]], path: Path) -> Path | None:
+    """Distribution of gold_in_workspace_step per run: how many queries had a gold document linked at each step,
+    and how many never did (over queries with gold documents, in runs that searched); None when no run has any."""
+    runs = [
+        (label, [r.get("gold_in_workspace_step") for r in s.get("per_query") or () if r.get("gold_read") is not None])
+        for s, label in zip(summaries, run_labels(summaries), strict=True)
+    ]
+    searched = [any(r.get("search_calls") for r in s.get("per_query") or ()) for s in summaries]
+    runs = [(label, steps) for (label, steps), did in zip(runs, searched, strict=True) if steps and did]
+    if not runs:
+        return None
+    plt = _pyplot()
+    top = max((x for _, steps in runs for x in steps if x is not None), default=0)
+    slots = list(range(top + 1)) + ["never"]
+    fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(slots) * len(runs) + 2), 4.5))
+    width = 0.8 / len(runs)
+    for i, (label, steps) in enumerate(runs):
+        counts = [sum(1 for x in steps if x == slot or (slot == "never" and x is None)) for slot in slots]
+        ax.bar([j + i * width for j in range(len(slots))], counts, width, label=f"{label} (n={len(steps)})")
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(slots))], [str(x) for x in slots])
+    ax.set_xlabel("step at which a gold document was first linked into the workspace")
+    ax.set_ylabel("queries")
+    ax.set_title("When the gold entered the workspace (queries with gold documents)")
+    ax.legend(fontsize=7)
     return _save(fig, path)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from rise_batch.eval.report_rows import Block
 from rise_batch.eval.trajectory_view import interaction_of, read_events, trajectory_view, verdict
 from rise_batch.io import write_bytes_atomic, write_text_atomic
 from rise_batch.storage import AnyPath
@@ -84,6 +85,19 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return f"<table class='summary'><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def html_block(block: Block) -> str:
+    """One of the report's blocks (report_rows.py) as static HTML, every text escaped."""
+    kind = block[0]
+    if kind == "table":
+        return _table(block[1], block[2])
+    if kind == "warnings":
+        return "".join(f"<p class='warning'><b>Warning:</b> {html.escape(w)}</p>" for w in block[1])
+    if kind == "runs":
+        items = (f"<li><code>{html.escape(d)}</code>{html.escape(note)}</li>" for d, note in block[1])
+        return "<ol class='runs'>" + "".join(items) + "</ol>"
+    return {"h2": "<h2>{}</h2>", "h3": "<h3>{}</h3>", "p": "<p class='note'>{}</p>"}[kind].format(html.escape(block[1]))
+
+
 def _figure(path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
     alt = html.escape(path.stem)
@@ -95,16 +109,14 @@ def _asset(name: str) -> str:
 
 
 def render_html(
-    tables: Sequence[tuple[str, Sequence[str], Sequence[Sequence[str]]]],
-    notes: Sequence[str],
+    blocks: Sequence[Block],
     figures: Sequence[Path],
     runs: Sequence[dict[str, Any]],
     rows: Sequence[dict[str, Any]],
 ) -> str:
-    """The page: `tables` (title, head, rows) and `notes` as static HTML, `figures` inline, then the query table
+    """The page: the report's `blocks` (what report.md says) as static HTML, `figures` inline, then the query table
     and viewer that the inline script draws from `runs` (name, system, run_dir each) and `rows` (query_row)."""
-    parts = [f"<h2>{html.escape(title)}</h2>{_table(head, body)}" for title, head, body in tables]
-    parts += [f"<p class='note'>{html.escape(n)}</p>" for n in notes]
+    parts = [html_block(b) for b in blocks]
     if figures:
         parts.append("<h2>Figures</h2><div class='figures'>" + "".join(_figure(f) for f in figures) + "</div>")
     data = js_json({"runs": list(runs), "rows": list(rows)})

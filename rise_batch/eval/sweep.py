@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from rise_batch.config import ConfigError, build_section, section_mapping
+from rise_batch.config import ConfigError, LLMConfig, build_section, section_mapping
 from rise_batch.names import portable
+from rise_batch.options import option, same_as
 
 
 @dataclass(frozen=True)
@@ -33,20 +34,29 @@ class CorpusSpec:
 
 @dataclass(frozen=True)
 class JudgeSpec:
-    enabled: bool = True
-    model: str = "gpt-5.4-mini"
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    reasoning_effort: str | None = None
-    max_output_tokens: int = 4096
-    timeout_s: float = 120.0
-    rpm: int = 500
-    tpm: int = 2_000_000
-    concurrency: int = 16
-    prompt: str = "judge_grader"
-    structured_output: bool = True  # send the grader's JSON schema (off for providers without structured outputs)
-    mode: str = "online"  # or "batch": the Batch API, half price, results within 24 h
-    poll_s: float = 30.0
+    """The grader's settings: a sweep's `judge:` keys and `rise-batch judge`'s flags (LLMConfig's where they are the
+    same setting)."""
+
+    enabled: bool = option(True, help="grade the sweep's answers (sweeps only)")
+    model: str = same_as(LLMConfig, "model", default="gpt-5.4-mini", help="judge model")
+    base_url: str | None = same_as(LLMConfig, "base_url")
+    api_key_env: str = same_as(LLMConfig, "api_key_env")
+    reasoning_effort: str | None = same_as(LLMConfig, "reasoning_effort")
+    max_output_tokens: int = same_as(LLMConfig, "max_output_tokens", help="cap of one grader reply's tokens")
+    timeout_s: float = same_as(LLMConfig, "timeout_s")
+    rpm: int = same_as(LLMConfig, "rpm")
+    tpm: int = same_as(LLMConfig, "tpm")
+    concurrency: int = same_as(LLMConfig, "concurrency", default=16, help="requests in flight")
+    prompt: str = option(
+        "judge_grader", help="grader prompt: a name in prompts/ or a file path, relative to the working directory"
+    )
+    structured_output: bool = same_as(LLMConfig, "structured_output")
+    mode: str = option(
+        "online",
+        choices=["online", "batch"],
+        help="online: rate-limited calls now; batch: the OpenAI Batch API (half price, results within 24 h)",
+    )
+    poll_s: float = option(30.0, help="batch mode: seconds between status polls")
 
 
 @dataclass(frozen=True)
@@ -210,8 +220,6 @@ def cell_run_config(cfg: SweepConfig, cell: Cell) -> Any:
 
 
 def judge_llm_config(spec: JudgeSpec) -> Any:
-    from rise_batch.config import LLMConfig
-
     llm = LLMConfig(
         base_url=spec.base_url,
         model=spec.model,

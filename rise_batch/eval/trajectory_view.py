@@ -5,7 +5,8 @@ happened or what it cost; the run's events.jsonl does (a `model_call` event per 
 called, with its tokens and seconds; a `tool_call` event per tool call with its seconds). Joining the two gives each
 step its model call, time and cost. A model call's cost is the trajectory's recorded cost shared between its calls
 by their tokens at the model's prices, so the steps sum to what the run was billed. The page is the only reader of
-these objects, so their shape can grow (the interaction metrics of a trajectory go in `interaction`) without
+these objects, so their shape can grow (the interaction metrics of a trajectory go in `interaction`; a step is
+numbered by its index in the trajectory's `steps`, as eval/interaction.py numbers it) without
 touching the report's JSON.
 """
 
@@ -19,24 +20,11 @@ from typing import Any
 
 import orjson
 
+from rise_batch.eval.interaction import FIELDS
 from rise_batch.storage import AnyPath
 
 EVENTS_FILE, EVENT_PARTS = "events.jsonl", "events"  # as agent/runner.py writes them (eval sits above, not below)
 _WORKSPACE = re.compile(r"Workspace: ([\d,]+) documents \(\+([\d,]+) this call\)")
-# the interaction metrics of a trajectory (rise_batch.eval.interaction), flat in a per-query row or under one key
-INTERACTION_KEYS = (
-    "gold_in_workspace_step",
-    "gold_surfaced_step",
-    "gold_read",
-    "gold_lines_read",
-    "lines_read",
-    "toc_lines_read",
-    "search_calls",
-    "workspace_docs_final",
-    "gold_surfaced_steps",
-    "gold_read_steps",
-    "workspace_growth",
-)
 
 
 def read_events(run_dir: AnyPath) -> dict[str, list[dict[str, Any]]]:
@@ -67,13 +55,9 @@ def read_events(run_dir: AnyPath) -> dict[str, list[dict[str, Any]]]:
 
 
 def interaction_of(row: dict[str, Any]) -> dict[str, Any] | None:
-    """A per-query row's interaction metrics, whether nested under `interaction` or flat in the row; None when the
-    row has none (a report built before they existed)."""
-    nested = row.get("interaction")
-    if isinstance(nested, dict):
-        return nested
-    flat = {k: row[k] for k in INTERACTION_KEYS if k in row}
-    return flat or None
+    """A per-query row's interaction metrics (metrics.per_query_rows puts them in the row); None when the row has
+    none."""
+    return {k: row[k] for k in FIELDS if k in row} or None
 
 
 def verdict(row: dict[str, Any]) -> str:
@@ -135,17 +119,18 @@ def _span(steps: list[dict[str, Any]], at: int, n: int) -> list[tuple[int, dict[
     return list(enumerate(steps[at : at + n], at))
 
 
-def _workspace(steps: Iterable[dict[str, Any]], interaction: dict[str, Any] | None) -> None:
+def _workspace(steps: Sequence[dict[str, Any]], interaction: dict[str, Any] | None) -> None:
     """Each search step's workspace after it and what it added: from the interaction metrics' `workspace_growth`
-    (one entry per search call) when given, else read off the search output's closing line when it was kept."""
-    growth = list((interaction or {}).get("workspace_growth") or ())
-    searches = [s for s in steps if s.get("tool") == "search"]
-    for i, s in enumerate(searches):
-        g = growth[i] if i < len(growth) else None
-        if isinstance(g, dict):
-            s["workspace"] = {"docs": g.get("docs", g.get("workspace_docs")), "added": g.get("added", g.get("new"))}
-        elif isinstance(g, int | float):
-            s["workspace"] = {"docs": g, "added": None}
+    ([step, workspace docs] after each search call) when given, else read off the search output's closing line
+    when it was kept."""
+    growth = {int(g[0]): int(g[1]) for g in (interaction or {}).get("workspace_growth") or () if len(g) == 2}
+    before = 0
+    for s in steps:
+        if s.get("tool") != "search":
+            continue
+        if s["step"] in growth:
+            s["workspace"] = {"docs": growth[s["step"]], "added": growth[s["step"]] - before}
+            before = growth[s["step"]]
         elif m := _WORKSPACE.search(str(s.get("output") or "")):
             s["workspace"] = {"docs": int(m[1].replace(",", "")), "added": int(m[2].replace(",", ""))}
 
@@ -158,8 +143,8 @@ def trajectory_view(
     t = trajectory
     turns = _turns(t, events)
     flat = [s for turn in turns for s in turn["steps"]]
-    for n, s in enumerate(flat, 1):
-        s["step"] = n  # 1-based over tool calls, the numbering of the interaction metrics
+    for n, s in enumerate(flat):
+        s["step"] = n  # the index in the trajectory's `steps`, as the interaction metrics number steps
     _workspace(flat, interaction)
     keep = ("query_id", "query", "system", "model", "stop_reason", "final_text", "exact_answer", "confidence")
     keep += ("answer", "cost_usd", "elapsed_s", "model_calls", "tool_calls", "workspace_docs", "gold_doc_ids", "error")

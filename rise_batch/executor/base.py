@@ -22,7 +22,9 @@ class Worker(Protocol):
     """One worker's instance of a stage, built by its factory; `run` is called concurrently for several items.
 
     Optional: `async def warm_up(self) -> None`, awaited once before the first item when the executor waits for
-    its workers to be ready (e.g. load an index before any item's clock starts).
+    its workers to be ready (e.g. load an index before any item's clock starts). Optional: `async def progress(self)
+    -> Mapping`, where the items it runs stand (keys of the stage's choosing), asked every few seconds by the Ray
+    executor for the stage's `on_progress`: the driver's line then moves within a long item, not only at its end.
     """
 
     async def run(self, item: Any, attempt: int) -> Any: ...
@@ -82,6 +84,9 @@ class Stage:
     every item is done. `finished(item)` is asked before an item is resubmitted: a worker may have written its
     result just before dying (a per-item done marker); a non-None answer is taken as the item's result. `on_node`
     says which node ran an item that came back, so the driver can name it when it does not find what it wrote.
+    `on_progress(key, counts)` gets each entry of a Ray worker's `progress()` while it holds items (in process a
+    worker counts through its services instead); a report can arrive after its item's result, or come again from
+    a redone item, so the stage must take it as "where it stands", never as an increment.
     """
 
     worker: WorkerSpec
@@ -94,6 +99,7 @@ class Stage:
     on_lost: Callable[[Any, Lost], None] | None = None
     on_event: Callable[[str, Any, dict[str, Any]], None] = _nothing  # (event, item or None, fields)
     finished: Callable[[Any], Any] = _nothing
+    on_progress: Callable[[Any, Any], None] | None = None
     services: Callable[[str], tuple[Mapping[str, Any], Any]] | None = None
     stop_on: tuple[type[BaseException], ...] = ()
     stuck_why: str = "stuck past its items' deadline"  # why the watchdog replaced a worker (worker_replaced event)
@@ -126,6 +132,7 @@ class MapOptions:
     max_start_failures: int = 3
     worker_cpus: float | None = None  # Ray scheduling: CPUs reserved per actor (None: Ray's default)
     close_timeout_s: float | None = None  # how long to wait for a worker's final report (None: no limit)
+    progress_s: float = 2.0  # how often a busy worker is asked for its items' progress (stages with on_progress)
 
 
 class Executor(Protocol):

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rise_batch.errors import USER_ERRORS
 from rise_batch.executor.base import Lost, LostKind, MapOptions, Stage, WorkerSpec, build_worker
@@ -122,6 +123,11 @@ class _StageActor:
         """(this actor's node id, the item's result): the driver records where each item ran."""
         return self.where[1], await self.worker.run(item, attempt)
 
+    async def progress(self) -> Mapping[Any, Any]:
+        """Where the worker's items stand (its `progress()`), for the driver's progress line."""
+        progress = getattr(self.worker, "progress", None)
+        return await progress() if progress is not None else {}
+
     async def close(self) -> Any:
         return await self.worker.close()
 
@@ -153,6 +159,21 @@ class _Slot:
     pid: int | None = None
     node: str | None = None
     load: int = 0
+    progress_ref: Any = None  # an outstanding progress() call
+    progress_at: float = 0.0  # when it was asked
+
+
+def placement(slot: int) -> Any:
+    """Where actor `slot` goes: the nodes with CPUs in turn, the driver's first, as a soft affinity (another node
+    when that one is gone or cannot take it). An actor holds no CPU once placed, so Ray alone may put every actor
+    on one node, and its SPREAD is best effort: on a 2-node cluster both actors of a run landed on the head in some
+    runs, leaving the other node idle."""
+    here = ray.get_runtime_context().get_node_id()
+    nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+    nodes.sort(key=lambda node: (node != here, node))
+    if len(nodes) < 2:
+        return "SPREAD"
+    return NodeAffinitySchedulingStrategy(nodes[slot % len(nodes)], soft=True)
 
 
 class RayExecutor:
@@ -194,11 +215,10 @@ class _Dispatch:
         self.deaths: dict[int, int] = {}
         self.start_failures = 0
         self.stopped: BaseException | None = None
-        self.slots = [self._spawn() for _ in range(n)]
+        self.slots = [self._spawn(i) for i in range(n)]
 
-    def _spawn(self) -> _Slot:
-        # SPREAD: an actor holds no CPU once placed, so without it Ray may put every actor on one node
-        opts: dict[str, Any] = {"max_concurrency": self.per + self.o.spare_calls, "scheduling_strategy": "SPREAD"}
+    def _spawn(self, i: int) -> _Slot:
+        opts: dict[str, Any] = {"max_concurrency": self.per + self.o.spare_calls, "scheduling_strategy": placement(i)}
         if self.o.worker_cpus is not None:
             opts["num_cpus"] = self.o.worker_cpus
         actor = self.cls.options(**opts).remote(self.stage.worker, self.services)
@@ -213,7 +233,7 @@ class _Dispatch:
                 os.kill(old.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        self.slots[i] = self._spawn()
+        self.slots[i] = self._spawn(i)
 
     def step(self) -> None:
         self._submit()
@@ -229,6 +249,27 @@ class _Dispatch:
                 elif ref in self.flights:  # not landed by an actor replacement in this same pass
                     self._on_result(ref)
         self._watchdog(time.monotonic())
+        self._progress(time.monotonic())
+
+    def _progress(self, now: float) -> None:
+        """Hand the workers' answers about their items to the stage, and ask each busy worker again every
+        `progress_s`. One call out per worker at a time; a dead worker's call fails and is dropped (its items are
+        resubmitted, and their counts start again: the stage takes counts as where an item stands)."""
+        if self.stage.on_progress is None:
+            return
+        asked = [s.progress_ref for s in self.slots if s.progress_ref is not None]
+        answered = set(ray.wait(asked, num_returns=len(asked), timeout=0)[0]) if asked else set()
+        for s in self.slots:
+            if s.progress_ref is not None and s.progress_ref in answered:
+                ref, s.progress_ref = s.progress_ref, None
+                try:
+                    report = ray.get(ref)
+                except Exception:  # noqa: BLE001, S112 - the worker died or was replaced: nothing to show
+                    continue
+                for key, counts in report.items():
+                    self.stage.on_progress(key, counts)
+            if s.progress_ref is None and s.load and now - s.progress_at >= self.o.progress_s:
+                s.progress_ref, s.progress_at = s.actor.progress.remote(), now
 
     def _submit(self) -> None:
         """Fill the least loaded ready actors, keeping at most `max_in_flight` items out in total."""

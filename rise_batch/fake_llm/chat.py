@@ -99,6 +99,7 @@ def complete(
         head = request.document if request.document is not None else message_text(request.messages[-1])
         log: dict[str, Any] = {"key": request.key, "attempt": attempt, "model": request.model, "head": head[:60]}
         log["response_format"] = format_type(request.body)  # what the request asked for: tests read it in the log
+        log["max_tokens"] = request.body.get("max_completion_tokens") or request.body.get("max_tokens")  # the cap
         refused = response_format_error(request.body, cfg.response_format)
         if refused is not None:  # checked first, as the API validates parameters before it does anything else
             log["fault"] = "response-format"

@@ -31,7 +31,7 @@ from rise_batch.structuring.budget import require_price
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.structuring.shard import STOPS, merge_stats
 from rise_batch.structuring.verify import Verification, missing_structured, repair, verify_checkpoint, verify_outputs
-from rise_batch.structuring.worker import describe_shard, shard_services
+from rise_batch.structuring.worker import ShardProgress, describe_shard, shard_services
 
 MANIFEST = "manifest.json"
 OUTPUTS = (
@@ -163,8 +163,8 @@ def run_shards(
     on Ray, `nodes` gets the id of the node that ran each shard.
 
     `--workers 0` runs the shards in this process, two at once for the LLM backend, one after another for the
-    heuristic (the bar counts documents); otherwise `workers` Ray actors each run a share of `max_shards_in_flight`
-    shards at once (the bar counts whole shards).
+    heuristic; otherwise `workers` Ray actors each run a share of `max_shards_in_flight` shards at once. Either way
+    the bar counts documents as they finish (worker.ShardProgress).
     A --max-cost stop, or a key the endpoint refuses, lets the running shards finish with their rows flushed, then
     raises BudgetExceeded or KeyRefused.
     """
@@ -175,22 +175,12 @@ def run_shards(
         if nodes is not None:
             nodes[spec.shard_id] = node
 
+    shown = ShardProgress(bar, local)
+
     def on_result(spec: ShardSpec, stats: dict) -> None:
         seen = stats.pop("transport_delta", {})  # this shard's share of its worker's retries and 429s
         results[spec.shard_id] = stats
-        # in process the bar counted each document (and its cost) as it finished; a shard an earlier run finished,
-        # and on Ray the rows an earlier run checkpointed, count as done but not towards the rate (nor the ETA)
-        if stats.get("resumed_done"):
-            bar.earlier(stats.get("docs_total", 0), cost=stats.get("cost_usd", 0.0))
-            return
-        earlier = 0 if local else stats.get("resumed_docs", 0)
-        bar.earlier(earlier)
-        bar.update(
-            0 if local else stats.get("docs_total", 0) - earlier,
-            cost=0.0 if local else stats.get("cost_usd", 0.0),
-            retries=seen.get("retries", 0),
-            rate_limited=seen.get("rate_limited", 0),
-        )
+        shown.on_result(spec, stats, seen)
 
     n = max(cfg.n_workers, 1)
     if local:  # LLM: two shards at once, so one's requests go out while the other drains and writes its files (the
@@ -208,7 +198,8 @@ def run_shards(
         describe=describe_shard,
         on_result=on_result,
         on_node=on_node,
-        services=shard_services(cfg, plan.run_hash, lambda n, usd: bar.update(n, cost=usd)),
+        on_progress=shown.on_progress,
+        services=shard_services(cfg, plan.run_hash, shown.on_doc),
         stop_on=STOPS,
     )
     transport = executor_for(cfg.n_workers, options, cfg.ray_address, lent_env(cfg)).map(stage, plan.shards)

@@ -148,10 +148,11 @@ async def structure_shard(
     spec: ShardSpec,
     backend,
     run_hash: str,
-    on_doc: Callable[[int, float], None] | None = None,
+    on_doc: Callable[..., None] | None = None,
 ) -> dict:
     """Structure every not-yet-checkpointed doc of one shard, then materialize it and mark it done; `on_doc(n, usd)`
-    counts each document (and its cost) as it finishes, for the progress of an in-process run."""
+    counts each document (and its cost) as it finishes, `on_doc(n, 0.0, True)` each one an earlier run did, for the
+    driver's progress line."""
     out = location(cfg.out)
     store = CheckpointStore(out)
     if store.is_done(spec.shard_id):
@@ -193,7 +194,7 @@ class ShardPass:
         cfg: StructureConfig,
         spec: ShardSpec,
         store: CheckpointStore,
-        on_doc: Callable[[int, float], None] | None,
+        on_doc: Callable[..., None] | None,
     ) -> None:
         self.cfg, self.spec, self.store, self.on_doc = cfg, spec, store, on_doc
         self.buffer: list[DocResult] = []
@@ -273,7 +274,7 @@ class ShardPass:
             if doc.docid in done:
                 self.skipped += 1
                 if self.on_doc is not None:
-                    self.on_doc(1, 0.0)  # paid by an earlier run
+                    self.on_doc(1, 0.0, True)  # done (and paid for) by an earlier run
                 continue
             if backend.name != "llm":  # the heuristic: no waiting, rows in corpus order
                 self.finished(await backend.structure(doc, run_hash))

@@ -68,7 +68,9 @@ def transport_stats(backend) -> dict:
 
 class ShardWorker:
     """config: {"cfg": StructureConfig, "prompt_text", "run_hash"}; services: {"limiter": actor name} on Ray,
-    {"on_doc": progress callback} in process (per-document progress; on Ray the driver counts whole shards)."""
+    {"on_doc": progress callback} in process. On Ray the driver asks `progress()` every few seconds instead: the
+    documents, earlier-run documents and dollars of each running shard so far, and the retries and 429s since the
+    last report."""
 
     def __init__(self, config: Mapping[str, Any], services: Mapping[str, Any]) -> None:
         self.cfg: StructureConfig = config["cfg"]
@@ -81,18 +83,34 @@ class ShardWorker:
 
             limiter = RemoteLimiter(services["limiter"], self.cfg.llm.concurrency)
         self.backend = make_backend(self.cfg, config["prompt_text"], limiter)
-        self.on_doc: Callable[[int, float], None] | None = services.get("on_doc")
+        self.on_doc: Callable[..., None] | None = services.get("on_doc")
         self.reported: dict = {}
+        self.running: dict[int, ShardCount] = {}  # shard id -> its documents so far (Ray: read by progress())
 
     async def run(self, spec: ShardSpec, attempt: int) -> dict:
         """The shard's stats, plus `transport_delta`: the retries and 429s this worker's client counted since its
-        previous shard, so the driver's progress line can show them while the job runs (popped before merging)."""
+        previous report, so the driver's progress line can show them while the job runs (popped before merging)."""
         del attempt  # a shard resumes from its checkpoint, whichever attempt this is
-        stats = await structure_shard(self.cfg, spec, self.backend, self.run_hash, self.on_doc)
+        on_doc = self.on_doc
+        if on_doc is None:
+            on_doc = self.running[spec.shard_id] = ShardCount()
+        try:
+            stats = await structure_shard(self.cfg, spec, self.backend, self.run_hash, on_doc)
+        finally:
+            self.running.pop(spec.shard_id, None)
+        return stats | {"transport_delta": self.transport_delta()}
+
+    async def progress(self) -> dict:
+        """{shard id: {"done", "earlier", "cost"} so far} for each running shard, and under None this worker's
+        retries and 429s since its last report (a shard's result carries the rest)."""
+        shards: dict = {sid: c.counts() for sid, c in self.running.items()}
+        return shards | {None: self.transport_delta()}
+
+    def transport_delta(self) -> dict:
         now = transport_stats(self.backend)
         delta = {k: now.get(k, 0) - self.reported.get(k, 0) for k in ("retries", "rate_limited")}
         self.reported = now
-        return stats | {"transport_delta": delta}
+        return delta
 
     async def close(self) -> dict:
         """The transport stats, then the client closed in this worker's own event loop (its aiohttp session's)."""
@@ -103,11 +121,68 @@ class ShardWorker:
         return stats
 
 
+class ShardCount:
+    """One running shard's documents so far: this run's, an earlier run's (checkpointed, skipped) and dollars. It is
+    the shard pipeline's `on_doc` callback on Ray, read by ShardWorker.progress()."""
+
+    def __init__(self) -> None:
+        self.done = self.earlier = 0
+        self.cost = 0.0
+
+    def __call__(self, n: int, usd: float, earlier: bool = False) -> None:
+        if earlier:
+            self.earlier += n
+        else:
+            self.done += n
+            self.cost += usd
+
+    def counts(self) -> dict:
+        return {"done": self.done, "earlier": self.earlier, "cost": self.cost}
+
+
 def describe_shard(spec: ShardSpec) -> str:
     return f"shard {spec.shard_id} ({spec.source} rows {spec.start}-{spec.stop})"
 
 
-def shard_services(cfg: StructureConfig, run_hash: str, on_doc: Callable[[int, float], None]):
+class ShardProgress:
+    """The driver's side of the progress line of structure: documents, dollars, retries and 429s as they come.
+
+    In process each document is counted as it finishes (`on_doc`, the worker's service). On Ray the executor asks
+    every busy worker where its shards stand every few seconds (`on_progress`); a shard's result then closes its
+    count (`on_result`). Both go through `Progress.item`, which adds only what passes the most shown for the
+    shard, so a late report, or a shard redone from the start after its worker died, never counts a document or
+    a dollar twice: the line never passes the total and ends on the real count."""
+
+    def __init__(self, bar, local: bool) -> None:
+        self.bar, self.local = bar, local
+
+    def on_doc(self, n: int, usd: float, earlier: bool = False) -> None:
+        if earlier:  # a document an earlier run checkpointed: done, but not this run's rate (nor its ETA)
+            self.bar.earlier(n)
+        else:
+            self.bar.update(n, cost=usd)
+
+    def on_progress(self, key: int | None, counts: dict) -> None:
+        """A Ray worker's report: a shard's counts so far, or (key None) its retries and 429s since the last."""
+        if key is None:
+            self.bar.update(0, retries=counts.get("retries", 0), rate_limited=counts.get("rate_limited", 0))
+        else:
+            self.bar.item(key, counts["done"], earlier=counts["earlier"], cost=counts["cost"])
+
+    def on_result(self, spec: ShardSpec, stats: dict, transport_delta: dict) -> None:
+        """A shard's final stats: a shard an earlier run finished counts whole as done before; on Ray the rest
+        settles what its reports showed; in process every document was counted as it finished."""
+        self.on_progress(None, transport_delta)
+        resumed_done = bool(stats.get("resumed_done"))
+        if self.local and not resumed_done:
+            return
+        total = stats.get("docs_total", 0)  # absent for a shard that left documents undone: its reports stand
+        earlier = total if resumed_done else stats.get("resumed_docs", 0)
+        cost = stats.get("cost_usd", 0.0) + stats.get("rebought_cost_usd", 0.0)  # replies bought twice cost twice
+        self.bar.item(spec.shard_id, total - earlier, earlier=earlier, cost=cost)
+
+
+def shard_services(cfg: StructureConfig, run_hash: str, on_doc: Callable[..., None]):
     """What every worker shares: in process, the per-document progress callback; on Ray, the job's limiter actor
     (LLM backend only), whose handle the executor holds until every shard is done."""
 

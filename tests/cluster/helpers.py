@@ -31,11 +31,16 @@ def start_cli(cluster, args: list[object], env: dict[str, str]) -> subprocess.Po
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+class EndedFirst(AssertionError):
+    """The command ended before the condition held: for a lost-node test, node B never had work to lose."""
+
+
 def wait_for(cond: Callable[[], bool], proc: subprocess.Popen | None = None, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the command ended first ({proc.returncode}): {proc.communicate()[1][-3000:]}")
+            out, err = proc.communicate()
+            raise EndedFirst(f"the command ended first ({proc.returncode}): {out[-2000:]}\n{err[-3000:]}")
         if time.monotonic() > deadline:
             raise AssertionError("timed out")
         time.sleep(0.2)

@@ -9,29 +9,47 @@ import pytest
 from rise_batch.fake_llm import FakeLLMServer
 from rise_batch.llm.limiter_actor import limiter_name
 from rise_batch.structuring.checkpoint import CheckpointStore
-from tests.cluster.helpers import busy_on_b, corpus, run_losing_b, stats_of, structure_args, structure_run_hash
+from tests.cluster.helpers import (
+    EndedFirst,
+    busy_on_b,
+    corpus,
+    run_losing_b,
+    stats_of,
+    structure_args,
+    structure_run_hash,
+)
 
 pytestmark = pytest.mark.slow
 N = 100  # the whole sample
+# B's worker must have work in flight when B goes. When the command ended first (B's worker started too late on a
+# loaded machine to get any: the scenario did not happen, nothing was tested), it is set up once more, fresh.
+ATTEMPTS = 2
 
 
 def test_node_b_lost_mid_structuring_loses_nothing(two_nodes, tmp_path) -> None:
-    with FakeLLMServer(latency_ms=2000) as server:
-        out = tmp_path / "out"
-        args = structure_args(corpus(tmp_path, N), out, server.base_url)
-        name = limiter_name(structure_run_hash(args))
-        started = busy_on_b(two_nodes, "StructureWorker", lambda: server.stats()["requests"], 16)
-        code, stdout, stderr = run_losing_b(two_nodes, args, name, started)
-        assert code == 0, stderr[-3000:]
-        stats = stats_of(out)
-        assert stats["docs_total"] == N and "error" not in stats["outcomes"], stats["outcomes"]
-        rows = CheckpointStore(out).read_rows()
-        assert sorted(r.docid for r in rows) == sorted({r.docid for r in rows}) and len(rows) == N
-        answered = sum(1 for e in server.log() if e["status"] == 200)
-        # the shards lost with B had received replies they never wrote: bought again, and counted (replies on the
-        # wire at the kill were never received, so they are not: at most answered - N)
-        assert 0 < stats["rebought_replies"] <= answered - N
-        assert f"rebought_replies={stats['rebought_replies']}" in stdout
+    for attempt in range(ATTEMPTS):
+        with FakeLLMServer(latency_ms=2000) as server:
+            out = tmp_path / f"out{attempt}"
+            args = structure_args(corpus(tmp_path, N), out, server.base_url)
+            name = limiter_name(structure_run_hash(args))
+            started = busy_on_b(two_nodes, "StructureWorker", lambda: server.stats()["requests"], 16)
+            try:
+                code, stdout, stderr = run_losing_b(two_nodes, args, name, started)
+            except EndedFirst:
+                if attempt == ATTEMPTS - 1:
+                    raise
+                continue
+            answered = sum(1 for e in server.log() if e["status"] == 200)
+            break
+    assert code == 0, stderr[-3000:]
+    stats = stats_of(out)
+    assert stats["docs_total"] == N and "error" not in stats["outcomes"], stats["outcomes"]
+    rows = CheckpointStore(out).read_rows()
+    assert sorted(r.docid for r in rows) == sorted({r.docid for r in rows}) and len(rows) == N
+    # the shards lost with B had received replies they never wrote: bought again, and counted (replies on the
+    # wire at the kill were never received, so they are not: at most answered - N)
+    assert 0 < stats["rebought_replies"] <= answered - N
+    assert f"rebought_replies={stats['rebought_replies']}" in stdout
 
 
 def test_node_b_lost_mid_trajectories_records_no_api_error(two_nodes, agent_world) -> None:
@@ -39,14 +57,20 @@ def test_node_b_lost_mid_trajectories_records_no_api_error(two_nodes, agent_worl
     from rise_batch.fake_llm.chat import FallbackResponder
     from tests.agent.helpers import read_trajectories, run_dir, title_query, write_queries
 
-    out = run_dir("cluster-lost-b")
     items = list(agent_world.titles.items())[:24]
-    queries = write_queries(out / "q.jsonl", [title_query(f"q{i:02d}", t) for i, (_, t) in enumerate(items)])
-    with FakeLLMServer(responders=[AgentResponder(), FallbackResponder()], latency_ms=1000) as server:
-        args = run_args(queries, out / "run", agent_world, server.base_url)
-        name = limiter_name(run_config_hash(args))
-        started = busy_on_b(two_nodes, "TrajectoryWorker", lambda: server.stats()["requests"], 8)
-        code, _, stderr = run_losing_b(two_nodes, args, name, started)
+    for attempt in range(ATTEMPTS):
+        out = run_dir(f"cluster-lost-b-{attempt}")
+        queries = write_queries(out / "q.jsonl", [title_query(f"q{i:02d}", t) for i, (_, t) in enumerate(items)])
+        with FakeLLMServer(responders=[AgentResponder(), FallbackResponder()], latency_ms=1000) as server:
+            args = run_args(queries, out / "run", agent_world, server.base_url)
+            name = limiter_name(run_config_hash(args))
+            started = busy_on_b(two_nodes, "TrajectoryWorker", lambda: server.stats()["requests"], 8)
+            try:
+                code, _, stderr = run_losing_b(two_nodes, args, name, started)
+                break
+            except EndedFirst:
+                if attempt == ATTEMPTS - 1:
+                    raise
     assert code == 0, stderr[-3000:]
     got = read_trajectories(out / "run")
     assert len(got) == len(items)

@@ -59,7 +59,8 @@ def test_a_grader_that_does_not_reply_in_its_format_never_grades(tmp_path: Path,
     assert (r["n_judged"], r["n_unjudged"], r["accuracy"], r["n_correct"]) == (0, 20, None, 0)
     assert all(row["correct"] is None and row["unjudged"] for row in r["per_query"])
     md = (tmp_path / "report" / "report.md").read_text()
-    assert "| Accuracy % [95% CI] | Unjudged |" in md and "| – | 20 | 0/20 |" in md
+    assert "| Accuracy % [95% CI] (judged/queries) | Unjudged |" in md and "| – (0/20) | 20 | 0/20 |" in md
+    assert "**Warning:** run 1 (RISE): 20 of 20 queries have no verdict" in md and r["too_many_unjudged"]
 
 
 def test_a_reask_that_gets_a_grader_reply_is_graded_and_costs_both_calls(tmp_path: Path, capsys) -> None:
@@ -74,7 +75,7 @@ def test_a_reask_that_gets_a_grader_reply_is_graded_and_costs_both_calls(tmp_pat
     assert all(v["usage"]["input_tokens"] > 0 and len(v["grader_replies"]) == 2 for v in j.values())
     out = capsys.readouterr().out
     assert "unjudged 0, re-asks 6" in out
-    assert "accuracy 50.0% [95% CI " in out and "over 6 judged; 0 unjudged" in out
+    assert "accuracy 50.0% [95% CI " in out and "over 6/6 judged; 0 unjudged" in out
 
 
 def test_unjudged_queries_are_graded_again_by_the_next_run(tmp_path: Path) -> None:
@@ -135,7 +136,7 @@ def test_prompt_is_a_name_in_prompts_or_a_path_relative_to_the_working_directory
 
         done = judge("--prompt", "my_grader.txt")
         assert done.returncode == 0, done.stderr
-        assert "accuracy 0.0% [95% CI 0.0, 0.0] over 2 judged" in done.stdout
+        assert "accuracy 0.0% [95% CI 0.0, 65.8] over 2/2 judged" in done.stdout
         for prompt, message in [
             ("nothere/grader.txt", "prompt file 'nothere/grader.txt' not found (relative to the working directory"),
             ("blind.txt", "grader prompt 'blind.txt' lacks {question}, {correct_answer}"),

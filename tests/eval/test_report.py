@@ -65,11 +65,12 @@ def test_report_of_two_runs_and_a_retrieval_result(tmp_path: Path, capsys) -> No
     out = tmp_path / "report"
     assert main(["report", str(a), str(b), "--out", str(out), "--retrieval", str(retrieval)]) == 0
     md = (out / "report.md").read_text()
-    head = "| System | Model | Accuracy % [95% CI] | Unjudged | No-answers | Tool calls | $/query | gold_R % |"
+    head = "| System | Model | Accuracy % [95% CI] (judged/queries) | Unjudged | No-answers | Tool calls | $/query "
+    head += "| gold_R % |"
     assert head + " cov_mean % |" in md
     assert "| RISE | gpt-5.4-nano | 40.0 [" in md
-    assert "] | 0 | 2/5 | 5.2 | $0.0170 | 75.0 | 37.5 |" in md
-    assert "| DCI | gpt-5.4-nano | 100.0 [100.0, 100.0] | 0 | 0/1 | 4.0 | $0.300 | – | – |" in md
+    assert "| RISE | gpt-5.4-nano | 40.0 [11.8, 76.9] (5/5) | 0 | 2/5 | 5.2 | $0.0170 | 75.0 | 37.5 |" in md
+    assert "| DCI | gpt-5.4-nano | 100.0 [20.7, 100.0] (1/1) | 0 | 0/1 | 4.0 | $0.300 | – | – |" in md
     assert "max_calls 1, wall_clock 1" in md
     assert "| 50.0 | 75.0 |" in md  # recall@10, recall@100
     assert md in capsys.readouterr().out
@@ -91,7 +92,7 @@ def test_sweep_report_draws_k_and_corpus_size_plots(tmp_path: Path) -> None:
     for p in report["plots"]:
         assert_png(Path(p))
     md = (tmp_path / "out" / "report.md").read_text()
-    assert "| RISE (K=1000) · 100k | gpt-5.4-nano | 100.0 [100.0, 100.0] |" in md
+    assert "| RISE (K=1000) · 100k | gpt-5.4-nano | 100.0 [51.0, 100.0] (4/4) |" in md
     assert "| RISE-BM25 (K=100) · 1m | gpt-5.4-nano | 25.0 [" in md
 
 
@@ -134,6 +135,18 @@ def test_report_json_keeps_per_query_rows(tmp_path: Path) -> None:
         "judge_usd": 0.0,
         "gold_R": 1.0,
         "cov": 0.5,
+        # a hand-built trajectory without steps: nothing entered, was shown or read
+        "gold_in_workspace_step": None,
+        "gold_surfaced_step": None,
+        "gold_read": False,
+        "gold_lines_read": 0,
+        "lines_read": 0,
+        "toc_lines_read": 0,
+        "search_calls": 0,
+        "workspace_docs_final": 3,
+        "gold_surfaced_steps": [],
+        "gold_read_steps": [],
+        "workspace_growth": [],
     }
     assert rows["q5"]["gold_R"] is None and rows["q3"]["method"] == "empty"
 

@@ -92,6 +92,7 @@ def test_sweep_end_to_end_then_resumed(agent_world, ray_local, capsys) -> None: 
         assert sorted(Path(p).name for p in result["plots"]) == [
             "accuracy_vs_cost.png",
             "accuracy_vs_k.png",
+            "gold_in_workspace_step.png",
             "tool_calls.png",
         ]
         for p in result["plots"]:

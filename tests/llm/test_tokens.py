@@ -76,7 +76,8 @@ def test_the_limiter_estimate_is_close_and_cheaper_on_a_40kB_document(monkeypatc
     assert abs(nano.estimate(doc) / nano.count(doc) - 1) < 0.15
     assert nano.estimate(doc[:ESTIMATE_CHARS]) == nano.count(doc[:ESTIMATE_CHARS])  # short texts: exact
 
-    counted: list[int] = []  # what makes it cheaper (by how much: bench/token_estimate.py): it encodes a prefix only
+    # what makes it cheaper (by how much: bench/README.md's retired token_estimate): it encodes a prefix only
+    counted: list[int] = []
     count = nano.count
     monkeypatch.setattr(nano, "count", lambda text: counted.append(len(text)) or count(text))
     nano.estimate(doc)

@@ -1,0 +1,47 @@
+"""The guides' option tables are the ones made from the config fields (rise_batch/commands/doc_options.py): a default,
+flag or help changed on its field shows up in the docs, or this fails. Regenerate them with
+`python -m rise_batch.commands.doc_options --write docs/structuring.md docs/agents.md`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from rise_batch.commands.doc_options import TABLES, fill, marked, table
+from tests.conftest import REPO
+from tests.docs import doc_files
+
+
+def test_every_marked_table_is_the_generated_one() -> None:
+    stale = [str(p.relative_to(REPO)) for p in doc_files() if fill(p.read_text()) != p.read_text()]
+    assert not stale, f"option tables out of date in {stale}: run python -m rise_batch.commands.doc_options --write"
+
+
+def test_every_command_with_a_layout_has_its_table_in_a_guide() -> None:
+    shown = {c for p in doc_files() for c in marked(p.read_text())}
+    assert shown == set(TABLES)
+
+
+def test_a_changed_table_is_rewritten_by_the_writer(tmp_path) -> None:
+    """The writer a maintainer runs puts back the generated table over a stale one, and leaves the prose alone."""
+    page = tmp_path / "page.md"
+    page.write_text("before\n<!-- options: judge -->\n| stale |\n<!-- /options -->\nafter\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "rise_batch.commands.doc_options", "--write", str(page)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert out.returncode == 0, out.stderr
+    assert page.read_text() == f"before\n<!-- options: judge -->\n{table('judge')}<!-- /options -->\nafter\n"
+
+
+def test_the_tables_list_every_config_key_with_its_default() -> None:
+    """Config-file-only keys are listed too, and defaults come from the fields (RunConfig's own llm defaults)."""
+    run = table("run")
+    assert "| (config file) | `bash_nice` | int | `10` |" in run
+    assert "| `--max-output-tokens` | `llm.max_output_tokens` | int | `16,384` |" in run
+    assert "| `--timeout` | `llm.timeout_s` | float | `600` |" in run
+    structure = table("structure")
+    assert "| `--max-output-tokens` | `llm.max_output_tokens` | int | `4,096` |" in structure
+    assert "| (config file) | `flush_seconds` | float | `5` |" in structure
