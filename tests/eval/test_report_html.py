@@ -65,9 +65,10 @@ def events(qid: str) -> list[dict]:
 
 def two_runs(root: Path) -> list[Path]:
     """known_run's five queries, and a RISE-BM25 run over the same queries with traced steps and events, q5 left
-    unjudged (20%: the run is flagged)."""
+    unjudged (20%: the run is flagged) and a model call of q3 cut at the wall clock (its cost a lower bound)."""
     a = known_run(root / "rise")
-    t = [traced(f"q{i}", system="rise-bm25", exact_answer="x", answer="x", cost_usd=0.02) for i in range(1, 6)]
+    t = [traced(f"q{i}", system="rise-bm25", exact_answer="x", answer="x", cost_usd=0.02, cancelled_calls=i == 3)
+         for i in range(1, 6)]  # fmt: skip
     b = write_run(root / "bm25", t, {f"q{i}": judgment(i % 2 == 0) for i in range(1, 5)}, system="rise-bm25")
     (b / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for i in range(1, 6) for e in events(f"q{i}")))
     return [a, b]
@@ -134,7 +135,7 @@ def test_the_page_shows_every_row_and_section_of_report_md(tmp_path: Path) -> No
     assert "**Warning:** run 2 (RISE-BM25): 1 of 5 queries have no verdict" in md
     assert "<b>Warning:</b> run 2 (RISE-BM25): 1 of 5 queries have no verdict" in summary
     assert "A = 1. RISE / gpt-5.4-nano, B = 2. RISE-BM25 / gpt-5.4-nano: 5 queries in both." in summary
-    assert "≥ " not in md  # no cut calls here; the mark is tested with report_md's table in test_cut_calls
+    assert "| ≥ $0.0200 |" in md  # the cut call's lower-bound mark, in the page by the row check above
     assert "![gold_in_workspace_step](gold_in_workspace_step.png)" in md and 'alt="gold_in_workspace_step"' in summary
 
 
