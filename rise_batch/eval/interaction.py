@@ -81,6 +81,19 @@ _READ_SPAN = re.compile(r"^\[lines (\d+)-(\d+)", re.MULTILINE)
 _NUMBERED = re.compile(r"^\s*\d+\t", re.MULTILINE)
 _TRAILER = re.compile(r"^\[(exit code|killed|output truncated)")
 _ADDED_TEXT = re.compile(r"\(\+([\d,]+) this call\)")
+FIELDS = (  # what interaction() returns, each a key of a per-query row (metrics.per_query_rows)
+    "gold_in_workspace_step",
+    "gold_surfaced_step",
+    "gold_read",
+    "gold_lines_read",
+    "lines_read",
+    "toc_lines_read",
+    "search_calls",
+    "workspace_docs_final",
+    "gold_surfaced_steps",
+    "gold_read_steps",
+    "workspace_growth",
+)
 
 
 def interaction(trajectory: dict[str, Any], gold: Collection[str]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """A run's interaction-space figures: the per-query values of eval/interaction.py as rates and medians with 95%
-intervals (report.json's `interaction` per run, and report.md's section). Pure: no I/O.
+intervals (report.json's `interaction` per run, and the report's section: report_rows.py). Pure: no I/O.
 
 Booleans (`gold_read`) are rates with a Wilson interval over the queries that have gold documents (and steps
 recorded per call). A step (`gold_in_workspace_step`, `gold_surfaced_step`) is a median over the queries where it
@@ -60,8 +60,8 @@ def _med(m: dict[str, Any]) -> str:
     return "–" if m.get("median") is None else f"{m['median']:g}{_ci(m.get('ci95'), digits=1)}"
 
 
-def interaction_section(labels: Sequence[str], summaries: Sequence[dict[str, Any]]) -> list[str]:
-    """report.md's interaction-space table, one row per run, and what each column means."""
+def interaction_rows(labels: Sequence[str], summaries: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The report's interaction-space table (head, rows): a row per run that has the figures."""
     head = [
         "Run",
         "gold_read % [95% CI]",
@@ -73,24 +73,26 @@ def interaction_section(labels: Sequence[str], summaries: Sequence[dict[str, Any
         "search_calls",
         "workspace_docs_final",
     ]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for label, s in zip(labels, summaries, strict=True):
         m = s.get("interaction") or {}
         if not m:
             continue
         read = m["gold_read"]
-        cells = [
-            label,
-            f"{_pct(read['rate'])}{_ci(read['ci95'], 100, 1)} ({read['k']}/{read['n']})",
-            *[f"{m[k]['reached']}/{m[k]['of']} · {_med(m[k])}" for k in STEPS],
-            *[_med(m[k]) for k in COUNTS],
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "Steps are tool calls numbered from 0 in the trajectory file. gold_read: share of queries with gold "
-        "documents where the agent read lines of one (Wilson 95% interval). Gold in workspace / surfaced: queries "
-        "where it happened of those with gold, and the median step where it did. Other columns: median per query "
-        "[bootstrap 95% interval]. Lines are counted from what the trajectory stored (README: interaction metrics).",
-    ]
-    return lines
+        rows.append(
+            [
+                label,
+                f"{_pct(read['rate'])}{_ci(read['ci95'], 100, 1)} ({read['k']}/{read['n']})",
+                *[f"{m[k]['reached']}/{m[k]['of']} · {_med(m[k])}" for k in STEPS],
+                *[_med(m[k]) for k in COUNTS],
+            ]
+        )
+    return head, rows
+
+
+INTERACTION_NOTE = (
+    "Steps are tool calls numbered from 0 in the trajectory file. gold_read: share of queries with gold "
+    "documents where the agent read lines of one (Wilson 95% interval). Gold in workspace / surfaced: queries "
+    "where it happened of those with gold, and the median step where it did. Other columns: median per query "
+    "[bootstrap 95% interval]. Lines are counted from what the trajectory stored (README: interaction metrics)."
+)

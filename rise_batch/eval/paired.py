@@ -120,34 +120,36 @@ _SHOW = {
 }
 
 
-def paired_section(label_a: str, label_b: str, p: dict[str, Any]) -> list[str]:
-    """report.md's paired table for one comparison."""
+def _fmt(x: float | None, scale: float, digits: int, sign: bool = False) -> str:
+    return "–" if x is None else f"{scale * x:{'+' if sign else ''}.{digits}f}"
 
-    def fmt(x: float | None, scale: float, digits: int, sign: bool = False) -> str:
-        return "–" if x is None else f"{scale * x:{'+' if sign else ''}.{digits}f}"
 
-    lines = [
+def paired_intro(label_a: str, label_b: str, p: dict[str, Any]) -> str:
+    """Which run is A and which B, and the queries compared."""
+    left_out = p["only_in_a"] + p["only_in_b"]
+    return (
         f"A = {label_a}, B = {label_b}: {p['n_common']} queries in both"
-        + (
-            f" ({p['only_in_a']} only in A, {p['only_in_b']} only in B, left out)"
-            if p["only_in_a"] + p["only_in_b"]
-            else ""
-        )
-        + ".",
-        "",
-        "| Metric | Queries | A | B | B − A [paired 95% CI] |",
-        "|---|---|---|---|---|",
-    ]
+        + (f" ({p['only_in_a']} only in A, {p['only_in_b']} only in B, left out)" if left_out else "")
+        + "."
+    )
+
+
+def paired_rows(p: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The paired table of one comparison (head, rows): a row per metric."""
+    rows = []
     for r in p["rows"]:
         name, scale, digits = _SHOW[r["metric"]]
         ci = r["diff_ci95"]
-        ci_text = f" [{fmt(ci[0], scale, digits, True)}, {fmt(ci[1], scale, digits, True)}]" if ci else ""
-        cells = [name, str(r["n"]), fmt(r["a"], scale, digits), fmt(r["b"], scale, digits)]
-        lines.append("| " + " | ".join([*cells, fmt(r["diff"], scale, digits, True) + ci_text]) + " |")
-    lines += [
-        "",
+        ci_text = f" [{_fmt(ci[0], scale, digits, True)}, {_fmt(ci[1], scale, digits, True)}]" if ci else ""
+        cells = [name, str(r["n"]), _fmt(r["a"], scale, digits), _fmt(r["b"], scale, digits)]
+        rows.append([*cells, _fmt(r["diff"], scale, digits, True) + ci_text])
+    return ["Metric", "Queries", "A", "B", "B − A [paired 95% CI]"], rows
+
+
+def paired_outro(p: dict[str, Any]) -> str:
+    """The queries only one run got right, and how the intervals were drawn."""
+    return (
         f"Of {p['n_both_judged']} queries judged in both: only A right {p['only_a_correct']}, only B right "
         f"{p['only_b_correct']}, both {p['both_correct']}, neither {p['neither_correct']}. Intervals: percentile "
-        "bootstrap over queries resampled in pairs (2,000 resamples, seed 0).",
-    ]
-    return lines
+        "bootstrap over queries resampled in pairs (2,000 resamples, seed 0)."
+    )

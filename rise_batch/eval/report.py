@@ -5,7 +5,8 @@ with the Wilson interval and judged/queries next to accuracy so a reader does no
 and the unjudged count beside it (queries whose grader never replied in its format: left out of accuracy, never
 counted right or wrong). Each run gets its interaction-space figures (`interaction`), and every run after the
 first a paired comparison with the first over their common queries (`paired`: RUN_A RUN_B). The Markdown is
-report_md.py's. Everything in the Markdown is also in report.json with full precision, for scripts. A run
+report_md.py's; report.html (report_html.py) draws the same blocks (report_rows.py), and lists every query with
+its trajectories. Everything in the Markdown is also in report.json with full precision, for scripts. A run
 directory may carry a `cell.json` (written by the sweep job: system, model, k, corpus, corpus_docs, repeat),
 which labels it in sweep plots.
 """
@@ -29,8 +30,10 @@ from rise_batch.eval.plots import (
     plot_sweep,
     plot_tool_calls,
 )
-from rise_batch.eval.report_md import render_markdown, retriever_of
-from rise_batch.eval.rundir import load_run
+from rise_batch.eval.report_html import render_html, write_html, write_trajectories
+from rise_batch.eval.report_md import render_markdown
+from rise_batch.eval.report_rows import report_blocks, retriever_of, run_names
+from rise_batch.eval.rundir import RunData, load_run
 from rise_batch.io import read_json, write_json_atomic
 from rise_batch.queries import gold_label, read_qrels
 from rise_batch.storage import ObjectPath, location, publish_tree
@@ -48,7 +51,13 @@ def regold(trajectories: dict[str, dict[str, Any]], qrels: str | Path) -> dict[s
 def summarize_run(
     run_dir: str | Path, *, bin_size: int = CALIBRATION_BIN, qrels: str | Path | None = None
 ) -> dict[str, Any]:
-    run = load_run(run_dir)
+    return summarize_loaded(load_run(run_dir), bin_size=bin_size, qrels=qrels)[0]
+
+
+def summarize_loaded(
+    run: RunData, *, bin_size: int = CALIBRATION_BIN, qrels: str | Path | None = None
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """A loaded run's summary, and its trajectories as scored (gold from `qrels` when given)."""
     meta = dict(run.meta)
     if (run.path / "cell.json").is_file():
         meta.update(read_json(run.path / "cell.json"))
@@ -59,7 +68,7 @@ def summarize_run(
     summary["interaction"] = interaction_summary(summary["per_query"])
     summary["run_dir"] = str(run.path)
     summary["unreadable_files"] = list(run.unreadable)
-    return summary
+    return summary, trajectories
 
 
 def write_report(
@@ -70,12 +79,18 @@ def write_report(
     bin_size: int = CALIBRATION_BIN,
     qrels: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Summarise every run (gold from `qrels` when given), draw the figures that apply, write report.md and
-    report.json into `out_dir`."""
-    summaries = [summarize_run(d, bin_size=bin_size, qrels=qrels) for d in run_dirs]
+    """Summarise every run (gold from `qrels` when given), draw the figures that apply, write report.md,
+    report.html (with one data file per trajectory under report_html/) and report.json into `out_dir`."""
     final = location(out_dir)  # in object storage: drawn on local disk, then each file put once, report.json last
     out = Path(tempfile.mkdtemp(prefix="rise-report-")) if isinstance(final, ObjectPath) else final
     out.mkdir(parents=True, exist_ok=True)
+    summaries: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    for i, d in enumerate(run_dirs):  # one run in memory at a time: its trajectories go to the page's data files
+        run = load_run(d)
+        summary, trajectories = summarize_loaded(run, bin_size=bin_size, qrels=qrels)
+        summaries.append(summary)
+        rows += write_trajectories(out, i, run.path, trajectories, summary["per_query"])
     retrieval = [(Path(f).stem, read_json(Path(f))) for f in retrieval_files]
     plots = [
         plot_frontier(summaries, out / "accuracy_vs_cost.png"),
@@ -93,7 +108,10 @@ def write_report(
         plots.append(plot_recalls(series, out / "recall_retrievers.png"))
     written = [str(final / Path(p).name) for p in plots if p is not None]
     paired = [p for s in summaries[1:] if (p := paired_comparison(summaries[0], s)) is not None]
-    (out / "report.md").write_text(render_markdown(summaries, written, retrieval, paired), encoding="utf-8")
+    blocks = report_blocks(summaries, retrieval, paired)
+    (out / "report.md").write_text(render_markdown(blocks, written), encoding="utf-8")
+    figures = [out / Path(p).name for p in plots if p is not None]
+    write_html(out, render_html(blocks, figures, run_names(summaries), rows))
     report = {
         "runs": summaries,
         "paired": paired,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rise_batch.eval.interaction import interaction
+from rise_batch.eval.interaction import FIELDS, interaction
 from tests.eval.helpers import trajectory
 
 GOLD, PATH = "g", "en.wikipedia.org/Gold_doc.txt"
@@ -64,6 +64,7 @@ def test_gold_linked_at_step_2_shown_at_step_3_read_at_step_4() -> None:
         "gold_read_steps": [4],
         "workspace_growth": [[1, 2], [2, 5]],
     }
+    assert tuple(m) == FIELDS  # the names report.html's viewer takes from a per-query row
 
 
 def test_an_rg_hit_surfaces_the_gold_and_its_matching_lines_are_read() -> None:
