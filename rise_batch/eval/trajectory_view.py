@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from rise_batch.eval.interaction import FIELDS
+from rise_batch.llm.pricing import PriceTable
 from rise_batch.storage import AnyPath
 
 EVENTS_FILE, EVENT_PARTS = "events.jsonl", "events"  # as agent/runner.py writes them (eval sits above, not below)
@@ -74,8 +75,6 @@ def verdict(row: dict[str, Any]) -> str:
 @functools.cache
 def _prices(model: str) -> Any:
     """The packaged price of `model` (None when unknown), read once per report, not once per trajectory."""
-    from rise_batch.llm.pricing import PriceTable
-
     return PriceTable.load().find(model)
 
 
