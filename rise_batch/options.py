@@ -30,14 +30,16 @@ def option(
     metavar: str | None = None,
     shown: str | None = None,
     default_factory: Callable[[], Any] = _MISSING,
+    repeatable: bool = False,
 ) -> Any:
     """A dataclass field documented as an option.
 
     flag: the flag when it is not `--<name>` (`--no-<name>` for a field defaulting to True); choices: a list, or a
     function giving one when the parser is built (a registry that may grow); shown: the default as --help and the docs
-    say it when the value alone does not (None meaning "the model's", a default that depends on another key). A
-    field no command offers as a flag is a config-file key; the docs list it all the same."""
-    meta = {"help": help, "flag": flag, "choices": choices, "metavar": metavar, "shown": shown}
+    say it when the value alone does not (None meaning "the model's", a default that depends on another key);
+    repeatable: a list field given once per value (`--query A --query B`). A field no command offers as a flag is a
+    config-file key; the docs list it all the same."""
+    meta = {"help": help, "flag": flag, "choices": choices, "metavar": metavar, "shown": shown, "repeatable": repeatable}
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -63,10 +65,13 @@ class Option(NamedTuple):
     choices: Any
     metavar: str | None
     shown: str | None
+    repeatable: bool = False
 
 
 def _base(hint: Any) -> Any:
-    """`int | None` -> int."""
+    """`int | None` -> int; `list[str]` -> list."""
+    if getattr(hint, "__origin__", None) is list:
+        return list
     args = [a for a in getattr(hint, "__args__", ()) if a is not type(None)]
     return args[0] if args else hint
 
@@ -86,7 +91,16 @@ def options(cls: type, prefix: str = "", defaults: Any = None) -> dict[str, Opti
         m = f.metadata
         flag = m["flag"] or ("--no-" if value is True else "--") + f.name.replace("_", "-")
         found[key] = Option(
-            key, key.replace(".", "_"), hint, value, flag, m["help"], m["choices"], m["metavar"], m["shown"]
+            key,
+            key.replace(".", "_"),
+            hint,
+            value,
+            flag,
+            m["help"],
+            m["choices"],
+            m["metavar"],
+            m["shown"],
+            m.get("repeatable", False),
         )
     return found
 
@@ -96,7 +110,7 @@ def shown_default(opt: Option) -> str | None:
     if opt.shown is not None:
         return opt.shown
     value = opt.default
-    if value is None or value == "" or isinstance(value, bool):
+    if value is None or value == "" or value == [] or isinstance(value, bool):
         return None
     if isinstance(value, int):
         return f"{value:,}"
@@ -154,6 +168,10 @@ def add_option(container: argparse._ActionsContainer, opt: Option, entry: Entry,
     }
     if opt.type is bool:
         kwargs |= {"action": "store_false" if opt.default else "store_true", "default": default}
+    elif opt.repeatable:
+        kwargs |= {"action": "append", "default": default}
+        if opt.metavar:
+            kwargs["metavar"] = opt.metavar
     else:
         kwargs["default"] = default
         if opt.type in (int, float):
