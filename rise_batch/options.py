@@ -39,7 +39,14 @@ def option(
     say it when the value alone does not (None meaning "the model's", a default that depends on another key);
     repeatable: a list field given once per value (`--query A --query B`). A field no command offers as a flag is a
     config-file key; the docs list it all the same."""
-    meta = {"help": help, "flag": flag, "choices": choices, "metavar": metavar, "shown": shown, "repeatable": repeatable}
+    meta = {
+        "help": help,
+        "flag": flag,
+        "choices": choices,
+        "metavar": metavar,
+        "shown": shown,
+        "repeatable": repeatable,
+    }
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
