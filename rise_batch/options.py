@@ -76,9 +76,7 @@ class Option(NamedTuple):
 
 
 def _base(hint: Any) -> Any:
-    """`int | None` -> int; `list[str]` -> list."""
-    if getattr(hint, "__origin__", None) is list:
-        return list
+    """`int | None` -> int; `list[str]` -> str (a repeatable option's values)."""
     args = [a for a in getattr(hint, "__args__", ()) if a is not type(None)]
     return args[0] if args else hint
 
@@ -209,16 +207,21 @@ def add_layout(
     return groups
 
 
-def markdown_table(layout: Layout, key_prefix: str = "") -> str:
+def markdown_table(layout: Layout, key_prefix: str | None = "") -> str:
     """The layout's options as a Markdown table (flag, config key, type, default, help), then the config-file keys
-    without a flag; key_prefix: where the keys sit in a config file (`judge.` in a sweep)."""
+    without a flag; key_prefix: where the keys sit in a config file (`judge.` in a sweep), None for a command that
+    has no config file (no key column)."""
     opts = options(layout.cls)
-    rows = ["| flag | config key | type | default | help |", "|---|---|---|---|---|"]
+    keyed = key_prefix is not None
+    head = ["flag", "config key", "type", "default", "help"] if keyed else ["flag", "type", "default", "help"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     offered = set()
     for _, entry in layout.entries():
         opt = opts[entry.key]
         offered.add(entry.key)
-        shown = f"required flag (config `{shown_default(opt)}`)" if entry.required else entry.shown
+        shown = entry.shown
+        if entry.required:
+            shown = f"required flag (config `{shown_default(opt)}`)" if keyed else "required"
         rows.append(_row(opt, f"`{entry.flag or opt.flag}`", key_prefix, entry.help, shown))
     for key, opt in opts.items():
         if key not in offered:
@@ -226,7 +229,7 @@ def markdown_table(layout: Layout, key_prefix: str = "") -> str:
     return "\n".join(rows) + "\n"
 
 
-def _row(opt: Option, flag: str, key_prefix: str, help: str | None, shown: str | None) -> str:
+def _row(opt: Option, flag: str, key_prefix: str | None, help: str | None, shown: str | None) -> str:
     """One table row: a value default in code (`500`), a described one in words (the model's)."""
     if shown is not None or opt.shown is not None:
         default = shown if shown is not None else opt.shown
@@ -236,5 +239,8 @@ def _row(opt: Option, flag: str, key_prefix: str, help: str | None, shown: str |
         default = f"`{value}`" if (value := shown_default(opt)) else ""
     choices = opt.choices() if callable(opt.choices) else opt.choices
     kind = r" \| ".join(f"`{c}`" for c in choices) if choices else opt.type.__name__
-    cells = [flag, f"`{key_prefix}{opt.key}`", kind, default, (help or opt.help).replace("|", "\\|")]
+    if opt.repeatable:
+        kind += ", repeatable"
+    key = [] if key_prefix is None else [f"`{key_prefix}{opt.key}`"]
+    cells = [flag, *key, kind, default, (help or opt.help).replace("|", "\\|")]
     return "| " + " | ".join(cells) + " |"

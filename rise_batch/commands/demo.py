@@ -21,7 +21,7 @@ ENABLE_BWRAP = "sudo apt-get install bubblewrap"
 
 @dataclass(frozen=True)
 class DemoOptions:
-    """`demo`'s settings (its flags and README's table)."""
+    """`demo`'s settings (its flags)."""
 
     out: str = option("demo_out", help="output directory", shown="./demo_out")
     query: str = option("anarchist philosophy Proudhon", help="sample search query")
