@@ -31,13 +31,15 @@ def option(
     shown: str | None = None,
     default_factory: Callable[[], Any] = _MISSING,
     repeatable: bool = False,
+    parse: Callable[[str], Any] | None = None,
 ) -> Any:
     """A dataclass field documented as an option.
 
     flag: the flag when it is not `--<name>` (`--no-<name>` for a field defaulting to True); choices: a list, or a
     function giving one when the parser is built (a registry that may grow); shown: the default as --help and the docs
     say it when the value alone does not (None meaning "the model's", a default that depends on another key);
-    repeatable: a list field given once per value (`--query A --query B`). A field no command offers as a flag is a
+    repeatable: a list field given once per value (`--query A --query B`); parse: the function argparse converts the
+    value with, where it is not the field's int or float. A field no command offers as a flag is a
     config-file key; the docs list it all the same."""
     meta = {
         "help": help,
@@ -46,6 +48,7 @@ def option(
         "metavar": metavar,
         "shown": shown,
         "repeatable": repeatable,
+        "parse": parse,
     }
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
@@ -73,6 +76,7 @@ class Option(NamedTuple):
     metavar: str | None
     shown: str | None
     repeatable: bool = False
+    parse: Any = None
 
 
 def _base(hint: Any) -> Any:
@@ -106,6 +110,7 @@ def options(cls: type, prefix: str = "", defaults: Any = None) -> dict[str, Opti
             m["metavar"],
             m["shown"],
             m.get("repeatable", False),
+            m.get("parse"),
         )
     return found
 
@@ -179,8 +184,8 @@ def add_option(container: argparse._ActionsContainer, opt: Option, entry: Entry,
             kwargs["metavar"] = opt.metavar
     else:
         kwargs["default"] = default
-        if opt.type in (int, float):
-            kwargs["type"] = opt.type
+        if opt.parse is not None or opt.type in (int, float):
+            kwargs["type"] = opt.parse or opt.type
         if opt.choices is not None:
             kwargs["choices"] = list(opt.choices() if callable(opt.choices) else opt.choices)
         if opt.metavar:
