@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from rise_batch.options import Entry, Layout, Section, add_layout, option
+from rise_batch.agent.run_config import RunConfig
+from rise_batch.options import Entry, Layout, Section, add_layout, option, same_as
 
 
 @dataclass(frozen=True)
@@ -38,10 +39,10 @@ class SearchOptions:
 
 @dataclass(frozen=True)
 class BashOptions:
-    """`workspace bash`'s settings: the per-call limits an agent's bash gets (the paper's 60 s)."""
+    """`workspace bash`'s settings: the per-call limits an agent's bash gets in a run (RunConfig's)."""
 
-    timeout: float = option(60.0, help="wall-clock cap in seconds")
-    max_output: int = option(4000, help="characters of output kept")
+    timeout: float = same_as(RunConfig, "bash_timeout_s", help="wall-clock cap in seconds")
+    max_output: int = same_as(RunConfig, "bash_max_output_chars", help="characters of output kept")
     unsandboxed: bool = option(
         False, help="DANGEROUS: run without bubblewrap if it is unavailable (commands can then modify the corpus)"
     )
