@@ -24,6 +24,8 @@ from rise_batch.commands.report import REPORT_OPTIONS
 from rise_batch.commands.run import RUN_OPTIONS
 from rise_batch.commands.structure import STRUCTURE_OPTIONS
 from rise_batch.commands.workspace import BASH_OPTIONS, READ_OPTIONS, SEARCH_OPTIONS
+from rise_batch.fake_llm.faults import FAULT_OPTIONS
+from rise_batch.fake_llm.serve_options import LIMIT_OPTIONS, SERVE_OPTIONS
 from rise_batch.index.build_options import INDEX_OPTIONS
 from rise_batch.logs import OUTPUT_OPTIONS
 from rise_batch.options import Layout, markdown_table
@@ -42,6 +44,8 @@ TABLES: dict[str, tuple[Layout, str | None]] = {
     "workspace-bash": (BASH_OPTIONS, None),
     "workspace-read": (READ_OPTIONS, None),
     "report": (REPORT_OPTIONS, None),
+    "fake-llm": (SERVE_OPTIONS._replace(sections=SERVE_OPTIONS.sections + LIMIT_OPTIONS.sections), None),
+    "fake-llm-faults": (FAULT_OPTIONS, ""),  # the keys POST /v1/_config takes
 }
 _BLOCK = re.compile(r"(<!-- options: ([\w-]+) -->\n)(.*?)(<!-- /options -->)", re.DOTALL)
 
