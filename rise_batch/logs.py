@@ -14,6 +14,10 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import dataclass
+
+from rise_batch.options import Layout, Section, add_layout, option
+from rise_batch.progress import DEFAULT_EVERY_S
 
 LEVELS = ("debug", "info", "warning", "error")
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -22,16 +26,25 @@ RAY_AUTH_NEWS = "Token authentication is enabled"
 _HANDLER_NAME = "rise-batch"
 
 
-def add_output_flags(p: argparse.ArgumentParser) -> None:
-    """--log-level and --progress-every: how a command talks, not what it computes (never part of a run's hash)."""
-    p.add_argument("--log-level", choices=LEVELS, default=None, help="log records shown on stderr (default warning)")
-    p.add_argument(
-        "--progress-every",
-        type=float,
+@dataclass(frozen=True)
+class OutputOptions:
+    """How a command talks, not what it computes (never part of a run's hash): every command's --log-level and
+    --progress-every. Their flags default to None, "not given", so a job script's own setting is not overridden."""
+
+    log_level: str = option("warning", choices=LEVELS, help="log records shown on stderr")
+    progress_every: float = option(
+        DEFAULT_EVERY_S,
         metavar="SECONDS",
-        default=None,
-        help="off a terminal (ray job logs, redirected output), print a progress line this often (default 30)",
+        help="off a terminal (ray job logs, redirected output), print a progress line this often",
     )
+
+
+OUTPUT_OPTIONS = Layout(OutputOptions, (Section(None, ("log_level", "progress_every")),))
+
+
+def add_output_flags(p: argparse.ArgumentParser) -> None:
+    """--log-level and --progress-every (OutputOptions)."""
+    add_layout(p, OUTPUT_OPTIONS)
 
 
 def pop_output_flags(args: argparse.Namespace) -> tuple[str | None, float | None]:
@@ -57,7 +70,7 @@ class _DemoteRayAuthNews(logging.Filter):
 def setup_logging(level: str | None = None) -> None:
     """One stderr handler on the root logger at `level` (default warning); calling it again only changes the level."""
     root = logging.getLogger()
-    value = getattr(logging, (level or "warning").upper())
+    value = getattr(logging, (level or OutputOptions.log_level).upper())
     handler = next((h for h in root.handlers if h.get_name() == _HANDLER_NAME), None)
     if handler is None:
         handler = logging.StreamHandler(sys.stderr)

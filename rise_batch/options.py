@@ -30,14 +30,26 @@ def option(
     metavar: str | None = None,
     shown: str | None = None,
     default_factory: Callable[[], Any] = _MISSING,
+    repeatable: bool = False,
+    parse: Callable[[str], Any] | None = None,
 ) -> Any:
     """A dataclass field documented as an option.
 
     flag: the flag when it is not `--<name>` (`--no-<name>` for a field defaulting to True); choices: a list, or a
     function giving one when the parser is built (a registry that may grow); shown: the default as --help and the docs
-    say it when the value alone does not (None meaning "the model's", a default that depends on another key). A
-    field no command offers as a flag is a config-file key; the docs list it all the same."""
-    meta = {"help": help, "flag": flag, "choices": choices, "metavar": metavar, "shown": shown}
+    say it when the value alone does not (None meaning "the model's", a default that depends on another key);
+    repeatable: a list field given once per value (`--query A --query B`); parse: the function argparse converts the
+    value with, where it is not the field's int or float. A field no command offers as a flag is a
+    config-file key; the docs list it all the same."""
+    meta = {
+        "help": help,
+        "flag": flag,
+        "choices": choices,
+        "metavar": metavar,
+        "shown": shown,
+        "repeatable": repeatable,
+        "parse": parse,
+    }
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -63,10 +75,12 @@ class Option(NamedTuple):
     choices: Any
     metavar: str | None
     shown: str | None
+    repeatable: bool = False
+    parse: Any = None
 
 
 def _base(hint: Any) -> Any:
-    """`int | None` -> int."""
+    """`int | None` -> int; `list[str]` -> str (a repeatable option's values)."""
     args = [a for a in getattr(hint, "__args__", ()) if a is not type(None)]
     return args[0] if args else hint
 
@@ -86,7 +100,17 @@ def options(cls: type, prefix: str = "", defaults: Any = None) -> dict[str, Opti
         m = f.metadata
         flag = m["flag"] or ("--no-" if value is True else "--") + f.name.replace("_", "-")
         found[key] = Option(
-            key, key.replace(".", "_"), hint, value, flag, m["help"], m["choices"], m["metavar"], m["shown"]
+            key,
+            key.replace(".", "_"),
+            hint,
+            value,
+            flag,
+            m["help"],
+            m["choices"],
+            m["metavar"],
+            m["shown"],
+            m.get("repeatable", False),
+            m.get("parse"),
         )
     return found
 
@@ -96,7 +120,7 @@ def shown_default(opt: Option) -> str | None:
     if opt.shown is not None:
         return opt.shown
     value = opt.default
-    if value is None or value == "" or isinstance(value, bool):
+    if value is None or value == "" or value == [] or isinstance(value, bool):
         return None
     if isinstance(value, int):
         return f"{value:,}"
@@ -154,10 +178,14 @@ def add_option(container: argparse._ActionsContainer, opt: Option, entry: Entry,
     }
     if opt.type is bool:
         kwargs |= {"action": "store_false" if opt.default else "store_true", "default": default}
+    elif opt.repeatable:
+        kwargs |= {"action": "append", "default": default}
+        if opt.metavar:
+            kwargs["metavar"] = opt.metavar
     else:
         kwargs["default"] = default
-        if opt.type in (int, float):
-            kwargs["type"] = opt.type
+        if opt.parse is not None or opt.type in (int, float):
+            kwargs["type"] = opt.parse or opt.type
         if opt.choices is not None:
             kwargs["choices"] = list(opt.choices() if callable(opt.choices) else opt.choices)
         if opt.metavar:
@@ -184,16 +212,21 @@ def add_layout(
     return groups
 
 
-def markdown_table(layout: Layout, key_prefix: str = "") -> str:
+def markdown_table(layout: Layout, key_prefix: str | None = "") -> str:
     """The layout's options as a Markdown table (flag, config key, type, default, help), then the config-file keys
-    without a flag; key_prefix: where the keys sit in a config file (`judge.` in a sweep)."""
+    without a flag; key_prefix: where the keys sit in a config file (`judge.` in a sweep), None for a command that
+    has no config file (no key column)."""
     opts = options(layout.cls)
-    rows = ["| flag | config key | type | default | help |", "|---|---|---|---|---|"]
+    keyed = key_prefix is not None
+    head = ["flag", "config key", "type", "default", "help"] if keyed else ["flag", "type", "default", "help"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     offered = set()
     for _, entry in layout.entries():
         opt = opts[entry.key]
         offered.add(entry.key)
-        shown = f"required flag (config `{shown_default(opt)}`)" if entry.required else entry.shown
+        shown = entry.shown
+        if entry.required:
+            shown = f"required flag (config `{shown_default(opt)}`)" if keyed else "required"
         rows.append(_row(opt, f"`{entry.flag or opt.flag}`", key_prefix, entry.help, shown))
     for key, opt in opts.items():
         if key not in offered:
@@ -201,7 +234,7 @@ def markdown_table(layout: Layout, key_prefix: str = "") -> str:
     return "\n".join(rows) + "\n"
 
 
-def _row(opt: Option, flag: str, key_prefix: str, help: str | None, shown: str | None) -> str:
+def _row(opt: Option, flag: str, key_prefix: str | None, help: str | None, shown: str | None) -> str:
     """One table row: a value default in code (`500`), a described one in words (the model's)."""
     if shown is not None or opt.shown is not None:
         default = shown if shown is not None else opt.shown
@@ -211,5 +244,8 @@ def _row(opt: Option, flag: str, key_prefix: str, help: str | None, shown: str |
         default = f"`{value}`" if (value := shown_default(opt)) else ""
     choices = opt.choices() if callable(opt.choices) else opt.choices
     kind = r" \| ".join(f"`{c}`" for c in choices) if choices else opt.type.__name__
-    cells = [flag, f"`{key_prefix}{opt.key}`", kind, default, (help or opt.help).replace("|", "\\|")]
+    if opt.repeatable:
+        kind += ", repeatable"
+    key = [] if key_prefix is None else [f"`{key_prefix}{opt.key}`"]
+    cells = [flag, *key, kind, default, (help or opt.help).replace("|", "\\|")]
     return "| " + " | ".join(cells) + " |"

@@ -13,9 +13,15 @@ import pytest
 import yaml
 
 from rise_batch.agent.run_config import RunConfig, load_run_config
+from rise_batch.commands.eval_retrieval import EvalRetrievalOptions
+from rise_batch.commands.report import ReportOptions
+from rise_batch.commands.workspace import BashOptions, ReadOptions, SearchOptions
 from rise_batch.config import BatchConfig, LLMConfig, StructureConfig, build_section, load_structure_config
 from rise_batch.eval.sweep import JudgeSpec
+from rise_batch.index.build_options import IndexOptions
+from rise_batch.logs import OutputOptions
 from rise_batch.options import Entry, Layout, Section, add_layout, markdown_table, options
+from rise_batch.structuring.plan_options import PlanOptions
 
 LLM_KEYS = {
     "llm.base_url": "http://127.0.0.1:9/v1",  # local: no API key needed
@@ -82,7 +88,13 @@ def value_at(cfg: Any, key: str) -> Any:
     return cfg
 
 
-@pytest.mark.parametrize("cls", [StructureConfig, LLMConfig, BatchConfig, RunConfig, JudgeSpec])
+@pytest.mark.parametrize(
+    "cls",
+    [
+        *(StructureConfig, LLMConfig, BatchConfig, RunConfig, JudgeSpec, PlanOptions, IndexOptions),
+        *(EvalRetrievalOptions, SearchOptions, BashOptions, ReadOptions, ReportOptions, OutputOptions),
+    ],
+)
 def test_every_field_is_documented(cls: type) -> None:
     bare = [
         f.name for f in dataclasses.fields(cls) if not f.metadata.get("help") and not dataclasses.is_dataclass(f.type)
@@ -151,3 +163,30 @@ def test_the_markdown_table_escapes_pipes_and_lists_config_only_keys() -> None:
     text = markdown_table(Layout(StructureConfig, (Section(None, ("backend",)),)))
     assert "| `--backend` | `backend` | `heuristic` \\| `llm` | `heuristic` |" in text
     assert "| (config file) | `batch.max_bytes` | int | `200,000,000` |" in text
+
+
+def test_a_repeatable_field_is_an_append_flag_whose_default_list_is_the_parsers_own() -> None:
+    """--query A --query B; a parse without it gets an empty list that is not the field's (a new one per instance)."""
+    parser = argparse.ArgumentParser()
+    add_layout(parser, Layout(IndexOptions, (Section(None, ("query",)),), from_file=False))
+    assert parser.parse_args(["--query", "a b", "--query", "c"]).query == ["a b", "c"]
+    parser.parse_args([]).query.append("x")
+    assert IndexOptions().query == []
+    table = markdown_table(Layout(IndexOptions, (Section(None, ("query", Entry("out", required=True))),)), None)
+    assert "| flag | type | default | help |" in table  # no config file: no key column
+    assert "| `--query` | str, repeatable |  |" in table
+    assert "| `--out` | str | required |" in table
+
+
+def test_the_code_behind_a_command_defaults_to_its_options_fields() -> None:
+    """One default: build_index's and the plan's output model's are the fields the flags and the docs show."""
+    import inspect
+
+    from rise_batch.index.build import build_index
+    from rise_batch.structuring.plan import OutputModel
+
+    params = inspect.signature(build_index).parameters
+    assert params["shard_docs"].default == IndexOptions.shard_docs
+    assert params["workers"].default == IndexOptions.workers
+    assert OutputModel().tokens_per_section == PlanOptions.tokens_per_section
+    assert OutputModel().section_scale_chars == PlanOptions.section_scale_chars

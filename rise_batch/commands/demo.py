@@ -11,9 +11,23 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+from rise_batch.options import Layout, Section, add_layout, option
+
 ENABLE_BWRAP = "sudo apt-get install bubblewrap"
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """`demo`'s settings (its flags)."""
+
+    out: str = option("demo_out", help="output directory", shown="./demo_out")
+    query: str = option("anarchist philosophy Proudhon", help="sample search query")
+
+
+DEMO_OPTIONS = Layout(DemoOptions, (Section(None, ("out", "query")),), from_file=False)
 
 
 def sample_corpus() -> Path:
@@ -32,8 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             f"the shell parts are skipped ({ENABLE_BWRAP} enables them). Safe to re-run (it resumes)."
         ),
     )
-    p.add_argument("--out", default="demo_out", help="output directory (default ./demo_out)")
-    p.add_argument("--query", default="anarchist philosophy Proudhon", help="sample search query")
+    add_layout(p, DEMO_OPTIONS)
     p.set_defaults(func=run)
 
 

@@ -18,16 +18,34 @@ import re
 import sys
 from pathlib import Path
 
+from rise_batch.commands.eval_retrieval import EVAL_RETRIEVAL_OPTIONS
 from rise_batch.commands.judge import JUDGE_OPTIONS
+from rise_batch.commands.report import REPORT_OPTIONS
 from rise_batch.commands.run import RUN_OPTIONS
 from rise_batch.commands.structure import STRUCTURE_OPTIONS
+from rise_batch.commands.workspace import BASH_OPTIONS, READ_OPTIONS, SEARCH_OPTIONS
+from rise_batch.fake_llm.faults import FAULT_OPTIONS
+from rise_batch.fake_llm.serve_options import LIMIT_OPTIONS, SERVE_OPTIONS
+from rise_batch.index.build_options import INDEX_OPTIONS
+from rise_batch.logs import OUTPUT_OPTIONS
 from rise_batch.options import Layout, markdown_table
+from rise_batch.structuring.plan_options import PLAN_OPTIONS, PLAN_OUTPUT_OPTIONS
 
-# command -> (its layout, where its keys sit in a config file)
-TABLES: dict[str, tuple[Layout, str]] = {
+# command -> (its layout, where its keys sit in a config file: None for a command without one)
+TABLES: dict[str, tuple[Layout, str | None]] = {
     "structure": (STRUCTURE_OPTIONS, ""),
     "run": (RUN_OPTIONS, ""),
     "judge": (JUDGE_OPTIONS, "judge."),  # a sweep's judge: section
+    "output": (OUTPUT_OPTIONS, None),  # every command's --log-level and --progress-every
+    "plan": (PLAN_OPTIONS._replace(sections=PLAN_OPTIONS.sections + PLAN_OUTPUT_OPTIONS.sections), None),
+    "index": (INDEX_OPTIONS, None),
+    "eval-retrieval": (EVAL_RETRIEVAL_OPTIONS, None),
+    "workspace-search": (SEARCH_OPTIONS, None),
+    "workspace-bash": (BASH_OPTIONS, None),
+    "workspace-read": (READ_OPTIONS, None),
+    "report": (REPORT_OPTIONS, None),
+    "fake-llm": (SERVE_OPTIONS._replace(sections=SERVE_OPTIONS.sections + LIMIT_OPTIONS.sections), None),
+    "fake-llm-faults": (FAULT_OPTIONS, ""),  # the keys POST /v1/_config takes
 }
 _BLOCK = re.compile(r"(<!-- options: ([\w-]+) -->\n)(.*?)(<!-- /options -->)", re.DOTALL)
 

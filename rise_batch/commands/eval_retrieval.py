@@ -3,6 +3,54 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+
+from rise_batch.options import Entry, Layout, Section, add_layout, option
+
+
+@dataclass(frozen=True)
+class EvalRetrievalOptions:
+    """`eval-retrieval`'s settings (its flags and docs/retrieval.md's table)."""
+
+    index: str = option("", help="index directory built by `rise-batch index`")
+    queries: str = option("", help="query file with query and gold (query_id optional)")
+    gold: str = option(
+        "gold",
+        choices=["gold", "evidence"],
+        help="which documents of the query file are gold: gold_docs/gold_doc_ids or evidence_docs/evidence_doc_ids "
+        "(what BrowseComp-Plus scores retrieval against)",
+    )
+    qrels: str | None = option(None, help="TREC qrels file (`qid iter docid rel`, rel > 0 is gold); replaces --gold")
+    trec_run: str | None = option(
+        None, metavar="FILE", help="also write every query's top max(K) as `qid Q0 docid rank score tag`"
+    )
+    retriever: str | None = option(
+        None,
+        help="bm25, dense, hybrid[:rrf[:K]] or hybrid:weighted[:W], among what the index holds",
+        shown="bm25 when the index has a BM25 part, else dense",
+    )
+    embedder: str | None = option(
+        None, help="dense/hybrid: must match the index's model", shown="the index's recorded model"
+    )
+    tag: str | None = option(None, help="run tag of --trec-run lines", shown="rise-batch-<retriever>")
+    k: str = option("10,100,1000", help="comma-separated cut-offs")
+    out: str | None = option(None, help="write per-query results and the summary as JSON")
+    batch: int = option(64, help="queries per search call")
+
+
+EVAL_RETRIEVAL_OPTIONS = Layout(
+    EvalRetrievalOptions,
+    (
+        Section(
+            None,
+            (
+                *(Entry("index", required=True), Entry("queries", required=True), "gold", "qrels", "trec_run"),
+                *("retriever", "embedder", "tag", "k", "out", "batch"),
+            ),
+        ),
+    ),
+    from_file=False,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -16,32 +64,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "instead; --trec-run writes the ranking for trec_eval-style tools."
         ),
     )
-    p.add_argument("--index", required=True, help="index directory built by `rise-batch index`")
-    p.add_argument("--queries", required=True, help="query file with query and gold (query_id optional)")
-    p.add_argument(
-        "--gold",
-        choices=["gold", "evidence"],
-        default="gold",
-        help="which documents of the query file are gold: gold_docs/gold_doc_ids (default) or evidence_docs/"
-        "evidence_doc_ids (what BrowseComp-Plus scores retrieval against)",
-    )
-    p.add_argument("--qrels", help="TREC qrels file (`qid iter docid rel`, rel > 0 is gold); replaces --gold")
-    p.add_argument(
-        "--trec-run", metavar="FILE", help="also write every query's top max(K) as `qid Q0 docid rank score tag`"
-    )
-    p.add_argument(
-        "--retriever",
-        default=None,
-        help="bm25, dense, hybrid[:rrf[:K]] or hybrid:weighted[:W], among what the index holds (default: bm25 when "
-        "it has a BM25 part, else dense)",
-    )
-    p.add_argument(
-        "--embedder", default=None, help="dense/hybrid: must match the index's model (default: the recorded)"
-    )
-    p.add_argument("--tag", default=None, help="run tag of --trec-run lines (default rise-batch-<retriever>)")
-    p.add_argument("--k", default="10,100,1000", help="comma-separated cut-offs (default 10,100,1000)")
-    p.add_argument("--out", default=None, help="write per-query results and the summary as JSON")
-    p.add_argument("--batch", type=int, default=64, help="queries per search call (default 64)")
+    add_layout(p, EVAL_RETRIEVAL_OPTIONS)
     p.set_defaults(func=run)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from rise_batch.commands.structure import add_columns_flag
+from rise_batch.index.build_options import INDEX_OPTIONS
+from rise_batch.options import add_layout
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -16,34 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "stock bm25s's, plus docids.json and meta.json. Memory grows with the index, not with the text."
         ),
     )
-    p.add_argument("--corpus", required=True, help="Parquet file, directory of Parquet, or JSONL(.gz)")
-    p.add_argument("--out", required=True, help="index directory to create")
-    p.add_argument("--workers", type=int, default=2, help="tokenizer processes (default 2)")
-    p.add_argument("--shard-docs", type=int, default=2000, help="documents per shard (default 2000)")
-    p.add_argument("--on-bad-row", choices=("error", "skip"), default="error", help="bad rows/duplicates policy")
+    add_layout(p, INDEX_OPTIONS)
     add_columns_flag(p)
-    p.add_argument("--ray", action="store_true", help="tokenize shards as Ray tasks (local Ray if no address)")
-    p.add_argument("--ray-address", default=None, help="Ray cluster address (implies --ray)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing index directory")
-    p.add_argument(
-        "--retriever",
-        choices=("bm25", "dense", "hybrid"),
-        default="bm25",
-        help="what to build: bm25 (default), dense (embeddings in DIR/dense) or hybrid (both)",
-    )
-    p.add_argument(
-        "--embedder",
-        default=None,
-        help="dense/hybrid: wordllama[:config[:dim]][@max_tokens] (default, offline; extra .[dense]) or st:/model/dir",
-    )
-    p.add_argument("--gpus", type=float, default=0, help="dense with --ray: GPUs asked of every embedding task")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar or lines")
-    p.add_argument(
-        "--query",
-        action="append",
-        default=[],
-        help="after building, print the top 5 hits of QUERY (score, docid, title; repeatable)",
-    )
     p.set_defaults(func=run)
 
 

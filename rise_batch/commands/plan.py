@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from rise_batch.commands.structure import add_columns_flag
+from rise_batch.options import add_layout
+from rise_batch.structuring.plan_options import PLAN_OPTIONS, PLAN_OUTPUT_OPTIONS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -19,45 +21,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "--target-usd proposes a tier rule and input cut that meet a budget and prints what each gives up."
         ),
     )
-    p.add_argument("--corpus", required=True, help="Parquet file, directory of Parquet files, or JSONL[.gz]")
+    add_layout(p, PLAN_OPTIONS)
     add_columns_flag(p)
-    p.add_argument("--model", default="gpt-5.4-nano", help="model to price (default gpt-5.4-nano)")
-    p.add_argument("--mode", choices=["online", "batch"], default="online", help="the mode the run will use")
-    p.add_argument("--sample", type=int, default=1000, help="documents to sample (default 1000)")
-    p.add_argument("--docs", type=int, help="scale the estimate to this many documents (default: the corpus's rows)")
-    p.add_argument("--rpm", type=int, default=500, help="requests per minute for the online hours (default 500)")
-    p.add_argument(
-        "--tpm", type=int, default=2_000_000, help="tokens per minute for the online hours (default 2,000,000)"
-    )
-    p.add_argument("--prompt", default="structure_toc.txt", help="structuring prompt (default structure_toc.txt)")
-    p.add_argument("--max-input-chars", type=int, default=200_000, help="input budget per document (chars)")
-    p.add_argument("--max-input-tokens", type=int, help="input budget per document (tokens of the model's tokenizer)")
-    p.add_argument(
-        "--no-structured-output",
-        dest="structured_output",
-        action="store_false",
-        help="price requests without the TOC's JSON schema (as structure --no-structured-output sends them)",
-    )
-    p.add_argument(
-        "--target-usd",
-        type=float,
-        metavar="USD",
-        help="propose a tier rule ('chars>=N') and --max-input-tokens that meet USD at --mode, with what each gives up",
-    )
-    p.add_argument(
-        "--target-margin",
-        type=float,
-        default=0.05,
-        metavar="SHARE",
-        help="with --target-usd: propose within USD less this share, for the sample's estimation error (default 0.05)",
-    )
-    p.add_argument("--llm-tier", dest="tier", help="price only these documents: 'chars>=N' or a docid list file")
-    p.add_argument("--reasoning-tokens", type=float, default=0.0, help="reasoning tokens per request (output)")
-    p.add_argument("--tokens-per-section", type=float, help="output tokens per proposed section (default 57)")
-    p.add_argument("--section-scale-chars", type=float, help="sections = 12 * (1 - exp(-chars / this)); def. 8800")
-    p.add_argument("--batch-queue-tokens", type=int, help="your enqueued-token limit for batches (waves of 24 h)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
-    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add_layout(p, PLAN_OUTPUT_OPTIONS)
     p.set_defaults(func=run)
 
 

@@ -3,6 +3,30 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+
+from rise_batch.options import Entry, Layout, Section, add_layout, option
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """`report`'s settings (its flags and docs/agents.md's table)."""
+
+    out: str = option("", help="output directory")
+    retrieval: list[str] = option(
+        default_factory=list, repeatable=True, metavar="JSON", help="eval-retrieval results file (repeatable)"
+    )
+    qrels: str | None = option(
+        None, help="TREC qrels file (`qid iter docid rel`): gold_R and cov_mean against its relevant docs"
+    )
+    calibration_bin: int = option(100, help="answers per calibration bin")
+
+
+REPORT_OPTIONS = Layout(
+    ReportOptions,
+    (Section(None, (Entry("out", required=True), "retrieval", "qrels", "calibration_bin")),),
+    from_file=False,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -17,14 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="run directories (judged)")
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument(
-        "--retrieval", action="append", default=[], metavar="JSON", help="eval-retrieval results file (repeatable)"
-    )
-    p.add_argument(
-        "--qrels", help="TREC qrels file (`qid iter docid rel`): gold_R and cov_mean against its relevant docs"
-    )
-    p.add_argument("--calibration-bin", type=int, default=100, help="answers per calibration bin (default 100)")
+    add_layout(p, REPORT_OPTIONS)
     p.set_defaults(func=run)
 
 

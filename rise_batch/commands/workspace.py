@@ -7,6 +7,61 @@ what arrived when), so a person can reproduce or debug a trajectory step by step
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+
+from rise_batch.agent.run_config import RunConfig
+from rise_batch.options import Entry, Layout, Section, add_layout, option, same_as
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """`workspace search`'s settings (its flags and docs/retrieval.md's table)."""
+
+    index: str = option("", help="index directory (from `rise-batch index`)")
+    docs: str = option("", help="materialized docs dir: DIR/corpus/<relpath> + DIR/docmap.parquet")
+    workspace: str = option("", metavar="WS", help="workspace directory (created if missing)")
+    k: int = option(1000, flag="-k", help="documents linked per query")
+    preview: int = option(10, help="previewed hits per query")
+    backend: str = option(
+        "numpy",
+        choices=("numpy", "numba", "auto"),
+        help="BM25 scorer (numba's compile, seconds, outweighs one search)",
+    )
+    retriever: str | None = option(
+        None,
+        help="bm25, dense or hybrid[:rrf[:K]|:weighted[:W]]",
+        shown="bm25 when the index has it, else dense",
+    )
+    embedder: str | None = option(
+        None, help="dense/hybrid: must match the index's model", shown="the index's recorded model"
+    )
+
+
+@dataclass(frozen=True)
+class BashOptions:
+    """`workspace bash`'s settings: the per-call limits an agent's bash gets in a run (RunConfig's)."""
+
+    timeout: float = same_as(RunConfig, "bash_timeout_s", help="wall-clock cap in seconds")
+    max_output: int = same_as(RunConfig, "bash_max_output_chars", help="characters of output kept")
+    unsandboxed: bool = option(
+        False, help="DANGEROUS: run without bubblewrap if it is unavailable (commands can then modify the corpus)"
+    )
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """`workspace read`'s settings."""
+
+    offset: int = option(0, help="0-indexed first line")
+    limit: int = option(2000, help="number of lines")
+
+
+_REQUIRED = tuple(Entry(k, required=True) for k in ("index", "docs", "workspace"))
+SEARCH_OPTIONS = Layout(
+    SearchOptions, (Section(None, (*_REQUIRED, "k", "preview", "backend", "retriever", "embedder")),), from_file=False
+)
+BASH_OPTIONS = Layout(BashOptions, (Section(None, ("timeout", "max_output", "unsandboxed")),), from_file=False)
+READ_OPTIONS = Layout(ReadOptions, (Section(None, ("offset", "limit")),), from_file=False)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,45 +79,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s = wsub.add_parser(
         "search", help="search (bm25, dense or hybrid); link each query's top-K documents into the workspace"
     )
-    s.add_argument("--index", required=True, help="index directory (from `rise-batch index`)")
-    s.add_argument("--docs", required=True, help="materialized docs dir: DIR/corpus/<relpath> + DIR/docmap.parquet")
-    s.add_argument("--workspace", required=True, metavar="WS", help="workspace directory (created if missing)")
-    s.add_argument("-k", type=int, default=1000, help="documents linked per query (default 1000)")
-    s.add_argument("--preview", type=int, default=10, help="previewed hits per query (default 10)")
-    s.add_argument(
-        "--backend",
-        choices=("numpy", "numba", "auto"),
-        default="numpy",
-        help="BM25 scorer; numpy by default, since numba's compile (seconds) outweighs one search (default numpy)",
-    )
-    s.add_argument(
-        "--retriever",
-        default=None,
-        help="bm25 (default when the index has it), dense or hybrid[:rrf[:K]|:weighted[:W]]",
-    )
-    s.add_argument(
-        "--embedder", default=None, help="dense/hybrid: must match the index's model (default: the recorded)"
-    )
+    add_layout(s, SEARCH_OPTIONS)
     s.add_argument("queries", nargs="+", help="one or more keyword queries")
     s.set_defaults(func=run)
 
     b = wsub.add_parser("bash", help="run a shell command in the sandbox, WS read-only as the working directory")
     b.add_argument("workspace", metavar="WS", help="workspace directory (made by `rise-batch workspace search`)")
     b.add_argument("command", help='e.g. "rg -l Lyon | head"')
-    b.add_argument("--timeout", type=float, default=60.0, help="wall-clock cap in seconds (default 60)")
-    b.add_argument("--max-output", type=int, default=4000, help="characters of output kept (default 4000)")
-    b.add_argument(
-        "--unsandboxed",
-        action="store_true",
-        help="DANGEROUS: run without bubblewrap if it is unavailable (commands can then modify the corpus)",
-    )
+    add_layout(b, BASH_OPTIONS)
     b.set_defaults(func=run, command_name="workspace bash")
 
     r = wsub.add_parser("read", help="print numbered lines of a workspace file")
     r.add_argument("workspace", metavar="WS", help="workspace directory (made by `rise-batch workspace search`)")
     r.add_argument("path", help="path relative to the workspace, as rg/ls print it")
-    r.add_argument("--offset", type=int, default=0, help="0-indexed first line (default 0)")
-    r.add_argument("--limit", type=int, default=2000, help="number of lines (default 2000)")
+    add_layout(r, READ_OPTIONS)
     r.set_defaults(func=run)
 
     i = wsub.add_parser("info", help="size of the workspace and what each search call added")

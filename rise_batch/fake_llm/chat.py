@@ -20,6 +20,7 @@ from rise_batch.fake_llm.http import BadRequest, HttpRequest, HttpResponse, Step
 from rise_batch.fake_llm.judge import JudgeResponder
 from rise_batch.fake_llm.request import ChatRequest, Responder
 from rise_batch.fake_llm.schema import format_type, response_format_error
+from rise_batch.fake_llm.serve_options import ServeOptions
 from rise_batch.fake_llm.state import ServerState
 from rise_batch.fake_llm.structuring import structuring_reply
 from rise_batch.llm.tokens import MESSAGE_OVERHEAD_TOKENS, counter_for, message_text
@@ -50,7 +51,7 @@ class FallbackResponder:
         }
 
 
-def default_responders(judge_reply: str = "grader") -> list[Responder]:
+def default_responders(judge_reply: str = ServeOptions.judge_reply) -> list[Responder]:
     """Every kind of traffic the server answers; `judge_reply` makes the grader misbehave (fake_llm/judge.py)."""
     return [AgentResponder(), JudgeResponder(judge_reply), StructuringResponder(), FallbackResponder()]
 

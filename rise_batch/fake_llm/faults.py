@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from rise_batch.options import Layout, Section, option
+
 # Order matters: a draw u in [0, 1) picks the first fault whose cumulative probability exceeds it.
 FAULTS = ("429", "500", "hang", "malformed", "empty", "400")
 _PROBABILITY_FIELD = {
@@ -32,24 +34,36 @@ _STRINGS = ("retry_after_style", "require_key", "response_format")
 class FaultConfig:
     """Everything `POST /v1/_config`, the CLI flags and `FakeLLMServer(**faults)` can set."""
 
-    latency_ms: float = 0.0  # added to every chat completion
-    latency_jitter_ms: float = 0.0  # plus a deterministic 0..jitter per request
-    p429: float = 0.0  # rate-limit error with retry-after headers
-    p500: float = 0.0  # internal server error
-    p_hang: float = 0.0  # sleep `hang_s` before answering (longer than any sane client timeout)
-    p_malformed: float = 0.0  # 200 whose message content is truncated, invalid JSON
-    p_empty: float = 0.0  # 200 with `choices: []`
-    p400: float = 0.0  # bad request (a client error that must not be retried)
-    seed: int = 0
-    max_faults_per_key: int | None = None  # only a key's first N attempts may fault: "fail once, then succeed"
-    retry_after_ms: float = 100.0  # what 429s (random and rpm-limit ones) ask the client to wait, at least
-    retry_after_style: str = "both"  # which headers carry it: both | ms | seconds | none
-    hang_s: float = 600.0
-    rpm_limit: int | None = None  # server-side limits: exceed them and get a 429 (also turns on x-ratelimit-*)
-    tpm_limit: int | None = None
-    limit_window_s: float = 60.0  # the limits above count over this window (tests shrink it)
-    require_key: str | None = None  # when set, any other bearer token gets a 401
-    response_format: str = "obey"  # requests' response_format: "obey" (checked, answered in shape) or "refuse" (400)
+    latency_ms: float = option(0.0, help="latency added to every completion (ms)")
+    latency_jitter_ms: float = option(0.0, help="plus a deterministic 0..N ms per request")
+    p429: float = option(0.0, help="share of requests answered 429 with retry-after")
+    p500: float = option(0.0, help="share answered 500")
+    # longer than any sane client timeout
+    p_hang: float = option(0.0, help="share that hang for --hang-s before answering")
+    p_malformed: float = option(0.0, help="share whose reply content is truncated, invalid JSON")
+    p_empty: float = option(0.0, help="share answered with an empty `choices` list")
+    p400: float = option(0.0, help="share answered 400 (not retryable)")
+    seed: int = option(0, help="seed of the deterministic fault draw")
+    # "fail once, then succeed"
+    max_faults_per_key: int | None = option(None, help="only a document's first N attempts may fault")
+    # random and rpm-limit 429s alike, at least
+    retry_after_ms: float = option(100.0, help="what 429s ask clients to wait")
+    retry_after_style: str = option(
+        "both", choices=RETRY_AFTER_STYLES, help="which headers carry retry-after: both, ms, seconds or none"
+    )
+    hang_s: float = option(600.0, help="how long a hang lasts")
+    rpm_limit: int | None = option(
+        None, help="server-side requests per window: above it, 429 (also sends x-ratelimit-* headers)"
+    )
+    tpm_limit: int | None = option(None, help="server-side prompt tokens per window")
+    limit_window_s: float = option(60.0, help="window of the server-side limits")  # tests shrink it
+    require_key: str | None = option(None, parse=str, help="answer 401 unless this bearer token is sent")
+    response_format: str = option(
+        "obey",
+        parse=str,
+        help="obey (requests' response_format is checked like OpenAI's and answered in its shape) or refuse (400 "
+        "'response_format not supported', as a provider without structured outputs)",
+    )
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -123,3 +137,19 @@ def choose_fault(config: FaultConfig, key: str, attempt: int) -> str | None:
 def latency_s(config: FaultConfig, key: str, attempt: int) -> float:
     jitter = config.latency_jitter_ms * draw(config.seed, key, attempt, "latency") if config.latency_jitter_ms else 0
     return (config.latency_ms + jitter) / 1000.0
+
+
+# `rise-batch fake-llm`'s fault flags: None when not given, the server then keeps these fields' defaults
+FAULT_OPTIONS = Layout(
+    FaultConfig,
+    (
+        Section(
+            None,
+            (
+                *("latency_ms", "latency_jitter_ms", "p429", "p500", "p_hang", "p_malformed", "p_empty", "p400"),
+                *("seed", "max_faults_per_key", "retry_after_ms", "hang_s", "rpm_limit", "tpm_limit"),
+                *("limit_window_s", "require_key", "response_format"),
+            ),
+        ),
+    ),
+)

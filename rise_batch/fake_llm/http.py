@@ -12,6 +12,8 @@ import threading
 from collections.abc import Generator, Mapping
 from typing import Any, NamedTuple, Protocol, TypeVar
 
+from rise_batch.fake_llm.serve_options import ServeOptions
+
 T = TypeVar("T")
 # A route that waits (latency, a hang) is a generator: it yields each wait in seconds and is sent back whether the
 # server stopped during it (then it answers 503 at once). The engine waits: a thread sleeps, asyncio awaits a timer.
@@ -81,10 +83,10 @@ class ConnectionLimits(NamedTuple):
     cannot be exhausted by clients that connect and stall (six connections each sending 100 MB of a declared 250 MB
     body held 600 MB until the clients closed; an idle connection was never closed)."""
 
-    header_timeout_s: float = 30.0  # from a request's first byte to the end of its head
-    body_timeout_s: float = 300.0  # to receive a whole body (a 200 MB batch upload over loopback takes ~1 s)
-    idle_timeout_s: float = 120.0  # a keep-alive connection with no request (clients close theirs sooner)
-    max_buffered_bytes: int = 2 * 256 * 2**20  # request bodies being received or held, across all connections
+    header_timeout_s: float = ServeOptions.header_timeout_s  # from a request's first byte to the end of its head
+    body_timeout_s: float = ServeOptions.body_timeout_s  # a whole body (200 MB over loopback takes ~1 s)
+    idle_timeout_s: float = ServeOptions.idle_timeout_s  # a keep-alive connection with no request
+    max_buffered_bytes: int = ServeOptions.max_buffered_bytes  # bodies being received or held, all connections
 
     @classmethod
     def for_bodies(cls, max_body_bytes: int) -> ConnectionLimits:

@@ -39,12 +39,13 @@ from rise_batch.fake_llm.http import (
     json_response,
 )
 from rise_batch.fake_llm.request import Responder
+from rise_batch.fake_llm.serve_options import ServeOptions
 from rise_batch.fake_llm.state import ServerState
 from rise_batch.llm.pricing import PriceTable
 from rise_batch.llm.tokens import counter_for
 
 ADMIN_WRITES = frozenset({"/v1/_config", "/v1/_batch_config", "/v1/_reset"})  # they change how the server answers
-MAX_BODY_BYTES = 256 * 2**20  # above the Batch API's 200 MB input file, so a real batch upload still fits
+MAX_BODY_BYTES = ServeOptions.max_body_bytes
 ENGINES: dict[str, Callable[..., AsyncioEngine | ThreadEngine]] = {"asyncio": AsyncioEngine, "threads": ThreadEngine}
 # One model per tokenizer encoding (o200k_base, cl100k_base): loaded before serving, as a real API has them loaded.
 WARM_MODELS = ("gpt-5.4-nano", "gpt-4")
@@ -55,14 +56,14 @@ class FakeLLMServer:
 
     def __init__(
         self,
-        host: str = "127.0.0.1",
+        host: str = ServeOptions.host,
         port: int = 0,
         *,
         responders: list[Responder] | None = None,
         log_limit: int = 1_000_000,
         allow_config: bool = False,
         max_body_bytes: int = MAX_BODY_BYTES,
-        engine: str = "asyncio",
+        engine: str = ServeOptions.engine,
         limits: ConnectionLimits | None = None,
         **faults: Any,
     ) -> None:

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rise_batch.index.build_options import IndexOptions
 from rise_batch.index.plan import later_copy, plan_index_shards
 from rise_batch.index.shards import ProcessShardRunner
 from rise_batch.index.tables import DOCIDS_FILE, write_docid_table, write_vocab_table
@@ -78,10 +79,10 @@ class IndexMeta:
 def build_index(
     corpus_path: str | AnyPath,
     out_dir: str | AnyPath,
-    workers: int = 2,
+    workers: int = IndexOptions.workers,
     *,
-    shard_docs: int = 2000,
-    on_bad_row: str = "error",
+    shard_docs: int = IndexOptions.shard_docs,
+    on_bad_row: str = IndexOptions.on_bad_row,
     runner: ShardRunner | None = None,
     shards: Sequence[ShardSpec] | None = None,
     settings: TokenizerSettings | None = None,

@@ -28,6 +28,7 @@ from rise_batch.prompts import load_prompt
 from rise_batch.structure.backends import model_input
 from rise_batch.structure.heuristic import is_too_short
 from rise_batch.structure.propose import TOC_RESPONSE_FORMAT, build_messages
+from rise_batch.structuring.plan_options import PlanOptions
 from rise_batch.structuring.plan_sample import plan_sample
 from rise_batch.structuring.plan_sample import sample_docs as sample_docs  # re-exported: callers import it here
 from rise_batch.tier_rule import goes_to_llm, tier_rule
@@ -37,11 +38,11 @@ CACHE_MIN_TOKENS = 1024  # OpenAI caches a prompt prefix only from this length o
 
 
 class OutputModel(NamedTuple):
-    tokens_per_section: float = 57.0  # o200k tokens of one {"title", "description", "anchor"} entry
-    section_scale_chars: float = 8_800.0
+    tokens_per_section: float = PlanOptions.tokens_per_section  # --tokens-per-section
+    section_scale_chars: float = PlanOptions.section_scale_chars
     max_sections: int = 12
     base_tokens: float = 25.0
-    reasoning_tokens: float = 0.0  # per request, billed as output
+    reasoning_tokens: float = PlanOptions.reasoning_tokens  # per request, billed as output
 
     def sections(self, chars: int) -> float:
         return self.max_sections * (1.0 - math.exp(-chars / self.section_scale_chars))

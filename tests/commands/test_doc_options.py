@@ -1,6 +1,6 @@
 """The guides' option tables are the ones made from the config fields (rise_batch/commands/doc_options.py): a default,
 flag or help changed on its field shows up in the docs, or this fails. Regenerate them with
-`python -m rise_batch.commands.doc_options --write docs/structuring.md docs/agents.md`."""
+`python -m rise_batch.commands.doc_options --write docs/*.md`."""
 
 from __future__ import annotations
 
@@ -45,3 +45,16 @@ def test_the_tables_list_every_config_key_with_its_default() -> None:
     structure = table("structure")
     assert "| `--max-output-tokens` | `llm.max_output_tokens` | int | `4,096` |" in structure
     assert "| (config file) | `flush_seconds` | float | `5` |" in structure
+
+
+def test_the_commands_without_a_config_file_have_tables_of_their_flags() -> None:
+    """index, eval-retrieval, workspace, report, plan and the shared output flags: defaults from their fields."""
+    assert "| `--shard-docs` | int | `2,000` | documents per shard |" in table("index")
+    assert "| `--k` | str | `10,100,1000` |" in table("eval-retrieval")
+    assert "| `-k` | int | `1,000` |" in table("workspace-search")
+    assert "| `--timeout` | float | `60` |" in table("workspace-bash")
+    assert "| `--limit` | int | `2,000` |" in table("workspace-read")
+    assert "| `--calibration-bin` | int | `100` |" in table("report")
+    assert "| `--tpm` | int | `2,000,000` |" in table("plan")  # LLMConfig's
+    assert "| `--tokens-per-section` | float | `57` |" in table("plan")
+    assert "| `--log-level` | `debug` \\| `info` \\| `warning` \\| `error` | `warning` |" in table("output")

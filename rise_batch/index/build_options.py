@@ -1,0 +1,53 @@
+"""`rise-batch index`'s settings, one field each (rise_batch/options.py): the flags, docs/retrieval.md's table and
+build_index's defaults are made from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rise_batch.config import StructureConfig
+from rise_batch.options import Entry, Layout, Section, option, same_as
+
+
+@dataclass(frozen=True)
+class IndexOptions:
+    corpus: str = option("", help="Parquet file, directory of Parquet, or JSONL(.gz)")
+    out: str = option("", help="index directory to create")
+    workers: int = option(2, help="tokenizer processes")
+    shard_docs: int = option(2000, help="documents per shard")
+    on_bad_row: str = same_as(StructureConfig, "on_bad_row", help="bad rows/duplicates policy")
+    ray: bool = option(False, help="tokenize shards as Ray tasks (local Ray if no address)")
+    ray_address: str | None = option(None, help="Ray cluster address (implies --ray)")
+    overwrite: bool = option(False, help="replace an existing index directory")
+    retriever: str = option(
+        "bm25",
+        choices=("bm25", "dense", "hybrid"),
+        help="what to build: bm25, dense (embeddings in DIR/dense) or hybrid (both)",
+    )
+    embedder: str | None = option(
+        None,
+        help="dense/hybrid: wordllama[:config[:dim]][@max_tokens] (offline; extra .[dense]) or st:/model/dir",
+        shown="wordllama",
+    )
+    gpus: float = option(0.0, help="dense with --ray: GPUs asked of every embedding task")
+    progress: bool = option(True, help="no progress bar or lines")
+    query: list[str] = option(
+        default_factory=list,
+        repeatable=True,
+        help="after building, print the top 5 hits of QUERY (score, docid, title; repeatable)",
+    )
+
+
+INDEX_OPTIONS = Layout(
+    IndexOptions,
+    (
+        Section(
+            None,
+            (
+                *(Entry("corpus", required=True), Entry("out", required=True), "workers", "shard_docs", "on_bad_row"),
+                *("ray", "ray_address", "overwrite", "retriever", "embedder", "gpus", "progress", "query"),
+            ),
+        ),
+    ),
+    from_file=False,
+)
