@@ -33,7 +33,7 @@ def hybrid_dir(corpus, tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("h") / "ix"
     build_index(corpus, out, workers=1)
-    build_dense(corpus, out, workers=1)
+    build_dense(corpus, out, workers=1, passages="doc")  # one row per document: the exactness test compares rows
     return out
 
 
@@ -178,9 +178,11 @@ def test_another_embedder_is_refused(hybrid_dir, tmp_path):
         open_retriever(tmp_path / "nothing", "dense")
 
 
-def _dense_files(d: Path) -> tuple[bytes, list, str]:
+def _dense_files(d: Path) -> tuple[bytes, list, bytes, str]:
+    """Passage vectors, docids, the passage -> document map and meta of a dense build (default passage rule)."""
     meta = json.loads((d / "dense" / "meta.json").read_text())
-    return (d / "dense" / "embeddings.npy").read_bytes(), json.loads((d / "docids.json").read_text()), meta
+    offsets = (d / "dense" / "passage_offsets.npy").read_bytes()
+    return (d / "dense" / "embeddings.npy").read_bytes(), json.loads((d / "docids.json").read_text()), offsets, meta
 
 
 def test_sharded_build_equals_one_shard(corpus, hybrid_dir, tmp_path):
@@ -192,9 +194,9 @@ def test_sharded_build_equals_one_shard(corpus, hybrid_dir, tmp_path):
     m2 = build_dense(corpus, tmp_path / "two", workers=2, shard_docs=20)
     assert m2["build"]["n_shards"] == 2
     one, two = _dense_files(tmp_path / "one"), _dense_files(tmp_path / "two")
-    assert one[0] == two[0] and one[1] == two[1] == [r["docid"] for r in sample_rows(N)]
+    assert one[0] == two[0] and one[1] == two[1] == [r["docid"] for r in sample_rows(N)] and one[2] == two[2]
     bm25 = json.loads((hybrid_dir / "meta.json").read_text())
-    assert one[2]["corpus"]["content_sha256"] == two[2]["corpus"]["content_sha256"] == bm25["corpus"]["content_sha256"]
+    assert one[3]["corpus"]["content_sha256"] == two[3]["corpus"]["content_sha256"] == bm25["corpus"]["content_sha256"]
 
 
 def test_ray_build_equals_local(corpus, tmp_path, ray_local):
@@ -203,7 +205,7 @@ def test_ray_build_equals_local(corpus, tmp_path, ray_local):
     build_dense(corpus, tmp_path / "local", workers=1, shard_docs=20)
     meta = build_dense(corpus, tmp_path / "ray", shard_docs=20, ray={"address": None})
     assert meta["build"]["runner"] == "ray" and meta["build"]["n_shards"] == 2
-    assert _dense_files(tmp_path / "local")[:2] == _dense_files(tmp_path / "ray")[:2]
+    assert _dense_files(tmp_path / "local")[:3] == _dense_files(tmp_path / "ray")[:3]
 
 
 def _assigned(item: int) -> tuple[dict, int]:
@@ -225,7 +227,8 @@ def test_cli_round_trip(corpus, tmp_path, capsys):
     out = tmp_path / "ix"
     assert main(["index", "--corpus", str(corpus), "--out", str(out), "--retriever", "hybrid", "--workers", "1"]) == 0
     printed = capsys.readouterr().out
-    assert "index dense docs=40 embedder=wordllama:l2_supercat:256 dim=256" in printed
+    assert "index dense docs=40 passages=words:200:50 n_passages=" in printed
+    assert "embedder=wordllama:l2_supercat:256 dim=256" in printed
     queries = tmp_path / "q.jsonl"
     queries.write_text(
         "".join(json.dumps({"query_id": d, "query": t, "gold_doc_ids": [d]}) + "\n" for d, t in title_queries())
