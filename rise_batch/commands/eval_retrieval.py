@@ -32,7 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--retriever",
         default=None,
-        help="bm25, dense, hybrid[:rrf[:K]] or hybrid:weighted[:W], among what the index holds (default: bm25 when "
+        help="bm25, dense, hybrid (= hybrid:weighted:0.7), hybrid:rrf[:K] or hybrid:weighted[:W], among what the "
+        "index holds (default: bm25 when "
         "it has a BM25 part, else dense)",
     )
     p.add_argument(

@@ -38,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument(
         "--retriever",
         default=None,
-        help="bm25 (default when the index has it), dense or hybrid[:rrf[:K]|:weighted[:W]]",
+        help="bm25 (default when the index has it), dense or hybrid (= hybrid:weighted:0.7, or :rrf[:K]|:weighted[:W])",
     )
     s.add_argument(
         "--embedder", default=None, help="dense/hybrid: must match the index's model (default: the recorded)"

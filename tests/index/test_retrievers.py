@@ -150,7 +150,8 @@ def test_parse_retriever():
     from rise_batch.index.retriever import parse_retriever
 
     assert str(parse_retriever(None)) == "bm25"
-    assert str(parse_retriever("hybrid")) == "hybrid:rrf:60"
+    assert str(parse_retriever("hybrid")) == "hybrid:weighted:0.7"  # the fusion chosen on squad_wiki's dev half
+    assert str(parse_retriever("hybrid:rrf")) == "hybrid:rrf:60"  # the old default, by its explicit spelling
     assert parse_retriever("hybrid:weighted:0.3").weight == 0.3
     for bad in ("bm26", "dense:rrf", "hybrid:max", "hybrid:weighted:2", "hybrid:rrf:x", "hybrid:rrf:nan"):
         with pytest.raises(ConfigError, match="retriever"):
@@ -242,11 +243,12 @@ def test_cli_round_trip(corpus, tmp_path, capsys):
         trec = tmp_path / f"{name}.trec"
         argv = ["eval-retrieval", "--index", str(out), "--queries", str(queries), "--k", "1,10"]
         assert main([*argv, "--retriever", name, "--out", str(res), "--trec-run", str(trec)]) == 0
-        assert f"retriever={name if name != 'hybrid' else 'hybrid:rrf:60'} " in capsys.readouterr().out
+        assert f"retriever={name if name != 'hybrid' else 'hybrid:weighted:0.7'} " in capsys.readouterr().out
         summary = json.loads(res.read_text())["summary"]
         expect = evaluate_recall(open_retriever(out, name), read_queries(queries, ids_optional=True), [1, 10])
         assert summary["recall"] == expect["summary"]["recall"]
-        assert trec.read_text().split("\n")[0].endswith(f"rise-batch-{name}" + ("-rrf-60" if name == "hybrid" else ""))
+        tag = f"rise-batch-{name}" + ("-weighted-0.7" if name == "hybrid" else "")
+        assert trec.read_text().split("\n")[0].endswith(tag)
     report = tmp_path / "report"
     files = [str(tmp_path / f"{n}.json") for n in ("bm25", "dense", "hybrid")]
     assert main(["report", "--out", str(report), *[x for f in files for x in ("--retrieval", f)]]) == 0
