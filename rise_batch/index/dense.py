@@ -289,8 +289,11 @@ class DenseIndex:
             self.offsets = np.arange(n + 1, dtype=np.int64)
         else:
             self.offsets = np.load(d / OFFSETS_FILE, mmap_mode="r")
-            if self.offsets.shape != (n + 1,) or int(self.offsets[0]) != 0:
-                raise ValueError(f"{d}/{OFFSETS_FILE}: shape {self.offsets.shape} for {n} docids")
+            if self.offsets.shape != (n + 1,) or int(self.offsets[0]) != 0 or not (np.diff(self.offsets) > 0).all():
+                raise ValueError(
+                    f"{d}/{OFFSETS_FILE}: not {n} + 1 increasing offsets from 0 (every document has a passage); "
+                    "rebuild the dense index"
+                )
         if self.vectors.shape != (int(self.offsets[-1]), self.embedder.dim):
             raise ValueError(f"{d}/embeddings.npy: shape {self.vectors.shape} for {n} docids")
         self.block_rows = max(1, int(block_rows))

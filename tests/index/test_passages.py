@@ -124,3 +124,17 @@ def test_cli_builds_the_rule_asked_and_refuses_a_bad_one_before_building(corpus,
     assert main([*argv, "--out", str(tmp_path / "bad"), "--passages", "words:10:10"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "passages 'words:10:10'" in err[0] and not (tmp_path / "bad").exists()
+
+
+def test_a_passage_map_that_does_not_fit_is_refused(built, tmp_path):
+    import shutil
+
+    from rise_batch.index.dense import DenseIndex
+
+    bad = tmp_path / "bad"
+    shutil.copytree(built["None"], bad)
+    offsets = np.load(bad / "dense" / "passage_offsets.npy")
+    offsets[5] = offsets[4]  # document 4 would own no passage
+    np.save(bad / "dense" / "passage_offsets.npy", offsets)
+    with pytest.raises(ValueError, match=r"passage_offsets.npy: not 100 \+ 1 increasing offsets"):
+        DenseIndex(bad)
