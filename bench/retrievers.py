@@ -1,13 +1,19 @@
-"""Retrievers side by side on squad_wiki: recall@10/100/1000 of bm25, dense and hybrid, build time, index size.
+"""Retrievers side by side on squad_wiki: recall@10/100/1000 of bm25, dense and hybrid, build time, index size,
+and the fusion that `hybrid` means, chosen on a dev half of the questions and reported on the other half.
 
 Builds one index directory over wiki2015 (../shared/data/wiki2015, beside the checkout) with both parts: BM25 (as
-`rise-batch index`) and dense (the offline wordllama embedder, `--retriever hybrid`), timing each; then scores
-squad_wiki's 4,997 questions (gold = the article each was written from) with every retriever, and lists the
-queries where hybrid ranks the gold article lower than bm25 does (the "why" when hybrid < bm25 at some K).
-Embedding throughput (docs/s and chars/s on this machine's cores) is projected to 1M documents.
+`rise-batch index`) and dense (the offline wordllama embedder over passages, `--retriever hybrid --passages`),
+timing each; a kept BM25 part is reused when only the dense part changes. squad_wiki's 4,997 questions (gold =
+the article each was written from) are split by query id into a dev and a test half (blake2b of the id, even =
+dev: deterministic, independent of file order). Every candidate fusion (rrf at several K, weighted at several W)
+is scored on dev from one pair of 1000-deep bm25/dense lists; the chosen one is the best mean recall over K among
+those >= bm25 at every K on dev (else the one whose worst K is closest to bm25). Only then is the test half
+scored, with bm25, dense, the old default hybrid:rrf:60 and the chosen fusion. Queries where the chosen hybrid
+ranks the gold article below a cut-off bm25 makes are listed (the "why" when hybrid < bm25 at some K). Embedding
+throughput (docs/s and chars/s on this machine's cores) is projected to 1M documents.
 
     python -m bench.retrievers                 # builds into bench/scratch/retrievers (kept; --rebuild to redo)
-    python -m bench.retrievers --workers 2 --embedder wordllama
+    python -m bench.retrievers --workers 2 --embedder wordllama --passages words:200:50
 
 Writes bench/results/retrievers.json and prints the table.
 """
@@ -15,6 +21,7 @@ Writes bench/results/retrievers.json and prints the table.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -27,37 +34,75 @@ from bench.common import SQUAD as SQUAD_DIR
 
 SQUAD = SQUAD_DIR / "queries.jsonl"
 KS = (10, 100, 1000)
-RETRIEVERS = ("bm25", "dense", "hybrid:rrf:60", "hybrid:weighted:0.5", "hybrid:weighted:0.7")
+CANDIDATES = tuple(f"hybrid:rrf:{k}" for k in (5, 15, 30, 60, 120)) + tuple(
+    f"hybrid:weighted:{w}" for w in (0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+)
 
 
 def du(paths: list[Path]) -> int:
     return sum(f.stat().st_size for p in paths for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file())
 
 
-def build(out: Path, workers: int, embedder: str) -> dict:
+def build(out: Path, workers: int, embedder: str, passages: str, info: dict | None) -> dict:
+    """Both parts into `out`; a BM25 part recorded in `info` is kept, only the dense part is (re)built."""
     from rise_batch.index import build_index
     from rise_batch.index.dense import DENSE_DIR, build_dense
 
-    shutil.rmtree(out, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    meta = build_index(WIKI, out, workers=workers, log=lambda m: print(f"  bm25: {m}", flush=True))
+    if info is None or not (out / "meta.json").is_file():
+        shutil.rmtree(out, ignore_errors=True)
+        t0 = time.perf_counter()
+        meta = build_index(WIKI, out, workers=workers, log=lambda m: print(f"  bm25: {m}", flush=True))
+        bm25_files = [p for p in out.iterdir() if p.name != DENSE_DIR]
+        info = {
+            "n_docs": meta.n_docs,
+            "n_chars": meta.corpus["n_chars"],
+            "bm25": {"build_seconds": round(time.perf_counter() - t0, 1), "bytes": du(bm25_files)},
+        }
+    shutil.rmtree(out / DENSE_DIR, ignore_errors=True)
     t1 = time.perf_counter()
-    dense = build_dense(WIKI, out, embedder, workers=workers, log=lambda m: print(f"  dense: {m}", flush=True))
-    t2 = time.perf_counter()
-    bm25_files = [p for p in out.iterdir() if p.name != DENSE_DIR]
-    return {
-        "n_docs": meta.n_docs,
-        "n_chars": meta.corpus["n_chars"],
-        "bm25": {"build_seconds": round(t1 - t0, 1), "bytes": du(bm25_files)},
-        "dense": {
-            "build_seconds": round(t2 - t1, 1),
-            "embed_seconds": dense["build"]["embed_seconds"],
-            "bytes": du([out / DENSE_DIR]),
-            "embedder": dense["embedder"],
-            "dim": dense["dim"],
-        },
+    log = lambda m: print(f"  dense: {m}", flush=True)  # noqa: E731
+    dense = build_dense(WIKI, out, embedder, workers=workers, passages=passages, log=log)
+    info["dense"] = {
+        "build_seconds": round(time.perf_counter() - t1, 1),
+        "embed_seconds": dense["build"]["embed_seconds"],
+        "bytes": du([out / DENSE_DIR]),
+        "embedder": dense["embedder"],
+        "dim": dense["dim"],
+        "passages": dense["passages"],
     }
+    return info
+
+
+def half(query_id: str) -> str:
+    """ "dev" or "test": a query's half, from a digest of its id (deterministic, independent of file order)."""
+    return "dev" if hashlib.blake2b(query_id.encode(), digest_size=8).digest()[-1] % 2 == 0 else "test"
+
+
+def fuse(name: str, bm25_hits: list, dense_hits: list, k: int) -> list:
+    """The hybrid retriever `name`'s top k from 1000-deep bm25 and dense lists (what HybridIndex.search does)."""
+    from rise_batch.index.hybrid import rrf, top, weighted
+    from rise_batch.index.retriever import parse_retriever
+
+    spec = parse_retriever(name)
+    out = []
+    for a, b in zip(bm25_hits, dense_hits, strict=True):
+        scores = rrf([a, b], spec.rrf_k) if spec.fusion == "rrf" else weighted([a, b], [spec.weight, 1 - spec.weight])
+        out.append(top(scores, k))
+    return out
+
+
+def choose(dev: dict[str, dict]) -> str:
+    """The candidate >= bm25 at every K with the best mean recall; else the one whose worst K loses least."""
+
+    def margin(name: str) -> float:
+        return min(dev[name][str(k)] - dev["bm25"][str(k)] for k in KS)
+
+    def mean(name: str) -> float:
+        return sum(dev[name][str(k)] for k in KS) / len(KS)
+
+    safe = [c for c in CANDIDATES if margin(c) >= 0]
+    return max(safe, key=mean) if safe else max(CANDIDATES, key=margin)
 
 
 def ranks_of_gold(hits, gold: list[str]) -> int | None:
@@ -73,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, help="the results file (default bench/results/retrievers.json)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--embedder", default="wordllama")
+    ap.add_argument("--passages", default=None, help="the dense part's passage rule (default: the index default)")
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--limit", type=int, default=0, help="first N queries only (0 = all)")
     return ap
@@ -83,34 +129,48 @@ def main(argv: list[str] | None = None) -> int:
     run = Run("retrievers", args)
     if not WIKI.is_dir() or not SQUAD.is_file():
         sys.exit(f"retrievers: needs {WIKI} and {SQUAD} (the shared data beside the checkout)")
+    from rise_batch.index.passages import parse_passages
     from rise_batch.index.recall import score_recall, search_all
     from rise_batch.index.retriever import open_retriever
     from rise_batch.queries import read_queries
 
     out = args.scratch
+    rule = str(parse_passages(args.passages))
     info_path = out / "bench_build.json"
-    if args.rebuild or not info_path.is_file():
-        print(f"building bm25 + dense over {WIKI} into {out} ({args.workers} workers, {os.cpu_count()} cores)")
-        info = build(out, args.workers, args.embedder)
+    info = json.loads(info_path.read_text()) if info_path.is_file() and not args.rebuild else None
+    if info is None or info.get("dense", {}).get("passages", {}).get("rule") != rule:
+        print(f"building bm25 + dense ({rule}) over {WIKI} into {out} ({args.workers} workers, {os.cpu_count()} cores)")
+        info = build(out, args.workers, args.embedder, rule, info)
         info_path.write_text(json.dumps(info, indent=2))
-    info = json.loads(info_path.read_text())
     queries = [q for q in read_queries(SQUAD, ids_optional=True) if q.gold_doc_ids]
     if args.limit:
         queries = queries[: args.limit]
-    results, hits_by = {}, {}
-    for name in RETRIEVERS:
-        r = open_retriever(out, name)
+    halves = {h: [i for i, q in enumerate(queries) if half(q.query_id) == h] for h in ("dev", "test")}
+    base = {}
+    for name in ("bm25", "dense"):
         t0 = time.perf_counter()
-        hits = search_all(r, queries, max(KS), batch=64)
-        secs = time.perf_counter() - t0
-        hits_by[name] = hits
-        scored = score_recall(queries, hits, KS)["summary"]
-        results[name] = {"recall": scored["recall"], "search_seconds": round(secs, 1), "n_queries": len(queries)}
-        print(f"  {name:<22} " + "  ".join(f"R@{k}={scored['recall'][str(k)]:.4f}" for k in KS) + f"  ({secs:.0f}s)")
-    # where the default hybrid ranks gold lower than bm25: the per-query evidence for any K where it loses
+        base[name] = search_all(open_retriever(out, name), queries, max(KS), batch=64)
+        print(f"  searched {name} in {time.perf_counter() - t0:.0f}s", flush=True)
+    t0 = time.perf_counter()
+    fused = {c: fuse(c, base["bm25"], base["dense"], max(KS)) for c in CANDIDATES}
+    fuse_seconds = time.perf_counter() - t0
+    hits_by = {**base, **fused}
+
+    def recall(name: str, which: str) -> dict[str, float]:
+        idx = halves[which]
+        return score_recall([queries[i] for i in idx], [hits_by[name][i] for i in idx], KS)["summary"]["recall"]
+
+    dev = {name: recall(name, "dev") for name in hits_by}
+    chosen = choose(dev)
+    test = {name: recall(name, "test") for name in hits_by}
+    shown = ["bm25", "dense", "hybrid:rrf:60", chosen]
+    for name in shown:
+        print(f"  test {name:<22} " + "  ".join(f"R@{k}={test[name][str(k)]:.4f}" for k in KS))
+    # where the chosen hybrid ranks gold lower than bm25, on the test half: the per-query evidence for a K it loses
     worse = []
-    for q, b, d, h in zip(queries, hits_by["bm25"], hits_by["dense"], hits_by["hybrid:rrf:60"], strict=True):
-        rb, rd, rh = (ranks_of_gold(x, q.gold_doc_ids) for x in (b, d, h))
+    for i in halves["test"]:
+        q = queries[i]
+        rb, rd, rh = (ranks_of_gold(hits_by[n][i], q.gold_doc_ids) for n in ("bm25", "dense", chosen))
         if rb is not None and (rh is None or rh > rb) and any(rb <= k and (rh is None or rh > k) for k in KS):
             worse.append(
                 {"query_id": q.query_id, "query": q.query, "rank_bm25": rb, "rank_dense": rd, "rank_hybrid": rh}
@@ -121,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "corpus": "wiki2015",
         "queries": "squad_wiki",
+        "split": {h: len(v) for h, v in halves.items()},
         "build": info,
         "embedding_throughput": {
             "docs_per_second": round(docs_s, 1),
@@ -129,25 +190,30 @@ def main(argv: list[str] | None = None) -> int:
             "projected_hours_1m_docs_like_wiki2015": round(1e6 / docs_s / 3600, 2),
             "projected_hours_1m_docs_of_5000_chars": round(1e6 * 5000 / chars_s / 3600, 2),
         },
-        "recall": results,
-        "hybrid_below_bm25": {"n": len(worse), "examples": worse[:10]},
+        "fusion_seconds_all_candidates": round(fuse_seconds, 1),
+        "chosen_on_dev": chosen,
+        "recall_dev": dev,
+        "recall_test": test,
+        "hybrid_below_bm25_test": {"n": len(worse), "examples": worse[:10]},
     }
     print()
-    print("| retriever | R@10 | R@100 | R@1000 | build s | index MB |")
+    print(f"dev {len(halves['dev'])} / test {len(halves['test'])} questions; chosen on dev: {chosen}")
+    print("| retriever (test half) | R@10 | R@100 | R@1000 | build s | index MB |")
     print("|---|---|---|---|---|---|")
-    for name in RETRIEVERS:
+    for name in shown:
         part = "bm25" if name == "bm25" else "dense" if name == "dense" else None
         secs = info[part]["build_seconds"] if part else info["bm25"]["build_seconds"] + d["build_seconds"]
         size = info[part]["bytes"] if part else info["bm25"]["bytes"] + d["bytes"]
-        rec = results[name]["recall"]
+        rec = test[name]
         print(f"| {name} | " + " | ".join(f"{rec[str(k)]:.4f}" for k in KS) + f" | {secs:.0f} | {size / 1e6:.1f} |")
     e = report["embedding_throughput"]
     print(
-        f"\nembedding: {e['docs_per_second']} docs/s, {e['chars_per_second']:,} chars/s on {os.cpu_count()} cores; "
-        f"1M wiki2015-sized docs ~{e['projected_hours_1m_docs_like_wiki2015']} h, "
+        f"\nembedding ({d['passages']['rule']}, {d['passages']['n_passages']:,} passages): {e['docs_per_second']} "
+        f"docs/s, {e['chars_per_second']:,} chars/s on {os.cpu_count()} cores; 1M wiki2015-sized docs "
+        f"~{e['projected_hours_1m_docs_like_wiki2015']} h, "
         f"1M 5k-char docs ~{e['projected_hours_1m_docs_of_5000_chars']} h"
     )
-    print(f"hybrid ranks gold below bm25's cut-off on {len(worse)} queries; first ones:")
+    print(f"{chosen} ranks gold below bm25's cut-off on {len(worse)} test queries; first ones:")
     for w in worse[:5]:
         ranks = f"bm25 #{w['rank_bm25']} dense #{w['rank_dense']} hybrid #{w['rank_hybrid']}"
         print(f"  {w['query_id']}: {ranks}  {w['query']}")

@@ -47,7 +47,9 @@ class RunConfig:
     index: str | None = option(
         None, help="BM25 index directory (from `rise-batch index` or `structure --index`; not needed by dci)"
     )
-    retriever: str = option("bm25", help="bm25, dense, hybrid[:rrf[:K]] or hybrid:weighted[:W]")
+    retriever: str = option(
+        "bm25", help="bm25, dense, hybrid (= hybrid:weighted:0.7), hybrid:rrf[:K] or hybrid:weighted[:W]"
+    )
     embedder: str | None = option(None, help="dense/hybrid: must match the index's model", shown="the recorded one")
     k: int = option(1000, help="documents linked into the workspace per sub-query")
     max_calls: int | None = option(None, help="model calls per query", shown="the system's; 100, dci 300")

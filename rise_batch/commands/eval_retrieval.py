@@ -26,7 +26,8 @@ class EvalRetrievalOptions:
     )
     retriever: str | None = option(
         None,
-        help="bm25, dense, hybrid[:rrf[:K]] or hybrid:weighted[:W], among what the index holds",
+        help="bm25, dense, hybrid (= hybrid:weighted:0.7), hybrid:rrf[:K] or hybrid:weighted[:W], among what the index "
+        "holds",
         shown="bm25 when the index has a BM25 part, else dense",
     )
     embedder: str | None = option(

@@ -45,6 +45,10 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if args.retriever != "bm25" and not is_local_path(args.out):
         raise ValueError(f"--out {args.out}: a {args.retriever} index is written to a local directory only for now")
+    if args.passages is not None:
+        from rise_batch.index.passages import parse_passages
+
+        parse_passages(args.passages)  # a bad rule stops here, before any build
     if args.retriever == "dense":
         return build_dense_only(args)
     if args.retriever == "hybrid":
@@ -91,10 +95,12 @@ def dense_part(args: argparse.Namespace) -> dict:
         columns=args.columns or "",
         ray=ray,
         log=lambda msg: print(f"index: {msg}", file=sys.stderr),
+        passages=args.passages,
     )
     b = meta["build"]
     print(
-        f"index dense docs={meta['n_docs']} embedder={meta['embedder']} dim={meta['dim']} "
+        f"index dense docs={meta['n_docs']} passages={meta['passages']['rule']} "
+        f"n_passages={meta['passages']['n_passages']} embedder={meta['embedder']} dim={meta['dim']} "
         f"docs_per_second={b['docs_per_second']} seconds={b['seconds']:.1f} out={args.out}"
     )
     return meta

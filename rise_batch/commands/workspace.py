@@ -29,7 +29,7 @@ class SearchOptions:
     )
     retriever: str | None = option(
         None,
-        help="bm25, dense or hybrid[:rrf[:K]|:weighted[:W]]",
+        help="bm25, dense or hybrid (= hybrid:weighted:0.7, or :rrf[:K]|:weighted[:W])",
         shown="bm25 when the index has it, else dense",
     )
     embedder: str | None = option(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rise_batch.config import StructureConfig
+from rise_batch.index.passages import DEFAULT_PASSAGES
 from rise_batch.options import Entry, Layout, Section, option, same_as
 
 
@@ -29,6 +30,12 @@ class IndexOptions:
         help="dense/hybrid: wordllama[:config[:dim]][@max_tokens] (offline; extra .[dense]) or st:/model/dir",
         shown="wordllama",
     )
+    passages: str | None = option(
+        None,
+        help="dense/hybrid: what gets one vector, doc (the whole document) or words:N:O (windows of N words "
+        "overlapping by O, a document scored by its best passage)",
+        shown=DEFAULT_PASSAGES,
+    )
     gpus: float = option(0.0, help="dense with --ray: GPUs asked of every embedding task")
     progress: bool = option(True, help="no progress bar or lines")
     query: list[str] = option(
@@ -45,7 +52,7 @@ INDEX_OPTIONS = Layout(
             None,
             (
                 *(Entry("corpus", required=True), Entry("out", required=True), "workers", "shard_docs", "on_bad_row"),
-                *("ray", "ray_address", "overwrite", "retriever", "embedder", "gpus", "progress", "query"),
+                *("ray", "ray_address", "overwrite", "retriever", "embedder", "passages", "gpus", "progress", "query"),
             ),
         ),
     ),

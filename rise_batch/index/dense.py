@@ -1,13 +1,16 @@
 """The dense retriever: embed shards in parallel -> float16 .npy per shard -> one merged memmap; exact search.
 
 Layout inside an index directory: `docids.json` (row -> docid, shared with the BM25 part when there is one) and
-`dense/` holding `embeddings.npy` (float16, n_docs x dim, unit rows) and `meta.json` (the embedder's identity:
-spec, dimension, weights digest; the corpus fingerprint, computed as the BM25 build computes it, so a hybrid
-index can prove both parts cover the same documents in the same order; counts; build timing).
+`dense/` holding `embeddings.npy` (float16, one unit row per passage), `passage_offsets.npy` (int64, n_docs + 1:
+the passages of document i are rows offsets[i]:offsets[i+1], the passage -> document map; absent when the rule is
+`doc`, one row per document) and `meta.json` (the embedder's identity: spec, dimension, weights digest; the
+passage rule (rise_batch.index.passages); the corpus fingerprint, computed as the BM25 build computes it, so a
+hybrid index can prove both parts cover the same documents in the same order; counts; build timing).
 
-Search is exact: the query block (float32, unit rows) times the document matrix in row blocks, a running top-k
-per query. 1M x 256 float16 is 512 MB memory-mapped; a 64k-row block costs 64 MB of float32 at a time. No ANN
-library is needed at that size, and exactness keeps the recall figures free of an approximation.
+Search is exact: the query block (float32, unit rows) times the passage matrix in blocks of whole documents, each
+document scored by its best passage (max cosine), a running top-k per query. 1M x 256 float16 is 512 MB
+memory-mapped; a 64k-row block costs 64 MB of float32 at a time. No ANN library is needed at that size, and
+exactness keeps the recall figures free of an approximation.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from rise_batch.errors import ConfigError
 from rise_batch.executor.local import process_map
 from rise_batch.index.build import DOCIDS_FILE
 from rise_batch.index.embedders import EmbedderSpec, load_embedder, parse_embedder
+from rise_batch.index.passages import PassageRule, parse_passages, split_passages
 from rise_batch.index.plan import later_copy, plan_index_shards, read_shard_docs
 from rise_batch.index.search import Hits, clamp_k
 from rise_batch.index.tables import docid_table, write_docid_table
@@ -37,8 +41,9 @@ if TYPE_CHECKING:
     from rise_batch.types import BadRow
 
 DENSE_DIR = "dense"
-DENSE_FORMAT = "rise_batch.dense/1"
-EMBED_BATCH = 32  # documents per tokenizer call
+DENSE_FORMAT = "rise_batch.dense/2"  # /1 (one row per document, no passage rule) is still read
+OFFSETS_FILE = "passage_offsets.npy"
+EMBED_BATCH = 32  # passages per tokenizer call
 
 
 class DenseShard(NamedTuple):
@@ -49,38 +54,52 @@ class DenseShard(NamedTuple):
     digests: bytes  # 16 bytes per document, blake2b(docid NUL text) as in the BM25 build
     bad_rows: list[BadRow]
     n_chars: int
+    n_passages: list[int]  # per document, >= 1
 
 
-def embed_shard(spec: ShardSpec, embedder: EmbedderSpec, on_bad_row: str) -> tuple[DenseShard, np.ndarray]:
-    """The per-shard function (local process or Ray task): read, check and embed one shard -> (summary, float16)."""
+def embed_shard(
+    spec: ShardSpec, embedder: EmbedderSpec, on_bad_row: str, passages: PassageRule
+) -> tuple[DenseShard, np.ndarray]:
+    """The per-shard function (local process or Ray task): read, check, cut into passages and embed one shard ->
+    (summary, float16 passage rows in document order)."""
     import numpy as np
 
     model = load_embedder(embedder)
     bad: list[BadRow] = []
-    docids, rows, texts, digests, n_chars = [], [], [], bytearray(), 0
+    docids, rows, texts, counts, digests, n_chars = [], [], [], [], bytearray(), 0
     for doc in read_shard_docs(spec, on_bad_row, bad):
         docids.append(doc.docid)
         rows.append(doc.row)
-        texts.append(doc.text)
+        parts = split_passages(doc.text, passages)
+        texts += parts
+        counts.append(len(parts))
         n_chars += len(doc.text)
         digests += doc_digest(doc.docid, doc.text)
     vecs = np.zeros((len(texts), model.dim), dtype=np.float16)
     for i in range(0, len(texts), EMBED_BATCH):
         vecs[i : i + EMBED_BATCH] = model.embed(texts[i : i + EMBED_BATCH])
-    return DenseShard(docids, rows, bytes(digests), bad, n_chars), vecs
+    return DenseShard(docids, rows, bytes(digests), bad, n_chars, counts), vecs
 
 
-def embed_shard_to_disk(spec: ShardSpec, embedder: EmbedderSpec, on_bad_row: str, path: str) -> tuple[DenseShard, str]:
+def embed_shard_to_disk(
+    spec: ShardSpec, embedder: EmbedderSpec, on_bad_row: str, passages: PassageRule, path: str
+) -> tuple[DenseShard, str]:
     """Local-process entry point: the shard's vectors go to a float16 .npy, only the summary comes back by pipe."""
     import numpy as np
 
-    summary, vecs = embed_shard(spec, embedder, on_bad_row)
+    summary, vecs = embed_shard(spec, embedder, on_bad_row, passages)
     np.save(path, vecs)
     return summary, path
 
 
 def map_shards(
-    shards: Sequence[ShardSpec], embedder: EmbedderSpec, on_bad_row: str, spill: Path, workers: int, ray: dict | None
+    shards: Sequence[ShardSpec],
+    embedder: EmbedderSpec,
+    on_bad_row: str,
+    spill: Path,
+    workers: int,
+    ray: dict | None,
+    passages: PassageRule,
 ) -> Iterator[tuple[DenseShard, Callable[[], Any]]]:
     """(summary, fetch vectors) per shard in corpus order: spawned processes, or Ray tasks when `ray` is given
     ({"address": ..., "num_gpus": ...}; num_gpus is asked of every task, so GPUs are honoured on a cluster)."""
@@ -91,11 +110,11 @@ def map_shards(
 
         init_ray(ray.get("address"), log_to_driver=False)
         opts = {"num_gpus": ray["num_gpus"]} if ray.get("num_gpus") else None
-        yield from task_map(embed_shard, shards, embedder, on_bad_row, options=opts)
+        yield from task_map(embed_shard, shards, embedder, on_bad_row, passages, options=opts)
         return
 
     spill.mkdir(parents=True, exist_ok=True)
-    calls = [(s, embedder, on_bad_row, str(spill / f"shard-{i:06d}.npy")) for i, s in enumerate(shards)]
+    calls = [(s, embedder, on_bad_row, passages, str(spill / f"shard-{i:06d}.npy")) for i, s in enumerate(shards)]
     for summary, path in process_map(embed_shard_to_disk, calls, workers):
         yield summary, lambda p=path: np.load(p, mmap_mode="r")
 
@@ -112,13 +131,18 @@ def build_dense(
     ray: dict | None = None,
     shards: Sequence[ShardSpec] | None = None,
     log: Callable[[str], None] | None = None,
+    passages: str | PassageRule | None = None,
 ) -> dict:
     """Embed a corpus into `index_dir/dense/` (created beside a BM25 part, or in a new directory); returns meta.
 
-    Duplicate docids and bad rows follow `on_bad_row` exactly as the BM25 build does (the first copy is kept), so
-    both parts hold the same rows; an existing `docids.json` (the BM25 part's) must equal the dense rows."""
+    `passages` is the passage rule (None: DEFAULT_PASSAGES; "doc": one vector per document). Duplicate docids and
+    bad rows follow `on_bad_row` exactly as the BM25 build does (the first copy is kept), so both parts hold the
+    same rows; an existing `docids.json` (the BM25 part's) must equal the dense rows."""
+    import numpy as np
+
     say = log or (lambda _msg: None)
     spec = embedder if isinstance(embedder, EmbedderSpec) else parse_embedder(embedder)
+    rule = parse_passages(passages)
     model = load_embedder(spec)  # fail here, before any shard, when the extra is missing
     out = Path(index_dir)
     if (out / DENSE_DIR).exists():
@@ -130,38 +154,32 @@ def build_dense(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        parts, keep = _embed_all(shards, spec, on_bad_row, tmp, workers, ray)
+        parts, keep = _embed_all(shards, spec, on_bad_row, tmp, workers, ray, rule)
         n = int(sum(int(m.sum()) for m in keep))
+        kept = [np.asarray(s.n_passages, dtype=np.int64)[m] for (s, _), m in zip(parts, keep, strict=True)]
+        counts = np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+        n_rows = int(counts.sum())
         t1 = time.perf_counter()
-        say(f"embedded {n} docs in {len(shards)} shards in {t1 - t0:.1f}s ({n / max(t1 - t0, 1e-9):.0f} docs/s)")
-        docids, content = _merge_vectors(tmp / "embeddings.npy", parts, keep, model.dim)
+        say(
+            f"embedded {n} docs ({n_rows} passages, {rule}) in {len(shards)} shards in {t1 - t0:.1f}s "
+            f"({n / max(t1 - t0, 1e-9):.0f} docs/s)"
+        )
+        docids, content = _merge_vectors(tmp / "embeddings.npy", parts, keep, (n_rows, model.dim))
+        if rule.kind != "doc":
+            np.save(tmp / OFFSETS_FILE, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
         shutil.rmtree(tmp / "_spill", ignore_errors=True)
         _check_docids(out, docids)
-        bad = [b for s, _ in parts for b in s.bad_rows]
-        meta = {
-            "format": DENSE_FORMAT,
-            **model.identity(),
-            "dtype": "float16",
-            "n_docs": n,
-            "corpus": {
-                "path": str(corpus_path),
-                "content_sha256": content,
-                "n_chars": sum(s.n_chars for s, _ in parts),
-                "n_bad_rows": len(bad),
-                "n_duplicates_skipped": int(sum(int((~m).sum()) for m in keep)),
-                "bad_rows": [list(b) for b in bad[:100]],
-            },
-            "build": {
-                "runner": "ray" if ray is not None else "process",
-                "workers": workers,
-                "num_gpus": (ray or {}).get("num_gpus") or 0,
-                "n_shards": len(shards),
-                "embed_seconds": round(t1 - t0, 3),
-                "seconds": round(time.perf_counter() - t0, 3),
-                "docs_per_second": round(n / max(t1 - t0, 1e-9), 1),
-                "library_version": model.version,
-            },
+        build = {
+            "runner": "ray" if ray is not None else "process",
+            "workers": workers,
+            "num_gpus": (ray or {}).get("num_gpus") or 0,
+            "n_shards": len(shards),
+            "embed_seconds": round(t1 - t0, 3),
+            "seconds": round(time.perf_counter() - t0, 3),
+            "docs_per_second": round(n / max(t1 - t0, 1e-9), 1),
+            "library_version": model.version,
         }
+        meta = _meta(model, rule, n_rows, str(corpus_path), content, parts, keep, build)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False))
         if not (out / DOCIDS_FILE).exists():
             (out / DOCIDS_FILE).write_text(json.dumps(docids, ensure_ascii=False))
@@ -172,8 +190,44 @@ def build_dense(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _meta(
+    model: Any,
+    rule: PassageRule,
+    n_rows: int,
+    corpus_path: str,
+    content: str,
+    parts: list[tuple[DenseShard, Callable[[], Any]]],
+    keep: list[np.ndarray],
+    build: dict,
+) -> dict:
+    """meta.json of a dense part: the model's identity, the passage rule, the corpus' digest and bad rows."""
+    bad = [b for s, _ in parts for b in s.bad_rows]
+    return {
+        "format": DENSE_FORMAT,
+        **model.identity(),
+        "dtype": "float16",
+        "n_docs": int(sum(int(m.sum()) for m in keep)),
+        "passages": {"rule": str(rule), "n_passages": n_rows, "doc_score": "max"},
+        "corpus": {
+            "path": corpus_path,
+            "content_sha256": content,
+            "n_chars": sum(s.n_chars for s, _ in parts),
+            "n_bad_rows": len(bad),
+            "n_duplicates_skipped": int(sum(int((~m).sum()) for m in keep)),
+            "bad_rows": [list(b) for b in bad[:100]],
+        },
+        "build": build,
+    }
+
+
 def _embed_all(
-    shards: list[ShardSpec], spec: EmbedderSpec, on_bad_row: str, tmp: Path, workers: int, ray: dict | None
+    shards: list[ShardSpec],
+    spec: EmbedderSpec,
+    on_bad_row: str,
+    tmp: Path,
+    workers: int,
+    ray: dict | None,
+    rule: PassageRule,
 ) -> tuple[list[tuple[DenseShard, Callable[[], Any]]], list[np.ndarray]]:
     """Every shard embedded: (summary, fetch vectors) per shard, and per shard the mask of rows kept (False: a
     later copy of a docid, left out as the BM25 build leaves it out)."""
@@ -182,7 +236,7 @@ def _embed_all(
     parts: list[tuple[DenseShard, Callable[[], Any]]] = []
     first: dict[str, tuple[int, int]] = {}
     keep: list[np.ndarray] = []
-    for i, (summary, fetch) in enumerate(map_shards(shards, spec, on_bad_row, tmp / "_spill", workers, ray)):
+    for i, (summary, fetch) in enumerate(map_shards(shards, spec, on_bad_row, tmp / "_spill", workers, ray, rule)):
         mask = np.ones(len(summary.docids), dtype=bool)
         for j, (docid, row) in enumerate(zip(summary.docids, summary.source_rows, strict=True)):
             mask[j] = not later_copy(first, docid, i, row, shards, on_bad_row)
@@ -192,18 +246,18 @@ def _embed_all(
 
 
 def _merge_vectors(
-    path: Path, parts: list[tuple[DenseShard, Callable[[], Any]]], keep: list[np.ndarray], dim: int
+    path: Path, parts: list[tuple[DenseShard, Callable[[], Any]]], keep: list[np.ndarray], shape: tuple[int, int]
 ) -> tuple[list[str], str]:
-    """The kept rows' vectors into one float16 .npy at `path`, in corpus order: (their docids, content digest)."""
+    """The kept documents' passage vectors into one float16 .npy of `shape` at `path`, in corpus order: (the kept
+    docids, content digest)."""
     import numpy as np
 
-    n = int(sum(int(m.sum()) for m in keep))
-    merged = np.lib.format.open_memmap(path, mode="w+", dtype=np.float16, shape=(n, dim))
+    merged = np.lib.format.open_memmap(path, mode="w+", dtype=np.float16, shape=shape)
     docids: list[str] = []
     content = hashlib.sha256()
     at = 0
     for (summary, fetch), mask in zip(parts, keep, strict=True):
-        vecs = np.asarray(fetch())[mask]
+        vecs = np.asarray(fetch())[np.repeat(mask, np.asarray(summary.n_passages, dtype=np.int64))]
         merged[at : at + len(vecs)] = vecs
         at += len(vecs)
         docids += [d for d, m in zip(summary.docids, mask.tolist(), strict=True) if m]
@@ -247,8 +301,9 @@ class DenseIndex:
                 f"`rise-batch index --retriever dense` (or hybrid)"
             )
         self.meta = json.loads((d / "meta.json").read_text())
-        if self.meta.get("format") != DENSE_FORMAT:
+        if self.meta.get("format") not in (DENSE_FORMAT, "rise_batch.dense/1"):
             raise ValueError(f"{d}/meta.json: unsupported format {self.meta.get('format')!r} (expected {DENSE_FORMAT})")
+        self.passages = parse_passages(self.meta.get("passages", {}).get("rule", "doc"))
         recorded = parse_embedder(self.meta["embedder"])
         asked = (
             recorded
@@ -268,15 +323,37 @@ class DenseIndex:
             )
         self.vectors = np.load(d / "embeddings.npy", mmap_mode="r")
         self.docids = docid_table(self.path)  # mapped, shared with the node's other processes
-        if self.vectors.shape != (len(self.docids), self.embedder.dim):
-            raise ValueError(f"{d}/embeddings.npy: shape {self.vectors.shape} for {len(self.docids)} docids")
+        n = len(self.docids)
+        if self.passages.kind == "doc":
+            self.offsets = np.arange(n + 1, dtype=np.int64)
+        else:
+            self.offsets = np.load(d / OFFSETS_FILE, mmap_mode="r")
+            if self.offsets.shape != (n + 1,) or int(self.offsets[0]) != 0 or not (np.diff(self.offsets) > 0).all():
+                raise ValueError(
+                    f"{d}/{OFFSETS_FILE}: not {n} + 1 increasing offsets from 0 (every document has a passage); "
+                    "rebuild the dense index"
+                )
+        if self.vectors.shape != (int(self.offsets[-1]), self.embedder.dim):
+            raise ValueError(f"{d}/embeddings.npy: shape {self.vectors.shape} for {n} docids")
         self.block_rows = max(1, int(block_rows))
 
     def __len__(self) -> int:
         return len(self.docids)
 
+    def _blocks(self) -> Iterator[tuple[int, int]]:
+        """Document ranges [d0, d1) whose passages fill about block_rows rows (at least one document each)."""
+        import numpy as np
+
+        d0, n = 0, len(self.docids)
+        while d0 < n:
+            d1 = int(np.searchsorted(self.offsets, int(self.offsets[d0]) + self.block_rows, side="right")) - 1
+            d1 = min(max(d1, d0 + 1), n)
+            yield d0, d1
+            d0 = d1
+
     def search(self, queries: list[str], k: int) -> list[Hits]:
-        """Top-k documents per query by cosine similarity; a query with no known token gets empty Hits."""
+        """Top-k documents per query by cosine similarity of their best passage; a query with no known token gets
+        empty Hits."""
         import numpy as np
 
         k = clamp_k(queries, k, len(self.docids))
@@ -286,9 +363,11 @@ class DenseIndex:
         live = np.linalg.norm(q, axis=1) > 0
         best_s = np.full((len(queries), 0), -np.inf, dtype=np.float32)
         best_r = np.zeros((len(queries), 0), dtype=np.int64)
-        for start in range(0, len(self.docids), self.block_rows):
-            block = np.asarray(self.vectors[start : start + self.block_rows], dtype=np.float32)
-            s = q @ block.T
+        for start, stop in self._blocks():
+            p0, p1 = int(self.offsets[start]), int(self.offsets[stop])
+            s = q @ np.asarray(self.vectors[p0:p1], dtype=np.float32).T
+            if p1 - p0 != stop - start:  # passages -> documents: each document's best passage
+                s = np.maximum.reduceat(s, np.asarray(self.offsets[start:stop]) - p0, axis=1)
             if s.shape[1] > k:
                 top = np.argpartition(-s, k - 1, axis=1)[:, :k]
                 s = np.take_along_axis(s, top, axis=1)

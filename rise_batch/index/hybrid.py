@@ -1,11 +1,12 @@
 """Hybrid retrieval: fuse a BM25 ranking and a dense ranking of the same index directory into one.
 
-Two fusions, chosen by the retriever spec (`hybrid`, `hybrid:rrf:60`, `hybrid:weighted:0.5`):
-- `rrf` (default): reciprocal-rank fusion, score(d) = sum over lists of 1 / (rrf_k + rank(d)), rank from 1;
+Two fusions, chosen by the retriever spec (`hybrid` = `hybrid:weighted:0.7`, `hybrid:rrf:60`, ...):
+- `rrf`: reciprocal-rank fusion, score(d) = sum over lists of 1 / (rrf_k + rank(d)), rank from 1;
   rank-only, so it needs no score calibration between BM25 (unbounded) and cosine (-1..1). rrf_k = 60 (Cormack
   et al. 2009).
-- `weighted`: w * minmax(bm25) + (1 - w) * minmax(cosine), each list min-max normalised per query over its own
-  candidates; a document missing from a list gets 0 from it.
+- `weighted` (what `hybrid` means, w = 0.7; rise_batch.index.retriever says why): w * minmax(bm25) + (1 - w) *
+  minmax(cosine), each list min-max normalised per query over its own candidates; a document missing from a list
+  gets 0 from it.
 Each list is taken to `depth` = max(k, min_depth) (1000 by default), so a document ranked 900th by one retriever
 and 5th by the other can still reach the fused top 10. Ties break by docid, so the order is deterministic.
 """

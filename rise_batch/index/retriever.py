@@ -5,8 +5,14 @@ the workspace, the agent tools and recall@K only ever call that. Three are regis
 
   bm25                          today's index (`meta.json` + bm25s files), the default
   dense                         `dense/` (rise_batch.index.dense): an embedding model's exact cosine top-k
-  hybrid[:rrf[:K]]              both, fused by reciprocal rank (K = 60) ...
+  hybrid                        both, fused as DEFAULT_HYBRID (hybrid:weighted:0.7, chosen below) ...
+  hybrid:rrf[:K]                ... or by reciprocal rank (K = 60) ...
   hybrid:weighted[:W]           ... or by a weighted sum of min-max scores (W = the BM25 weight, 0.5)
+
+Why `hybrid` means weighted:0.7: chosen on a dev half of squad_wiki (by query id) among rrf K in 5..120 and
+weighted W in 0.4..0.9 (`python -m bench.retrievers`), as the best mean recall@10/100/1000 among those never below
+bm25 on dev; on the test half it is above bm25 at every K with passage-level dense (docs/retrieval.md). Equal-weight
+fusion (rrf) lets the weaker dense list pull gold down; a BM25-heavy weight keeps BM25's hits and adds dense's.
 
 The spec string is the one key of every config (`retriever:` in run and sweep YAML) and flag (`--retriever`).
 `index --retriever R` builds the parts R needs (`PARTS`); opening a retriever whose part the directory lacks is a
@@ -41,8 +47,12 @@ class RetrieverSpec:
         return f"hybrid:rrf:{self.rrf_k:g}" if self.fusion == "rrf" else f"hybrid:weighted:{self.weight:g}"
 
 
+DEFAULT_HYBRID = RetrieverSpec("hybrid", "weighted", weight=0.7)
+
+
 def parse_retriever(text: str | RetrieverSpec | None) -> RetrieverSpec:
-    """`bm25`, `dense`, `hybrid[:rrf[:K]]` or `hybrid:weighted[:W]` -> a spec; a one-line ConfigError otherwise."""
+    """`bm25`, `dense`, `hybrid`, `hybrid:rrf[:K]` or `hybrid:weighted[:W]` -> a spec; a one-line ConfigError
+    otherwise."""
     if isinstance(text, RetrieverSpec):
         return text
     raw = (text or "bm25").strip()
@@ -52,7 +62,7 @@ def parse_retriever(text: str | RetrieverSpec | None) -> RetrieverSpec:
             f"retriever {raw!r}: expected bm25, dense, hybrid, hybrid:rrf[:K] or hybrid:weighted[:W] (W = BM25 weight)"
         )
     if not rest:
-        return RetrieverSpec(name)
+        return DEFAULT_HYBRID if name == "hybrid" else RetrieverSpec(name)
     fusion, value = rest[0], (rest[1] if len(rest) == 2 else "")
     bad = ConfigError(f"retriever {raw!r}: expected hybrid:rrf[:K] with K >= 0 or hybrid:weighted[:W] with 0 <= W <= 1")
     if len(rest) > 2 or fusion not in ("rrf", "weighted"):

@@ -33,7 +33,7 @@ def hybrid_dir(corpus, tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("h") / "ix"
     build_index(corpus, out, workers=1)
-    build_dense(corpus, out, workers=1)
+    build_dense(corpus, out, workers=1, passages="doc")  # one row per document: the exactness test compares rows
     return out
 
 
@@ -150,7 +150,8 @@ def test_parse_retriever():
     from rise_batch.index.retriever import parse_retriever
 
     assert str(parse_retriever(None)) == "bm25"
-    assert str(parse_retriever("hybrid")) == "hybrid:rrf:60"
+    assert str(parse_retriever("hybrid")) == "hybrid:weighted:0.7"  # the fusion chosen on squad_wiki's dev half
+    assert str(parse_retriever("hybrid:rrf")) == "hybrid:rrf:60"  # the old default, by its explicit spelling
     assert parse_retriever("hybrid:weighted:0.3").weight == 0.3
     for bad in ("bm26", "dense:rrf", "hybrid:max", "hybrid:weighted:2", "hybrid:rrf:x", "hybrid:rrf:nan"):
         with pytest.raises(ConfigError, match="retriever"):
@@ -178,9 +179,11 @@ def test_another_embedder_is_refused(hybrid_dir, tmp_path):
         open_retriever(tmp_path / "nothing", "dense")
 
 
-def _dense_files(d: Path) -> tuple[bytes, list, str]:
+def _dense_files(d: Path) -> tuple[bytes, list, bytes, str]:
+    """Passage vectors, docids, the passage -> document map and meta of a dense build (default passage rule)."""
     meta = json.loads((d / "dense" / "meta.json").read_text())
-    return (d / "dense" / "embeddings.npy").read_bytes(), json.loads((d / "docids.json").read_text()), meta
+    offsets = (d / "dense" / "passage_offsets.npy").read_bytes()
+    return (d / "dense" / "embeddings.npy").read_bytes(), json.loads((d / "docids.json").read_text()), offsets, meta
 
 
 def test_sharded_build_equals_one_shard(corpus, hybrid_dir, tmp_path):
@@ -192,9 +195,9 @@ def test_sharded_build_equals_one_shard(corpus, hybrid_dir, tmp_path):
     m2 = build_dense(corpus, tmp_path / "two", workers=2, shard_docs=20)
     assert m2["build"]["n_shards"] == 2
     one, two = _dense_files(tmp_path / "one"), _dense_files(tmp_path / "two")
-    assert one[0] == two[0] and one[1] == two[1] == [r["docid"] for r in sample_rows(N)]
+    assert one[0] == two[0] and one[1] == two[1] == [r["docid"] for r in sample_rows(N)] and one[2] == two[2]
     bm25 = json.loads((hybrid_dir / "meta.json").read_text())
-    assert one[2]["corpus"]["content_sha256"] == two[2]["corpus"]["content_sha256"] == bm25["corpus"]["content_sha256"]
+    assert one[3]["corpus"]["content_sha256"] == two[3]["corpus"]["content_sha256"] == bm25["corpus"]["content_sha256"]
 
 
 def test_ray_build_equals_local(corpus, tmp_path, ray_local):
@@ -203,7 +206,7 @@ def test_ray_build_equals_local(corpus, tmp_path, ray_local):
     build_dense(corpus, tmp_path / "local", workers=1, shard_docs=20)
     meta = build_dense(corpus, tmp_path / "ray", shard_docs=20, ray={"address": None})
     assert meta["build"]["runner"] == "ray" and meta["build"]["n_shards"] == 2
-    assert _dense_files(tmp_path / "local")[:2] == _dense_files(tmp_path / "ray")[:2]
+    assert _dense_files(tmp_path / "local")[:3] == _dense_files(tmp_path / "ray")[:3]
 
 
 def _assigned(item: int) -> tuple[dict, int]:
@@ -225,7 +228,8 @@ def test_cli_round_trip(corpus, tmp_path, capsys):
     out = tmp_path / "ix"
     assert main(["index", "--corpus", str(corpus), "--out", str(out), "--retriever", "hybrid", "--workers", "1"]) == 0
     printed = capsys.readouterr().out
-    assert "index dense docs=40 embedder=wordllama:l2_supercat:256 dim=256" in printed
+    assert "index dense docs=40 passages=words:200:50 n_passages=" in printed
+    assert "embedder=wordllama:l2_supercat:256 dim=256" in printed
     queries = tmp_path / "q.jsonl"
     queries.write_text(
         "".join(json.dumps({"query_id": d, "query": t, "gold_doc_ids": [d]}) + "\n" for d, t in title_queries())
@@ -239,11 +243,12 @@ def test_cli_round_trip(corpus, tmp_path, capsys):
         trec = tmp_path / f"{name}.trec"
         argv = ["eval-retrieval", "--index", str(out), "--queries", str(queries), "--k", "1,10"]
         assert main([*argv, "--retriever", name, "--out", str(res), "--trec-run", str(trec)]) == 0
-        assert f"retriever={name if name != 'hybrid' else 'hybrid:rrf:60'} " in capsys.readouterr().out
+        assert f"retriever={name if name != 'hybrid' else 'hybrid:weighted:0.7'} " in capsys.readouterr().out
         summary = json.loads(res.read_text())["summary"]
         expect = evaluate_recall(open_retriever(out, name), read_queries(queries, ids_optional=True), [1, 10])
         assert summary["recall"] == expect["summary"]["recall"]
-        assert trec.read_text().split("\n")[0].endswith(f"rise-batch-{name}" + ("-rrf-60" if name == "hybrid" else ""))
+        tag = f"rise-batch-{name}" + ("-weighted-0.7" if name == "hybrid" else "")
+        assert trec.read_text().split("\n")[0].endswith(tag)
     report = tmp_path / "report"
     files = [str(tmp_path / f"{n}.json") for n in ("bm25", "dense", "hybrid")]
     assert main(["report", "--out", str(report), *[x for f in files for x in ("--retrieval", f)]]) == 0
