@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,21 @@ def write_parquet(path: Path, rows: list[dict], row_group_size: int | None = Non
 @pytest.fixture(scope="session")
 def sample_path() -> Path:
     return SAMPLE
+
+
+def own_ray_workers(actor: str) -> list:
+    """This test process's Ray workers running `actor` (descendants of this process: its private local Ray, never
+    another cluster's). A worker that exits while it is looked at is skipped."""
+    import psutil
+
+    found = []
+    for p in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            if actor in " ".join(p.cmdline()):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rise_batch.config import load_structure_config
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.structuring.job import run_structure
+from tests.conftest import own_ray_workers
 
 
 def rows(out) -> list[dict]:
@@ -40,12 +41,14 @@ def test_dead_actor_shards_are_resubmitted(tmp_path, sample_path, ray_local):
 
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not killed:
-            for p in psutil.process_iter(["cmdline"]):
-                if "StructureWorker" in " ".join(p.info["cmdline"] or []):
-                    if (out / "checkpoint").exists() and list((out / "checkpoint").glob("*.parquet")):
+            if list((out / "checkpoint").glob("*.parquet")):
+                for p in own_ray_workers("StructureWorker"):  # this test's Ray only, never another's workers
+                    try:
                         p.kill()
-                        killed.append(p.pid)
-                        return
+                    except psutil.NoSuchProcess:
+                        continue
+                    killed.append(p.pid)
+                    return
             time.sleep(0.05)
 
     t = threading.Thread(target=killer)

@@ -4,7 +4,6 @@ shard, never passes the total when a shard is redone after its worker died, and 
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -15,6 +14,7 @@ from rise_batch.config import load_structure_config
 from rise_batch.fake_llm import FakeLLMServer
 from rise_batch.progress import DEFAULT_EVERY_S, set_progress_every
 from rise_batch.structuring.job import run_structure
+from tests.conftest import own_ray_workers
 from tests.test_progress import progress_lines
 
 
@@ -62,18 +62,6 @@ def test_the_line_counts_documents_within_a_shard(tmp_path, sample_path, ray_loc
     assert all("$" in line for line in moving), err
 
 
-def own_workers() -> list[psutil.Process]:
-    """This test's Ray workers: descendants of this process (its private local Ray), never another cluster's."""
-    found = []
-    for p in psutil.Process(os.getpid()).children(recursive=True):
-        try:  # a Ray worker may exit between the listing and this read (the suite's earlier tests leave many)
-            if "StructureWorker" in " ".join(p.cmdline()):
-                found.append(p)
-        except psutil.Error:
-            continue
-    return found
-
-
 def test_a_shard_redone_after_its_worker_died_is_not_counted_twice(
     tmp_path, sample_path, ray_local, every_half_second, capfd
 ):
@@ -86,7 +74,7 @@ def test_a_shard_redone_after_its_worker_died_is_not_counted_twice(
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if list((out / "checkpoint").glob("**/*.parquet")):
-                for worker in own_workers():
+                for worker in own_ray_workers("StructureWorker"):
                     try:
                         worker.kill()
                     except psutil.Error:
