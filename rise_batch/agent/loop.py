@@ -84,6 +84,7 @@ class AgentRun:
     retrieved: dict[str, None] = field(default_factory=dict)  # ordered sets
     surfaced: dict[str, None] = field(default_factory=dict)
     steps: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)  # one per model reply: its text (call_record)
     error: str | None = None
     model_s: float = 0.0  # time spent waiting on the model
     tool_s: float = 0.0  # time spent in tools
@@ -170,6 +171,26 @@ def step_record(name: str, raw: str, result: ToolResult) -> dict[str, Any]:
         "added": len(result.retrieved),
         "output_lines": result.text.count("\n") + 1,
     }
+
+
+def _kept(text: str) -> str:
+    """The first STEP_OUTPUT_CHARS characters of a model's text, as UTF-8 can write them (a lone surrogate from a
+    `\\ud800` escape in the reply becomes its escape text instead of failing the trajectory file)."""
+    return text[:STEP_OUTPUT_CHARS].encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def call_record(call: int, message: Any, tool_calls: int) -> dict[str, Any]:
+    """One model reply in the trajectory file's `calls`: the text the model wrote (before its tool calls, or its
+    final reply) cut like a tool output, with its whole length so a reader can say it was cut, and how many tool
+    calls it made (the next `tool_calls` entries of `steps`, fewer when the budget ended first). A reasoning text
+    the server hands back (`reasoning_content`: vLLM, DeepSeek, or the Responses API's reasoning summaries) is kept
+    the same way."""
+    text = message.content if isinstance(message.content, str) else ""
+    out: dict[str, Any] = {"call": call, "text": _kept(text), "text_chars": len(text), "tool_calls": tool_calls}
+    reasoning = getattr(message, "reasoning_content", None)
+    if isinstance(reasoning, str) and reasoning:
+        out |= {"reasoning": _kept(reasoning), "reasoning_chars": len(reasoning)}
+    return out
 
 
 class _Context:
@@ -341,6 +362,7 @@ async def _turns(client, tools, budget, run, ctx, params, executor, emit, clock,
         run.cost_usd += reply.cost_usd
         message = done.completion.choices[0].message
         calls = message.tool_calls or []
+        run.calls.append(call_record(run.model_calls, message, len(calls)))
         emit(
             {
                 "event": "model_call",

@@ -205,6 +205,7 @@ def trajectory_record(ctx: WorkerContext, query: Query, run: AgentRun, ws_docs: 
         "gold_paths": gold_paths(ctx.store, query.gold_doc_ids),
         "answer": query.answer,
         "steps": run.steps,
+        "calls": run.calls,  # the model's text of each reply; `tool_calls` of them say which steps each one made
         "error": run.error,
         "timing": {"model_s": round(run.model_s, 3), "tool_s": round(run.tool_s, 3)},
     } | ({"retryable": True} if run.retryable else {})
@@ -323,5 +324,6 @@ def failed_record(
         "gold_paths": {},
         "answer": query.answer,
         "steps": [],
+        "calls": [],
         "error": error,
     } | ({"retryable": True} if retryable else {})

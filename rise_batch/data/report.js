@@ -200,9 +200,9 @@
     });
   }
 
-  function expandable(text) {
+  function expandable(text, cls) {
     text = text === null || text === undefined ? "" : String(text);
-    const pre = el("pre", "out", text.length > SHORT ? text.slice(0, SHORT) + " …" : text);
+    const pre = el("pre", cls || "out", text.length > SHORT ? text.slice(0, SHORT) + " …" : text);
     if (text.length <= SHORT) return pre;
     const button = el("button", "expand", "show all " + text.length + " characters");
     button.addEventListener("click", () => {
@@ -238,7 +238,6 @@
     if (ws) head.append(" ", el("span", "ws", ws));
     for (const [cls, label] of m) head.append(" ", el("span", "badge " + cls, label));
     const box = el("div", "step " + m.map((x) => x[0]).join(" "), head, el("pre", "args", args(step.arguments)));
-    if (step.text) box.insertBefore(el("div", "model-text", step.text), head.nextSibling);
     box.append(expandable(step.output));
     return box;
   }
@@ -248,6 +247,13 @@
     if (turn.call !== null && turn.call !== undefined) {
       const tokens = turn.input_tokens === undefined ? "" : turn.input_tokens + " → " + turn.output_tokens + " tokens";
       box.append(el("div", "turn-head", "model call " + turn.call, " ", el("span", "meta", [fmt.sec(turn.seconds), tokens, turn.cost_usd === undefined || turn.cost_usd === null ? "" : "≈" + fmt.usd(turn.cost_usd)].filter(Boolean).join(" · "))));
+    }
+    for (const key of ["reasoning", "text"]) {
+      if (!turn[key]) continue; // what the model wrote before its tool calls, shown before them
+      const box2 = el("div", "model-" + key, el("div", "said", key === "text" ? "model text" : "reasoning"), expandable(turn[key], "model-said"));
+      const whole = turn[key + "_chars"];
+      if (whole > turn[key].length) box2.append(el("div", "meta", "cut: the trajectory file keeps " + turn[key].length + " of its " + whole + " characters"));
+      box.append(box2);
     }
     for (const s of turn.steps) box.append(drawStep(s, inter));
     return box;

@@ -1,7 +1,8 @@
 """What the HTML report shows of one trajectory: one JSON object per trajectory, built by `trajectory_view`.
 
-A trajectory file keeps the tool calls in order (tool, arguments, output cut to 2,000 characters) but not when each
-happened or what it cost; the run's events.jsonl does (a `model_call` event per model call, naming the tools it
+A trajectory file keeps the tool calls in order (tool, arguments, output cut to 2,000 characters) and, per model
+call, the text the model wrote and how many tool calls it made (`calls`), but not when each happened or what it
+cost; the run's events.jsonl does (a `model_call` event per model call, naming the tools it
 called, with its tokens and seconds; a `tool_call` event per tool call with its seconds). Joining the two gives each
 step its model call, time and cost. A model call's cost is the trajectory's recorded cost shared between its calls
 by their tokens at the model's prices, so the steps sum to what the run was billed. The page is the only reader of
@@ -86,32 +87,55 @@ def _weights(model: str, calls: Sequence[dict[str, Any]]) -> list[float]:
 
 
 def _turns(trajectory: dict[str, Any], events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The model calls with their tool steps attached. Without events each step is its own call."""
+    """The model calls with their tool steps attached and the text each call wrote before them (the trajectory's
+    `calls`). Without events the trajectory's `calls` group the steps; without either each step is its own call."""
     steps = [s for s in trajectory.get("steps") or () if isinstance(s, dict)]
     events = list(events)
+    said = [c for c in trajectory.get("calls") or () if isinstance(c, dict)]
     calls = [e for e in events if e.get("event") == "model_call"]
     tool_s = [e.get("seconds") for e in events if e.get("event") == "tool_call"]
-    if not calls:
-        return [{"call": None, "steps": [dict(s)]} for s in steps]
-    weights = _weights(str(trajectory.get("model") or ""), calls)
-    total, cost = sum(weights), float(trajectory.get("cost_usd") or 0.0)
-    turns, at = [], 0
-    for c, w in zip(calls, weights, strict=True):
-        n = len(c.get("tool_calls") or ())
-        turns.append(
+    if calls:
+        weights = _weights(str(trajectory.get("model") or ""), calls)
+        total, cost = sum(weights), float(trajectory.get("cost_usd") or 0.0)
+        heads = [
             {
                 "call": c.get("call"),
                 "seconds": c.get("seconds"),
                 "input_tokens": c.get("input_tokens"),
                 "output_tokens": c.get("output_tokens"),
                 "cost_usd": cost * w / total if total else None,
-                "steps": [s | {"seconds": tool_s[i] if i < len(tool_s) else None} for i, s in _span(steps, at, n)],
             }
-        )
+            for c, w in zip(calls, weights, strict=True)
+        ]
+        sizes = [len(c.get("tool_calls") or ()) for c in calls]
+    elif said:
+        heads = [{"call": c.get("call")} for c in said]
+        sizes = [n if isinstance(n := c.get("tool_calls"), int) and n > 0 else 0 for c in said]
+    else:
+        return [{"call": None, "steps": [dict(s)]} for s in steps]
+    texts = {c.get("call"): c for c in said}
+    final = heads[-1]["call"] if trajectory.get("stop_reason") == "answered" else None
+    turns, at = [], 0
+    for head, n in zip(heads, sizes, strict=True):
+        text = _said(texts.get(head["call"]), final_reply=n == 0 and head["call"] == final)
+        span = [s | {"seconds": tool_s[i] if i < len(tool_s) else None} for i, s in _span(steps, at, n)]
+        turns.append(head | text | {"steps": span})
         at += n
     if at < len(steps):  # steps the events do not account for (lost lines): shown, never dropped
         turns.append({"call": None, "steps": [dict(s) for s in steps[at:]]})
     return turns
+
+
+def _said(call: dict[str, Any] | None, final_reply: bool) -> dict[str, Any]:
+    """A model call's text and reasoning with their whole lengths (more than the text when the file cut it). The
+    answering call's text is left out: it is the final reply, which the page shows whole."""
+    out: dict[str, Any] = {}
+    for key in ("reasoning",) if final_reply else ("reasoning", "text"):
+        value = (call or {}).get(key)
+        if isinstance(value, str) and value:
+            chars = call.get(f"{key}_chars")  # type: ignore[union-attr]
+            out |= {key: value, f"{key}_chars": chars if isinstance(chars, int) else len(value)}
+    return out
 
 
 def _span(steps: list[dict[str, Any]], at: int, n: int) -> list[tuple[int, dict[str, Any]]]:

@@ -19,6 +19,8 @@ Behaviours that exercise budgets and failures are chosen per query by markers in
     raw-call=TOOL:ARGS  first calls TOOL with the arguments string ARGS exactly as written (a JSON escape such as
                       \ud800 stays an escape on the wire), then plays the scripted trajectory
     overflow          answers with HTTP 400 context_length_exceeded
+    say[=N]           writes a sentence before each tool call (padded to N characters when N is given), as a model
+                      that thinks aloud does; off by default, so the scripted token counts stay as they were
 """
 
 from __future__ import annotations
@@ -271,4 +273,13 @@ class AgentResponder:
             "type": "function",
             "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)},
         }
-        return {"role": "assistant", "content": None, "tool_calls": [call]}
+        return {"role": "assistant", "content": said(behaviour, question, turn, name), "tool_calls": [call]}
+
+
+def said(behaviour: dict[str, str], question: str, turn: int, tool: str) -> str | None:
+    """What the model writes before a tool call under `say[=N]` (None without it): names the turn, the tool and
+    the key term, padded with dots to N characters."""
+    if "say" not in behaviour:
+        return None
+    text = f"Turn {turn + 1}: I call {tool} to look for {key_term(question)!r}."
+    return text.ljust(int(behaviour["say"] or 0), ".")

@@ -65,10 +65,13 @@ def responses_to_chat(reply: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     calls: list[dict[str, Any]] = []
     pending: list[dict] = []
     carried: dict[str, list[dict]] = {}
+    summary: list[str] = []
     for item in reply.get("output") or []:
         kind = item.get("type")
         if kind == "reasoning":
             pending.append({k: v for k, v in item.items() if k != "status"})
+            parts = item.get("summary") if isinstance(item.get("summary"), list) else []
+            summary += [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
         elif kind == "function_call":
             calls.append(
                 {
@@ -85,6 +88,8 @@ def responses_to_chat(reply: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
     if calls:
         message["tool_calls"] = calls
+    if any(summary):  # reasoning summaries (when asked for), where chat servers put reasoning text
+        message["reasoning_content"] = "\n\n".join(t for t in summary if t)
     chat = {
         "id": reply.get("id", ""),
         "object": "chat.completion",

@@ -20,7 +20,7 @@ from tests.conftest import sample_rows
 TRAJECTORY_KEYS = {
     "query_id", "query", "system", "model", "config_hash", "final_text", "exact_answer", "confidence",
     "stop_reason", "model_calls", "tool_calls", "usage", "cost_usd", "elapsed_s", "workspace_docs",
-    "retrieved_docids", "surfaced_docids", "gold_doc_ids", "answer", "steps", "error",
+    "retrieved_docids", "surfaced_docids", "gold_doc_ids", "answer", "steps", "calls", "error",
 }  # fmt: skip
 
 

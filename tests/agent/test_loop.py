@@ -94,6 +94,19 @@ def test_answered_trajectory_records_what_it_saw(agent_world, fake_server):
     assert all(len(s["output"]) <= 2000 for s in run.steps)
 
 
+def test_the_model_text_of_each_call_is_recorded_and_cut_like_a_tool_output(agent_world, fake_server):
+    """A model that writes 2,500 characters before each tool call: each reply is one entry of `calls`, its text cut
+    at 2,000 characters with its whole length kept, its tool calls counted; the answering call holds the reply."""
+    docid, title = next(iter(agent_world.titles.items()))
+    run = _trajectory(agent_world, fake_server.base_url, f"What is '{title}'? [fake:say=2500]", Budget(max_calls=20))
+    assert run.stop_reason == "answered" and [s["tool"] for s in run.steps] == ["search", "bash", "read", "read"]
+    assert [c["call"] for c in run.calls] == [1, 2, 3, 4, 5] and [c["tool_calls"] for c in run.calls] == [1] * 4 + [0]
+    for i, c in enumerate(run.calls[:4]):
+        assert c["text"].startswith(f"Turn {i + 1}: I call {run.steps[i]['tool']} to look for {title!r}.")
+        assert len(c["text"]) == 2000 and c["text_chars"] == 2500 and "reasoning" not in c
+    assert run.calls[-1]["text"] == run.final_text and run.calls[-1]["text_chars"] == len(run.final_text)
+
+
 def test_never_answering_model_is_cut_at_max_calls(agent_world, fake_server):
     question = "What is 'Anarchism'? [fake:never-answer]"
     run = _trajectory(agent_world, fake_server.base_url, question, Budget(max_calls=7))

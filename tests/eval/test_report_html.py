@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -13,10 +14,16 @@ from urllib.parse import quote
 import numpy as np
 import pytest
 
+from rise_batch.agent.job import run_trajectories
 from rise_batch.eval.report import write_report
 from rise_batch.eval.report_html import js_json, render_html
 from rise_batch.eval.report_rows import report_blocks
 from rise_batch.eval.trajectory_view import trajectory_view
+from rise_batch.fake_llm import FakeLLMServer
+from rise_batch.fake_llm.agent import AgentResponder
+from rise_batch.fake_llm.chat import FallbackResponder
+from rise_batch.space.sandbox import probe
+from tests.agent.helpers import read_trajectories, run_config, run_dir, title_query, world, write_queries
 from tests.browser import dump_dom, screenshot
 from tests.eval.helpers import judgment, known_run, trajectory, write_run
 
@@ -167,7 +174,8 @@ def test_interaction_highlights_follow_the_metrics_steps(tmp_path: Path) -> None
 
 def test_hostile_query_id_answer_and_output_render_as_text(tmp_path: Path) -> None:
     evil = trajectory(EVIL, exact_answer=EVIL, answer=EVIL, steps=[{"tool": "bash", "arguments": {"command": EVIL},
-                      "output": EVIL}], final_text=EVIL)  # fmt: skip
+                      "output": EVIL}], final_text=EVIL, calls=[{"call": 1, "text": EVIL, "text_chars": 9,
+                      "tool_calls": 1, "reasoning": EVIL}])  # fmt: skip
     run = write_run(tmp_path / "run", [trajectory("ok")], system="rise")
     (run / "trajectories" / "evil.json").write_text(json.dumps(evil))
     write_report([run], tmp_path / "out")
@@ -177,7 +185,8 @@ def test_hostile_query_id_answer_and_output_render_as_text(tmp_path: Path) -> No
         assert "pwned" not in re.search(r"<title>(.*?)</title>", dom).group(1)
         assert text(EVIL) in dom
     viewer = dom[dom.index('id="viewer"') :]
-    assert viewer.count(text(EVIL)) >= 6  # id, question, answer, gold, tool call, output, final reply: all text
+    assert viewer.count(text(EVIL)) >= 9  # id, question, answer, gold, model text and reasoning, tool call, output,
+    assert f'<pre class="model-said">{text(EVIL)}</pre>' in viewer  # final reply: all text; the model's before its call
 
 
 def test_screenshot_is_not_blank(tmp_path: Path) -> None:
@@ -206,6 +215,48 @@ def test_steps_take_time_and_cost_from_events_and_stay_whole_without_them() -> N
     bare = trajectory_view(t)
     assert [s["tool"] for turn in bare["turns"] for s in turn["steps"]] == ["search", "search", "bash", "read"]
     assert "step" not in t["steps"][0]  # the trajectory itself is not changed
+
+
+def test_model_text_goes_before_its_calls_tool_steps() -> None:
+    """The trajectory's `calls` put each call's text on its turn (with events, or grouping the steps without them);
+    the answering call's text is the final reply and is not repeated."""
+    said = [{"call": 1, "text": "two searches first", "text_chars": 18, "tool_calls": 2},
+            {"call": 2, "text": "now read", "text_chars": 5000, "tool_calls": 2, "reasoning": "a.txt looks right"},
+            {"call": 3, "text": "Exact Answer: x", "text_chars": 15, "tool_calls": 0}]  # fmt: skip
+    t = trajectory("q1", steps=steps("q1"), calls=said, final_text="Exact Answer: x")
+    for view in (trajectory_view(t, events("q1")[1:]), trajectory_view(t)):
+        turns = view["turns"]
+        assert [(turn["call"], len(turn["steps"])) for turn in turns] == [(1, 2), (2, 2), (3, 0)]
+        assert [turn.get("text") for turn in turns] == ["two searches first", "now read", None]
+        assert turns[1]["text_chars"] == 5000 and turns[1]["reasoning"] == "a.txt looks right"
+        assert [s["step"] for turn in turns for s in turn["steps"]] == [0, 1, 2, 3]
+
+
+def test_model_text_of_a_real_run_is_in_the_opened_trajectory(tmp_path: Path) -> None:
+    """A real `run` (scripted agent over the fake server, real sandbox and index) whose model writes before each
+    tool call: the trajectory file keeps each call's text, and report.html shows it in the opened trajectory,
+    before the call's tool call, with the cut of a 2,500-character text said."""
+    if not probe().ok:
+        pytest.skip(f"bubblewrap cannot run here: {probe().reason}")
+    docid, title = next(iter(world().titles.items()))
+    out = run_dir("model-text")
+    queries = write_queries(out / "q.jsonl", [title_query(docid, title, "[fake:say]"),
+                                              title_query("long", title, "[fake:say=2500]")])  # fmt: skip
+    release = threading.Event()
+    with FakeLLMServer(responders=[AgentResponder(stop=release), FallbackResponder()]) as server:
+        stats = run_trajectories(run_config(out / "run", queries, server.base_url))
+        release.set()
+    assert stats["stop_reasons"] == {"answered": 2}
+    said = f"Turn 1: I call search to look for {title!r}."
+    first = read_trajectories(out / "run")[docid]["calls"][0]
+    assert first == {"call": 1, "text": said, "text_chars": len(said), "tool_calls": 1}
+    write_report([out / "run"], tmp_path / "report")
+    viewer = dump_dom(url(tmp_path / "report" / "report.html", docid))
+    viewer = viewer[viewer.index('id="viewer"') :]
+    assert viewer.index(text(said)) < viewer.index('<b class="tool">search</b> #0')  # before its tool call
+    assert text(f"Turn 4: I call read to look for {title!r}.") in viewer
+    long = dump_dom(url(tmp_path / "report" / "report.html", "long"))
+    assert "cut: the trajectory file keeps 2000 of its 2500 characters" in long
 
 
 def test_a_page_without_runs_holds_the_retrieval_table() -> None:
