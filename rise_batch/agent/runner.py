@@ -29,7 +29,7 @@ from rise_batch.agent.run_config import RunConfig
 from rise_batch.agent.systems import ORIGINAL, get_system, open_tools, workspace_docs
 from rise_batch.agent.workspace_root import claim_workspace_root
 from rise_batch.cache import same_filesystem
-from rise_batch.index.retriever import open_retriever
+from rise_batch.index.retriever import open_retriever, parse_retriever
 from rise_batch.io import read_json, write_json_atomic
 from rise_batch.llm.errors import KeyRefused
 from rise_batch.names import safe_stem as safe_name  # a query id's file stem
@@ -186,6 +186,9 @@ def trajectory_record(ctx: WorkerContext, query: Query, run: AgentRun, ws_docs: 
         "query": query.query,
         "system": ctx.system.name,
         "model": ctx.cfg.llm.model,
+        # what bounded the interaction space (bm25, dense or the hybrid fusion in full); a system without search
+        # (DCI) has none
+        **({"retriever": str(parse_retriever(ctx.cfg.retriever))} if ctx.system.uses_index else {}),
         "config_hash": ctx.config_hash,
         "final_text": run.final_text,
         "exact_answer": run.exact_answer,

@@ -157,6 +157,7 @@ def run_metrics(
         "system": meta.get("system") or first.get("system"),
         "model": meta.get("model") or first.get("model"),
         "k": meta.get("k"),
+        "retriever": first.get("retriever") or meta.get("retriever") or (meta.get("config") or {}).get("retriever"),
         "corpus": meta.get("corpus"),
         "corpus_docs": meta.get("corpus_docs"),
         "repeat": meta.get("repeat"),

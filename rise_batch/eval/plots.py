@@ -23,13 +23,15 @@ def system_name(system: Any) -> str:
 
 
 def run_labels(summaries: Sequence[dict[str, Any]]) -> list[str]:
-    """System / model, plus K, corpus and repeat where they differ between the runs shown."""
-    varies = {key: len({repr(s.get(key)) for s in summaries}) > 1 for key in ("k", "corpus", "repeat")}
+    """System / model, plus K, retriever, corpus and repeat where they differ between the runs shown."""
+    varies = {key: len({repr(s.get(key)) for s in summaries}) > 1 for key in ("k", "retriever", "corpus", "repeat")}
     labels = []
     for s in summaries:
         label = f"{system_name(s.get('system'))} / {s.get('model')}"
         if varies["k"]:
             label += f" / K={s.get('k')}"
+        if varies["retriever"]:
+            label += f" / {s.get('retriever')}"
         if varies["corpus"]:
             label += f" / {s.get('corpus')}"
         if varies["repeat"]:

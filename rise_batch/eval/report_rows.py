@@ -54,8 +54,11 @@ def _varies(summaries: Sequence[dict[str, Any]], key: str) -> bool:
 
 
 def run_label(s: dict[str, Any], summaries: Sequence[dict[str, Any]]) -> str:
-    """A run's name on the main table: its system, with K, corpus and repeat when those vary between the runs."""
+    """A run's name on the main table: its system, with K, retriever, corpus and repeat when those vary between the
+    runs."""
     system = system_name(s.get("system")) + (f" (K={s['k']})" if _varies(summaries, "k") else "")
+    if _varies(summaries, "retriever"):
+        system += f" · {s.get('retriever')}"
     if _varies(summaries, "corpus"):
         system += f" · {s.get('corpus')}"
     if _varies(summaries, "repeat"):
