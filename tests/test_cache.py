@@ -41,7 +41,7 @@ def ask(root: Path, log: Path, release: Path) -> subprocess.Popen:
                             text=True, env=os.environ)  # fmt: skip
 
 
-def wait_until(cond, what: str, timeout: float = 60) -> None:
+def wait_until(cond, what: str, timeout: float = 300) -> None:  # only a hang reaches it
     deadline = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
