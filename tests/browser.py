@@ -2,7 +2,7 @@
 
 Plain subprocesses: `--dump-dom` prints the DOM after the page's scripts ran (the trajectory data files a page
 inserts before its load event delay that event, so an opened trajectory is in the dump), `--screenshot` writes a
-PNG. A missing chromium is an error, not a skip: CI installs it, so its absence means the environment is wrong.
+PNG. A missing chromium is a failure, not a skip (tests/real_parts.py): CI installs it.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from tests.real_parts import require
+
 TIMEOUT_S = 180  # a hang, not a slow page, fails
 
 
@@ -19,7 +21,8 @@ def chromium() -> str:
     for name in ("chromium", "chromium-browser"):
         if found := shutil.which(name):
             return found
-    raise RuntimeError("chromium is not installed: run .ci/system-deps (Debian package `chromium`)")
+    require("chromium", "chromium is not installed (Debian package `chromium`, from .ci/system-deps)")
+    raise AssertionError("unreachable: require() fails or skips")
 
 
 def _run(url: str, *args: str) -> subprocess.CompletedProcess[str]:

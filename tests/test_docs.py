@@ -164,6 +164,21 @@ def test_bench_readme_describes_every_benchmark() -> None:
     assert named <= scripts, f"bench/README.md names scripts bench/ does not have: {sorted(named - scripts)}"
 
 
+def readme_arg(arg: str, tmp_path: Path) -> str:
+    """A README argument as the test runs it: the sample in place of `my_corpus/`, README's `/tmp/...` under this
+    test's own directory (not a shared /tmp). One pass over the README's text, so a checkout that itself lives
+    under /tmp keeps the sample's path."""
+    if arg == "my_corpus/":
+        return str(SAMPLE)
+    return str(tmp_path / arg[len("/tmp/") :]) if arg.startswith("/tmp/") else arg
+
+
+def test_readme_args_keep_a_checkout_under_tmp(tmp_path: Path) -> None:
+    assert readme_arg("my_corpus/", tmp_path) == str(SAMPLE)
+    assert readme_arg("/tmp/ws", tmp_path) == str(tmp_path / "ws")
+    assert readme_arg("runs/struct", tmp_path) == "runs/struct"
+
+
 def test_the_readme_free_commands_run_in_order(tmp_path: Path) -> None:
     """The README's commands that need no key, no server and no data beyond a corpus (heuristic structuring with its
     index, then the workspace search and sandboxed bash over it) run as quoted, in order, on the bundled sample in
@@ -176,8 +191,7 @@ def test_the_readme_free_commands_run_in_order(tmp_path: Path) -> None:
         free = free[:2]  # the sandboxed bash needs bubblewrap
     env = os.environ | {"PYTHONPATH": str(REPO)}
     for argv in free:
-        argv = [str(SAMPLE) if a == "my_corpus/" else a for a in argv]
-        argv = [str(tmp_path / a[len("/tmp/") :]) if a.startswith("/tmp/") else a for a in argv]  # not a shared /tmp
+        argv = [readme_arg(a, tmp_path) for a in argv]
         done = subprocess.run(
             [sys.executable, "-m", "rise_batch.cli", *argv], cwd=tmp_path, env=env, capture_output=True, text=True,
             timeout=600,

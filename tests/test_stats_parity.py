@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rise_batch.space.sandbox import probe
+from tests.real_parts import require_bwrap
 from tests.stats_scenarios import SCENARIOS, run_scenario
 
 GOLDEN = Path(__file__).parent / "golden" / "stats"
@@ -16,7 +16,7 @@ GOLDEN = Path(__file__).parent / "golden" / "stats"
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_stats_are_written_as_before(scenario: str) -> None:
-    if scenario == "trajectories" and not probe().ok:
-        pytest.skip(f"bubblewrap cannot run here: {probe().reason}")
+    if scenario == "trajectories":
+        require_bwrap()
     for stem, text in run_scenario(scenario).items():
         assert text + "\n" == (GOLDEN / f"{stem}.json").read_text(encoding="utf-8"), f"{stem}.json differs"

@@ -9,14 +9,13 @@ import pytest
 from rise_batch.fake_llm import FakeLLMServer
 from rise_batch.fake_llm.agent import AgentResponder
 from rise_batch.fake_llm.chat import FallbackResponder
-from rise_batch.space.sandbox import probe
 from tests.agent.helpers import World, world
+from tests.real_parts import require_bwrap
 
 
 @pytest.fixture(scope="session")
 def agent_world() -> World:
-    if not probe().ok:
-        pytest.skip(f"bubblewrap cannot run here: {probe().reason}")
+    require_bwrap()
     return world()
 
 

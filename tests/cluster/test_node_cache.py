@@ -18,6 +18,7 @@ from rise_batch.cache import MARKER
 from rise_batch.storage import location
 from tests.agent.helpers import N_DOCS, run_dir, title_query, world, write_queries
 from tests.conftest import SAMPLE
+from tests.real_parts import require_bwrap
 
 pytestmark = pytest.mark.slow
 
@@ -51,10 +52,8 @@ def test_each_node_caches_its_own_copy_and_reuses_it(s3, two_nodes, tmp_path):
     from rise_batch.fake_llm import FakeLLMServer
     from rise_batch.fake_llm.agent import AgentResponder
     from rise_batch.fake_llm.chat import FallbackResponder
-    from rise_batch.space.sandbox import probe
 
-    if not probe().ok:
-        pytest.skip(f"bubblewrap cannot run here: {probe().reason}")
+    require_bwrap()
     root = location(s3.uri())
     auth = f"{s3.env['AWS_ACCESS_KEY_ID']}:{s3.env['AWS_SECRET_ACCESS_KEY']}"
     opts = f"?endpoint_override={s3.endpoint.removeprefix('http://')}&scheme=http"

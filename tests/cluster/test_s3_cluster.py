@@ -11,6 +11,7 @@ import pytest
 from rise_batch.storage import location
 from tests.agent.helpers import N_DOCS, run_dir, title_query, write_queries
 from tests.conftest import SAMPLE
+from tests.real_parts import require_bwrap
 from tests.structuring.test_s3 import rows_of
 
 pytestmark = pytest.mark.slow
@@ -33,10 +34,8 @@ def test_pipeline_on_s3_over_two_nodes(s3, two_nodes, tmp_path):
     from rise_batch.fake_llm import FakeLLMServer
     from rise_batch.fake_llm.agent import AgentResponder
     from rise_batch.fake_llm.chat import FallbackResponder
-    from rise_batch.space.sandbox import probe
 
-    if not probe().ok:
-        pytest.skip(f"bubblewrap cannot run here: {probe().reason}")
+    require_bwrap()
     root = location(s3.uri())
     (root / "corpus.jsonl.gz").write_bytes(SAMPLE.read_bytes())
     auth = f"{s3.env['AWS_ACCESS_KEY_ID']}:{s3.env['AWS_SECRET_ACCESS_KEY']}"

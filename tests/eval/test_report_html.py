@@ -22,10 +22,10 @@ from rise_batch.eval.trajectory_view import trajectory_view
 from rise_batch.fake_llm import FakeLLMServer
 from rise_batch.fake_llm.agent import AgentResponder
 from rise_batch.fake_llm.chat import FallbackResponder
-from rise_batch.space.sandbox import probe
 from tests.agent.helpers import read_trajectories, run_config, run_dir, title_query, world, write_queries
 from tests.browser import dump_dom, screenshot
 from tests.eval.helpers import judgment, known_run, trajectory, write_run
+from tests.real_parts import require_bwrap
 
 EVIL = "</script><img src=x onerror=\"document.title='pwned'\">&amp;"
 
@@ -236,8 +236,7 @@ def test_model_text_of_a_real_run_is_in_the_opened_trajectory(tmp_path: Path) ->
     """A real `run` (scripted agent over the fake server, real sandbox and index) whose model writes before each
     tool call: the trajectory file keeps each call's text, and report.html shows it in the opened trajectory,
     before the call's tool call, with the cut of a 2,500-character text said."""
-    if not probe().ok:
-        pytest.skip(f"bubblewrap cannot run here: {probe().reason}")
+    require_bwrap()
     docid, title = next(iter(world().titles.items()))
     out = run_dir("model-text")
     queries = write_queries(out / "q.jsonl", [title_query(docid, title, "[fake:say]"),

@@ -11,6 +11,7 @@ import pytest
 from rise_batch.cli import main
 from rise_batch.eval.report import write_report
 from tests.eval.helpers import judgment, trajectory, write_run
+from tests.real_parts import require_bwrap
 
 
 def test_one_judged_query_of_eight_is_not_reported_as_certain(tmp_path: Path) -> None:
@@ -49,11 +50,9 @@ def test_paired_table_of_two_runs_over_the_same_queries(tmp_path: Path) -> None:
 
 def test_run_judge_report_end_to_end_has_a_consistent_interaction_block(tmp_path: Path) -> None:
     from rise_batch.fake_llm import FakeLLMServer
-    from rise_batch.space.sandbox import probe
     from tests.agent.helpers import run_dir, title_query, world, write_queries
 
-    if not probe().ok:
-        pytest.skip(f"bubblewrap cannot run here: {probe().reason}")
+    require_bwrap()
     w = world()
     out = run_dir("interaction-e2e")
     queries = write_queries(out / "q.jsonl", [title_query(d, t) for d, t in list(w.titles.items())[:4]])

@@ -23,9 +23,15 @@ import pytest
 
 from tests.conftest import SAMPLE
 from tests.jobs.test_ray_job_submit import free_ports, ray_env, stop_head
+from tests.real_parts import require
 
 RAY = shutil.which("ray")
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(RAY is None, reason="the `ray` CLI is not installed")]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _ray_cli() -> None:
+    require("ray-cli", None if RAY else "the `ray` CLI is not installed (pip install 'ray[default]')")
 
 
 class Cluster(NamedTuple):

@@ -22,11 +22,16 @@ import pytest
 
 from rise_batch.fake_llm import FakeLLMServer
 from tests.jobs.test_ray_job_submit import RAY, ROOT, Head  # the `head` fixture (a real Ray head) is in conftest
+from tests.real_parts import require
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(RAY is None, reason="the `ray` CLI is not installed (pip install 'ray[default]')"),
-]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _ray_cli() -> None:
+    require("ray-cli", None if RAY else "the `ray` CLI is not installed (pip install 'ray[default]')")
+
+
 FAKE_PORT = "127.0.0.1:8765"
 
 

@@ -31,16 +31,19 @@ import yaml
 from rise_batch.fake_llm import FakeLLMServer
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.types import OUTCOMES
+from tests.real_parts import require
 from tests.two_nodes import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 RAY = shutil.which("ray")
 N_DOCS = 24
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(RAY is None, reason="the `ray` CLI is not installed (pip install 'ray[default]')"),
-]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _ray_cli() -> None:
+    require("ray-cli", None if RAY else "the `ray` CLI is not installed (pip install 'ray[default]')")
 
 
 def ray_env(token: str) -> dict[str, str]:

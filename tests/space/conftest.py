@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from rise_batch.corpus.docmap import RelpathAssigner, frontmatter_title
-from rise_batch.space.sandbox import SandboxLimits, probe
+from rise_batch.space.sandbox import SandboxLimits
 from rise_batch.structure.anchors import body_start_line
 from rise_batch.structure.render import render
 from rise_batch.types import Section
 from tests.conftest import sample_rows
+from tests.real_parts import require_bwrap
 
 # Short caps so that the time-limit tests finish in seconds; small /tmp and memory limits for the same reason.
 TEST_LIMITS = SandboxLimits(
@@ -63,9 +64,7 @@ def corpus_fingerprint(docs: Path) -> dict[str, tuple[str, int, int]]:
 
 @pytest.fixture(scope="session")
 def bwrap_ok() -> None:
-    support = probe()
-    if not support.ok:
-        pytest.skip(f"bubblewrap cannot run here, so the sandbox cannot be tested: {support.reason}")
+    require_bwrap()
 
 
 @pytest.fixture

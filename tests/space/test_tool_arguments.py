@@ -19,17 +19,16 @@ from hypothesis import strategies as st
 
 from rise_batch.agent.systems import SYSTEMS, get_system, open_tools
 from rise_batch.index import load_index
-from rise_batch.space.sandbox import probe
 from rise_batch.space.tools import MAX_ARGUMENT_CHARS, ToolSet
 from rise_batch.space.workspace import DocStore
 from tests.agent.helpers import run_dir, world
+from tests.real_parts import require_bwrap
 from tests.space.conftest import TEST_LIMITS
 
 
 @pytest.fixture(scope="module")
 def system_tools():
-    if not probe().ok:
-        pytest.skip(f"bubblewrap cannot run here: {probe().reason}")
+    require_bwrap()
     w = world()
     store, index = DocStore(w.docs), load_index(w.index, backend="numpy")
     root = run_dir("tool-arguments")
