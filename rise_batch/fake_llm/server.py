@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable, Generator
 from typing import Any
 
+from rise_batch.errors import ConfigError
 from rise_batch.fake_llm import batch, responses
 from rise_batch.fake_llm.chat import RouteHandler, chat_completions, default_responders
 from rise_batch.fake_llm.engine_asyncio import AsyncioEngine
@@ -83,7 +84,13 @@ class FakeLLMServer:
         for install in ROUTE_MODULES:
             install(self)
         self.engine = engine
-        self._engine = ENGINES[engine](self, host, port)
+        try:
+            self._engine = ENGINES[engine](self, host, port)
+        except OSError as e:  # a port in use or a host not of this machine: the user's setting, one line
+            why = e.strerror or str(e)
+            raise ConfigError(
+                f"fake-llm: cannot listen on {host}:{port}: {why} (choose another --port or --host)"
+            ) from e
         self.host, self.port = host, self._engine.port
 
     @property

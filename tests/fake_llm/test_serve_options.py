@@ -36,3 +36,19 @@ def test_the_fake_llm_parser_does_not_import_the_server() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert "rise_batch.fake_llm.server" not in out.stdout, out.stdout
     assert "rise_batch.fake_llm.faults" in out.stdout  # its fields are the fault flags
+
+
+def test_a_port_in_use_is_one_line_and_exit_2() -> None:
+    """A port another process holds is the user's setting to change: one line naming it, exit 2, no traceback."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        for engine in ("asyncio", "threads"):
+            cmd = [sys.executable, "-m", "rise_batch.cli", "fake-llm", "--port", str(port), "--engine", engine]
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            assert done.returncode == 2, (engine, done.stderr[-1000:])
+            assert "Traceback" not in done.stderr and f"127.0.0.1:{port}" in done.stderr, done.stderr
+            assert len(done.stderr.strip().splitlines()) == 1, done.stderr
