@@ -58,3 +58,16 @@ def test_the_commands_without_a_config_file_have_tables_of_their_flags() -> None
     assert "| `--tpm` | int | `2,000,000` |" in table("plan")  # LLMConfig's
     assert "| `--tokens-per-section` | float | `57` |" in table("plan")
     assert "| `--log-level` | `debug` \\| `info` \\| `warning` \\| `error` | `warning` |" in table("output")
+
+
+def test_contributing_regenerates_every_file_with_tables() -> None:
+    """The regeneration command CONTRIBUTING.md gives names every file that holds a generated table."""
+    import re
+    import shlex
+
+    text = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    found = re.search(r"`python -m rise_batch\.commands\.doc_options --write ([^`]+)`", text)
+    assert found, "CONTRIBUTING.md gives no doc_options --write command"
+    named = set(shlex.split(found.group(1)))
+    marked_files = {str(p.relative_to(REPO)) for p in doc_files() if "<!-- options:" in p.read_text()}
+    assert marked_files <= named, f"CONTRIBUTING.md's command leaves out {sorted(marked_files - named)}"
