@@ -33,7 +33,7 @@ from rise_batch.executor.probe import REMEDY, Input, Output, check_storage, node
 from rise_batch.io import make_output_dir, read_json, supersede, write_json_atomic
 from rise_batch.llm.errors import KeyRefused
 from rise_batch.progress import Progress as Shown
-from rise_batch.prompts import load_prompt
+from rise_batch.prompts import load_prompt, prompt_hash
 from rise_batch.queries import Query, gold_label, read_queries, select_gold
 from rise_batch.space.sandbox import probe
 from rise_batch.space.workspace import load_docmap
@@ -52,7 +52,8 @@ class RunPlan(NamedTuple):
 
 def prepare_run(cfg: RunConfig) -> RunPlan:
     system = get_system(cfg.system)
-    ch = config_hash(cfg, load_prompt(system.prompt))
+    prompt_text = load_prompt(system.prompt)
+    ch = config_hash(cfg, prompt_text)
     out = location(cfg.out)
     make_output_dir(out)  # removed again if the run fails before writing into it (errors.run_main)
     meta_path = out / RUN_JSON
@@ -93,6 +94,8 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
             "model": cfg.llm.model,
             "config": config_to_dict(cfg),
             "config_hash": ch,
+            "prompt": system.prompt,  # the agent's system prompt file (prompts/) and the hash of its text
+            "prompt_hash": prompt_hash(prompt_text),
             "queries": str(cfg.queries),
             "gold": gold_label(cfg.gold, cfg.qrels),
             "k": cfg.k,

@@ -13,6 +13,7 @@ from rise_batch.agent.systems import SYSTEMS
 from rise_batch.agent.workspace_root import MARKER
 from rise_batch.cli import main
 from rise_batch.config import ConfigError
+from rise_batch.prompts import load_prompt, prompt_hash
 from rise_batch.space.workspace import DocStore, read_manifest
 from tests.agent.helpers import N_DOCS, read_trajectories, run_config, run_dir, title_query, write_queries
 from tests.conftest import sample_rows
@@ -38,6 +39,7 @@ def test_every_system_end_to_end(agent_world, fake_server, system):
     meta = json.loads((out / "run" / "run.json").read_text())
     assert {"system", "model", "config", "config_hash", "queries", "k", "created"} <= set(meta)
     assert meta["system"] == system and meta["config"]["llm"]["model"] == "gpt-5.4-mini"
+    assert meta["prompt"] == SYSTEMS[system].prompt and meta["prompt_hash"] == prompt_hash(load_prompt(meta["prompt"]))
     for qid, t in read_trajectories(out / "run").items():
         assert TRAJECTORY_KEYS <= set(t), TRAJECTORY_KEYS - set(t)
         assert t["system"] == system and t["config_hash"] == meta["config_hash"]
