@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from rise_batch.corpus.readers import COLUMNS_HELP, canonical_columns
+from rise_batch.corpus.readers import COLUMNS_HELP, canonical_columns, corpus_help
 from rise_batch.errors import ConfigError as ConfigError  # re-exported: callers import it from here too
 from rise_batch.options import option
 from rise_batch.registry import BACKENDS, TRANSPORTS, one_of
@@ -63,7 +63,7 @@ class LLMConfig:
     # headers, error wording and retry classification (tests/llm/test_foreign_faults.py); httpx / aiohttp: the openai
     # SDK's AsyncOpenAI on either HTTP client (the reference path)
     http_backend: str = option(
-        "direct", help="the transport, a name in rise_batch/registry.py TRANSPORTS: direct, httpx or aiohttp"
+        "direct", help=lambda: "the HTTP transport: " + "; ".join(f"{t.name}: {t.help}" for t in TRANSPORTS.values())
     )
     # a server that refuses it (400 "response_format not supported") turns it off for the rest of the run, with a
     # warning, counted in the stats (llm/client.py)
@@ -149,12 +149,12 @@ class BatchConfig:
 class StructureConfig:
     """`rise-batch structure`'s settings: the YAML keys (nested `llm:` and `batch:`) and the flags are these fields."""
 
-    corpus: str = option("", help="Parquet file, directory of Parquet files, or JSONL[.gz] (docid, text, url?, title?)")
+    corpus: str = option("", help=corpus_help)
     out: str = option("", help="output directory (created; re-running the same command resumes)")
     backend: str = option(
         "heuristic",
         choices=lambda: list(BACKENDS),
-        help="heuristic: free, offline; llm: any OpenAI-compatible endpoint",
+        help=lambda: "; ".join(f"{b.name}: {b.help}" for b in BACKENDS.values()),
     )
     prompt: str = option("structure_toc.txt", help="structuring prompt: a name in prompts/ or a file path")
     limit: int | None = option(None, help="structure only the first N valid documents")
@@ -203,11 +203,10 @@ class StructureConfig:
 
     def validate(self) -> None:
         if not self.corpus:
-            raise ConfigError("corpus is required (a Parquet file, a directory of Parquet files, or JSONL[.gz])")
+            raise ConfigError(f"corpus is required ({corpus_help()})")
         if not self.out:
             raise ConfigError("out is required (the output directory)")
-        if self.backend not in BACKENDS:
-            raise ConfigError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+        BACKENDS.lookup(self.backend)
         if self.on_bad_row not in ("error", "skip"):
             raise ConfigError(f"on_bad_row must be 'error' or 'skip', got {self.on_bad_row!r}")
         if self.limit is not None and self.limit <= 0:

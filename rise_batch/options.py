@@ -24,7 +24,7 @@ _MISSING: Any = dataclasses.MISSING
 def option(
     default: Any = _MISSING,
     *,
-    help: str,
+    help: str | Callable[[], str],
     flag: str | None = None,
     choices: Iterable[str] | Callable[[], Iterable[str]] | None = None,
     metavar: str | None = None,
@@ -35,6 +35,7 @@ def option(
 ) -> Any:
     """A dataclass field documented as an option.
 
+    help: a string, or a function giving one when the parser or the docs are built (a list read off a registry);
     flag: the flag when it is not `--<name>` (`--no-<name>` for a field defaulting to True); choices: a list, or a
     function giving one when the parser is built (a registry that may grow); shown: the default as --help and the docs
     say it when the value alone does not (None meaning "the model's", a default that depends on another key);
@@ -71,7 +72,7 @@ class Option(NamedTuple):
     type: type
     default: Any  # the effective default: read from the root's default instance (RunConfig's llm has its own)
     flag: str
-    help: str
+    help: str | Callable[[], str]
     choices: Any
     metavar: str | None
     shown: str | None
@@ -129,9 +130,14 @@ def shown_default(opt: Option) -> str | None:
     return str(value)
 
 
+def resolve_help(help: str | Callable[[], str]) -> str:
+    """A help text, made now when it is read off a registry that may have grown since import."""
+    return help() if callable(help) else help
+
+
 def help_text(opt: Option, help: str | None = None, shown: str | None = None, required: bool = False) -> str:
     """The option's help with its default appended (none for a required flag), `%` escaped for argparse."""
-    text = help or opt.help
+    text = resolve_help(help or opt.help)
     if shown or opt.shown:  # a description, not a value: "(default: the model's)"
         text += f" (default: {shown or opt.shown})"
     elif (default := shown_default(opt)) and not required:
@@ -144,7 +150,7 @@ class Entry(NamedTuple):
 
     key: str
     flag: str | None = None
-    help: str | None = None
+    help: str | Callable[[], str] | None = None
     shown: str | None = None
     required: bool = False
     dest: str | None = None  # where a command reads it under another name than the key's
@@ -247,5 +253,5 @@ def _row(opt: Option, flag: str, key_prefix: str | None, help: str | None, shown
     if opt.repeatable:
         kind += ", repeatable"
     key = [] if key_prefix is None else [f"`{key_prefix}{opt.key}`"]
-    cells = [flag, *key, kind, default, (help or opt.help).replace("|", "\\|")]
+    cells = [flag, *key, kind, default, resolve_help(help or opt.help).replace("|", "\\|")]
     return "| " + " | ".join(cells) + " |"

@@ -17,7 +17,7 @@ def test_every_backend_names_an_importable_factory_and_says_whether_it_calls_an_
         module, _, attribute = b.factory.ref.partition(":")
         assert callable(getattr(__import__(module, fromlist=[attribute]), attribute))
     assert [n for n, b in BACKENDS.items() if b.calls_llm] == ["llm"]
-    assert all(isinstance(f, Lazy) for f in TRANSPORTS.values())
+    assert all(isinstance(t.factory, Lazy) and t.name == n for n, t in TRANSPORTS.items())
 
 
 def test_the_worker_builds_the_backend_its_descriptor_names(tmp_path) -> None:
@@ -36,5 +36,5 @@ def test_run_hashes_and_defaults_are_those_of_the_if_chain_they_replace() -> Non
 
 def test_an_unknown_backend_is_refused_naming_the_registered_ones(tmp_path) -> None:
     cfg = StructureConfig(corpus=str(tmp_path / "c.jsonl"), out=str(tmp_path / "out"), backend="gpt")
-    with pytest.raises(ConfigError, match="unknown backend 'gpt'; choose one of heuristic, llm"):
+    with pytest.raises(ConfigError, match="unknown backend 'gpt'; choose 'heuristic' or 'llm'"):
         cfg.validate()

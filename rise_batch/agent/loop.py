@@ -29,6 +29,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
+from rise_batch.agent.context_policy import ContextPolicy as ContextPolicy  # re-exported
 from rise_batch.llm.errors import LLMError
 from rise_batch.llm.retry import is_transient
 from rise_batch.space.tools import ToolResult, ToolSet
@@ -52,16 +53,6 @@ class Budget:
     call_timeout_s: float = 600.0
 
 
-@dataclass(frozen=True)
-class ContextPolicy:
-    """DCI's context management: cut each tool result, and clear old ones once tool output grows too large."""
-
-    max_tool_chars: int = 0  # 0: keep tool results whole
-    clear_after_chars: int = 0  # 0: never clear; else clear results older than `keep_turns` past this total
-    keep_turns: int = 12
-
-
-DCI_CONTEXT = ContextPolicy(max_tool_chars=20_000, clear_after_chars=240_000, keep_turns=12)
 CLEARED = "[older tool result cleared to save context]"
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rise_batch.config import ConfigError, LLMConfig, build_section, read_yaml_section, section_mapping
+from rise_batch.index.retriever_kinds import spec_help
 from rise_batch.llm.transport import APIS  # chat completions, or the Responses API
 from rise_batch.options import option
 from rise_batch.queries import GOLD_SETS
@@ -29,6 +30,13 @@ if TYPE_CHECKING:
 AGENT_LLM_DEFAULTS: dict[str, Any] = {"timeout_s": 600.0, "max_output_tokens": 16384}
 
 
+def systems_help() -> str:
+    """The agent systems as option help lists them (read when the parser is built, so a registered one shows)."""
+    from rise_batch.agent.systems import SYSTEMS  # lazy: systems load the tools; the CLI builds flags at start-up
+
+    return "agent system: " + ", ".join(SYSTEMS)
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """`rise-batch run`'s settings: the YAML keys (optionally under `run:`, with a nested `llm:`) and the flags."""
@@ -36,7 +44,7 @@ class RunConfig:
     queries: str = option(
         "", help="query file (JSONL[.gz], TSV, .json list) with query_id, query, optionally answer and gold"
     )
-    system: str = option("rise", help="agent system, a name in rise_batch/agent/systems.py (rise, rise-bm25, ...)")
+    system: str = option("rise", help=lambda: systems_help())
     out: str = option("", help="run directory (created; re-running the same command resumes)")
     docs: str = option("", help="structured docs dir (a `structure` output: corpus/<relpath> + docmap.parquet)")
     original_docs: str | None = option(
@@ -47,9 +55,7 @@ class RunConfig:
     index: str | None = option(
         None, help="BM25 index directory (from `rise-batch index` or `structure --index`; not needed by dci)"
     )
-    retriever: str = option(
-        "bm25", help="bm25, dense, hybrid (= hybrid:weighted:0.7), hybrid:rrf[:K] or hybrid:weighted[:W]"
-    )
+    retriever: str = option("bm25", help=spec_help)
     embedder: str | None = option(None, help="dense/hybrid: must match the index's model", shown="the recorded one")
     k: int = option(1000, help="documents linked into the workspace per sub-query")
     max_calls: int | None = option(None, help="model calls per query", shown="the system's; 100, dci 300")
@@ -148,11 +154,11 @@ class RunConfig:
         """The retriever parses and, for a system that searches, the index holds its parts: a run refuses up front,
         not at its first search call."""
         # lazy: the CLI builds run's flags from RunConfig at start-up
-        from rise_batch.index.retriever import PARTS, parse_retriever, parts_present
+        from rise_batch.index.retriever import RETRIEVERS, parse_retriever, parts_present
 
         spec = parse_retriever(self.retriever)
         if searches and self.index and Path(self.index).is_dir():  # a sweep may be planned before its index exists
-            missing = [p for p in PARTS[spec.name] if p not in parts_present(self.index)]
+            missing = [p for p in RETRIEVERS[spec.name].parts if p not in parts_present(self.index)]
             if missing:
                 raise ConfigError(
                     f"retriever {spec}: the index {self.index} has no {' and '.join(missing)} part (build it with "

@@ -7,8 +7,9 @@ baseline (top-5 snippets + get_document); `snippet-toc` is that agent over secti
 whole corpus with no retriever and manages its context as the reference harness does. Budgets follow the paper:
 100 calls / 1 h, and 300 calls / 1.5 h for DCI.
 
-SYSTEMS is the only list of systems: config validation, sweeps, the CLI's error for an unknown name and the report's
-labels all read it. Adding a system with an existing tool kind is one line here plus its prompt in prompts/.
+SYSTEMS is the only list of systems: config validation, sweeps, the CLI's error for an unknown name, the report's
+labels and the guides' list all read it. Adding a system with an existing tool kind is one `System(...)` here plus its
+prompt in prompts/; a new tool kind is one `ToolKind(...)` in TOOL_KINDS (a system naming an unknown kind is refused).
 """
 
 from __future__ import annotations
@@ -16,56 +17,115 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from rise_batch.agent.loop import DCI_CONTEXT, AgentRun, ContextPolicy
+from rise_batch.agent.context_policy import DCI_CONTEXT, ContextPolicy
 from rise_batch.config import ConfigError
-from rise_batch.space.sandbox import SandboxLimits
-from rise_batch.space.snippets import SnippetTocTools
-from rise_batch.space.tools import DciTools, RetrievalTools, RiseTools, ToolSet
-from rise_batch.space.workspace import DocStore, Workspace
+from rise_batch.registry import Lazy, Registry
+
+if TYPE_CHECKING:
+    from rise_batch.agent.loop import AgentRun
+    from rise_batch.space.sandbox import SandboxLimits
+    from rise_batch.space.tools import ToolSet
+    from rise_batch.space.workspace import DocStore, Workspace
 
 STRUCTURED, ORIGINAL = "structured", "original"
 
 
-@dataclass(frozen=True)
+class ToolOpener(Protocol):
+    def __call__(
+        self, system: System, store: DocStore, index: Callable[[], Any], ws_path: str | Path | None, *,
+        k: int, limits: SandboxLimits | None, allow_unsandboxed: bool, keep_workspace: bool,
+    ) -> tuple[ToolSet, Workspace | None]: ...  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolKind:
+    """A tool set a system can have: how one query's tools are opened, and what they need (capabilities the job asks
+    before it starts: an index to load, a sandbox to probe, a workspace per query)."""
+
+    name: str
+    open: ToolOpener
+    uses_index: bool
+    uses_sandbox: bool  # its tools run shell commands (bash in bubblewrap); the others only read files themselves
+    help: str
+    cites_docids: bool = False  # its answers cite documents by docid (get_document's argument), not by path
+
+
+TOOL_KINDS: Registry[ToolKind] = Registry(
+    "tool kind",
+    [
+        ToolKind(
+            name="rise", open=Lazy("rise_batch.agent.tool_sets:open_rise"), uses_index=True, uses_sandbox=True,
+            help="search (hardlinks the union of top-K into the query's workspace), bash, read",
+        ),
+        ToolKind(
+            name="retrieval", open=Lazy("rise_batch.agent.tool_sets:open_retrieval"), uses_index=True,
+            uses_sandbox=False, help="search (top-5 snippets), get_document", cites_docids=True,
+        ),
+        ToolKind(
+            name="snippet-toc", open=Lazy("rise_batch.agent.tool_sets:open_snippet_toc"), uses_index=True,
+            uses_sandbox=False, help="search (TOC sections), read a line range",
+        ),
+        ToolKind(
+            name="dci", open=Lazy("rise_batch.agent.tool_sets:open_dci"), uses_index=False, uses_sandbox=True,
+            help="bash and read over the whole corpus, no retriever",
+        ),
+    ],
+)  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
 class System:
     name: str
     label: str  # the name reports and plots show
     prompt: str  # file in prompts/
     docs: str  # STRUCTURED or ORIGINAL files
-    tools: str  # "rise" | "retrieval" | "snippet-toc" | "dci"
+    tools: str  # a name in TOOL_KINDS (checked when the system is made)
+    help: str  # what the guides' list of systems says
     max_calls: int = 100
     wall_clock_s: float = 3600.0
     context: ContextPolicy | None = None
 
+    def __post_init__(self) -> None:
+        TOOL_KINDS.lookup(self.tools)  # an unknown tool kind is refused here, never given RISE's tools
+        if self.docs not in (STRUCTURED, ORIGINAL):
+            raise ConfigError(f"system {self.name}: docs must be {STRUCTURED!r} or {ORIGINAL!r}, got {self.docs!r}")
+
+    @property
+    def tool_kind(self) -> ToolKind:
+        return TOOL_KINDS.lookup(self.tools)
+
     @property
     def uses_index(self) -> bool:
-        return self.tools != "dci"
+        return self.tool_kind.uses_index
 
     @property
     def uses_sandbox(self) -> bool:
         """Whether its tools run shell commands (bash in bubblewrap); the others only read files themselves."""
-        return self.tools in ("rise", "dci")
+        return self.tool_kind.uses_sandbox
 
 
-SYSTEMS: dict[str, System] = {
-    s.name: s
-    for s in (
-        System("rise", "RISE", "agent_rise", STRUCTURED, "rise"),
-        System("rise-bm25", "RISE-BM25", "agent_rise_bm25", ORIGINAL, "rise"),
-        System("retrieval-agent", "Retrieval agent", "agent_retrieval", ORIGINAL, "retrieval"),
-        System("snippet-toc", "Snippet-TOC", "agent_snippet_toc", STRUCTURED, "snippet-toc"),
-        System("dci", "DCI", "agent_dci", ORIGINAL, "dci", max_calls=300, wall_clock_s=5400.0, context=DCI_CONTEXT),
-    )
-}
+SYSTEMS: Registry[System] = Registry(
+    "system",
+    [
+        System(name="rise", label="RISE", prompt="agent_rise", docs=STRUCTURED, tools="rise",
+               help="structured files (with tables of contents) in a per-query workspace"),
+        System(name="rise-bm25", label="RISE-BM25", prompt="agent_rise_bm25", docs=ORIGINAL, tools="rise",
+               help="the same agent on the original files"),
+        System(name="retrieval-agent", label="Retrieval agent", prompt="agent_retrieval", docs=ORIGINAL,
+               tools="retrieval", help="BM25 top-5 snippets + `get_document`"),
+        System(name="snippet-toc", label="Snippet-TOC", prompt="agent_snippet_toc", docs=STRUCTURED,
+               tools="snippet-toc", help="TOC sections of the structured files, read by line range"),
+        System(name="dci", label="DCI", prompt="agent_dci", docs=ORIGINAL, tools="dci",
+               help="bash + read over the whole corpus, no retriever", max_calls=300, wall_clock_s=5400.0,
+               context=DCI_CONTEXT),
+    ],
+)  # fmt: skip
 
 
 def get_system(name: str) -> System:
-    try:
-        return SYSTEMS[name]
-    except KeyError:
-        raise ConfigError(f"unknown system {name!r}; choose one of {', '.join(SYSTEMS)}") from None
+    return SYSTEMS.lookup(name)
 
 
 def open_tools(
@@ -83,20 +143,10 @@ def open_tools(
 
     `index` is called only by systems that search, so DCI never loads the BM25 index.
     """
-    if system.tools == "dci":
-        return DciTools(store, limits=limits, allow_unsandboxed=allow_unsandboxed), None
-    if system.tools == "retrieval":
-        return RetrievalTools(index(), store), None
-    if system.tools == "snippet-toc":
-        return SnippetTocTools(index(), store), None
-    if ws_path is None:
-        raise ValueError(f"system {system.name} needs a workspace path")
-    ws = Workspace(ws_path, store, keep=keep_workspace)
-    try:
-        return RiseTools(index(), ws, k=k, limits=limits, allow_unsandboxed=allow_unsandboxed), ws
-    except BaseException:
-        ws.close()
-        raise
+    return system.tool_kind.open(
+        system, store, index, ws_path,
+        k=k, limits=limits, allow_unsandboxed=allow_unsandboxed, keep_workspace=keep_workspace,
+    )  # fmt: skip
 
 
 def workspace_docs(system: System, store: DocStore, ws: Workspace | None, run: AgentRun) -> int:
@@ -104,6 +154,6 @@ def workspace_docs(system: System, store: DocStore, ws: Workspace | None, run: A
     showed it (retrieval agent, snippet-toc)."""
     if ws is not None:
         return len(ws)
-    if system.tools == "dci":
+    if not system.uses_index:  # DCI: the whole corpus
         return len(store)
     return len(run.retrieved)

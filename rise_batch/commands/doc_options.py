@@ -1,10 +1,14 @@
 """The docs' option tables, made from the same layouts as the commands' flags (rise_batch/options.py).
 
-A guide marks where a command's table goes:
+A guide marks where a command's table goes, and where a registry's list goes (formats, systems, tool-kinds,
+retrievers, backends, transports):
 
     <!-- options: structure -->
     (the generated table)
     <!-- /options -->
+    <!-- list: systems -->
+    (one line per registered system)
+    <!-- /list -->
 
 `python -m rise_batch.commands.doc_options structure` prints a table; `--write FILE...` rewrites every marked table
 of those files in place. tests/commands/test_doc_options.py checks that each guide's tables are what this writes, so
@@ -48,6 +52,36 @@ TABLES: dict[str, tuple[Layout, str | None]] = {
     "fake-llm-faults": (FAULT_OPTIONS, ""),  # the keys POST /v1/_config takes
 }
 _BLOCK = re.compile(r"(<!-- options: ([\w-]+) -->\n)(.*?)(<!-- /options -->)", re.DOTALL)
+_LIST = re.compile(r"(<!-- list: ([\w-]+) -->\n)(.*?)(<!-- /list -->)", re.DOTALL)
+
+
+def _registry_list(kind: str) -> str:
+    """One registry as the guides list it, an entry a line: `- `name`: help`."""
+    if kind == "formats":
+        from rise_batch.corpus.readers import FORMATS
+
+        return "".join(f"- {f.label}: `{'`, `'.join(f.suffixes)}`\n" for f in FORMATS.values())
+    if kind == "systems":
+        from rise_batch.agent.systems import SYSTEMS
+
+        return "".join(f"- `{s.name}` ({s.label}): {s.help}; tools: {s.tools}\n" for s in SYSTEMS.values())
+    if kind == "tool-kinds":
+        from rise_batch.agent.systems import TOOL_KINDS
+
+        return "".join(f"- `{t.name}`: {t.help}\n" for t in TOOL_KINDS.values())
+    if kind == "retrievers":
+        from rise_batch.index.retriever_kinds import RETRIEVERS
+
+        return "".join(f"- `{r.name}` (index parts: {', '.join(r.parts)}): {r.help}\n" for r in RETRIEVERS.values())
+    from rise_batch.registry import BACKENDS, TRANSPORTS
+
+    table = {"backends": BACKENDS, "transports": TRANSPORTS}.get(kind)
+    if table is None:
+        raise SystemExit(f"doc_options: no registry list {kind!r}; known: {', '.join(LISTS)}")
+    return "".join(f"- `{e.name}`: {e.help}\n" for e in table.values())
+
+
+LISTS = ("formats", "systems", "tool-kinds", "retrievers", "backends", "transports")  # what <!-- list: X --> may name
 
 
 def table(command: str) -> str:
@@ -58,13 +92,19 @@ def table(command: str) -> str:
 
 
 def fill(text: str) -> str:
-    """`text` with every marked table replaced by the generated one."""
-    return _BLOCK.sub(lambda m: m.group(1) + table(m.group(2)) + m.group(4), text)
+    """`text` with every marked table and registry list replaced by the generated one."""
+    text = _BLOCK.sub(lambda m: m.group(1) + table(m.group(2)) + m.group(4), text)
+    return _LIST.sub(lambda m: m.group(1) + _registry_list(m.group(2)) + m.group(4), text)
 
 
 def marked(text: str) -> list[str]:
     """The commands whose tables `text` marks."""
     return [m.group(2) for m in _BLOCK.finditer(text)]
+
+
+def marked_lists(text: str) -> list[str]:
+    """The registries whose lists `text` marks."""
+    return [m.group(2) for m in _LIST.finditer(text)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         text = path.read_text()
         if fill(text) != text:
             path.write_text(fill(text))
-            print(f"doc_options: rewrote {', '.join(marked(text))} in {path}", file=sys.stderr)
+            print(f"doc_options: rewrote {', '.join(marked(text) + marked_lists(text))} in {path}", file=sys.stderr)
     return 0
 
 

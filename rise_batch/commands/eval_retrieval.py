@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from rise_batch.index.retriever_kinds import spec_help
 from rise_batch.options import Entry, Layout, Section, add_layout, option
 
 
@@ -26,8 +27,7 @@ class EvalRetrievalOptions:
     )
     retriever: str | None = option(
         None,
-        help="bm25, dense, hybrid (= hybrid:weighted:0.7), hybrid:rrf[:K] or hybrid:weighted[:W], among what the index "
-        "holds",
+        help=spec_help,
         shown="bm25 when the index has a BM25 part, else dense",
     )
     embedder: str | None = option(

@@ -10,6 +10,7 @@ import argparse
 from dataclasses import dataclass
 
 from rise_batch.agent.run_config import RunConfig
+from rise_batch.index.retriever_kinds import spec_help
 from rise_batch.options import Entry, Layout, Section, add_layout, option, same_as
 
 
@@ -29,7 +30,7 @@ class SearchOptions:
     )
     retriever: str | None = option(
         None,
-        help="bm25, dense or hybrid (= hybrid:weighted:0.7, or :rrf[:K]|:weighted[:W])",
+        help=spec_help,
         shown="bm25 when the index has it, else dense",
     )
     embedder: str | None = option(

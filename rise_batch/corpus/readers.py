@@ -5,8 +5,9 @@ docid -> relpath map and cuts the corpus into shards (row ranges per file). Work
 range. Checking up front means a bad row is reported (or recorded as skipped) before any money is spent, and a
 worker never has to know about the rest of the corpus.
 
-Formats are a registry (`FORMATS`: name, file-name suffixes, row reader). Row checks, scan, shards, the index plan
-and plan sampling only ask the registry, so adding a format is one row reader and one line in FORMATS here.
+Formats are a registry (`FORMATS`: name, file-name suffixes, row reader, capabilities). Row checks, scan, shards,
+the index plan, plan sampling, help, errors and the guides' list only ask the registry, so adding a format is one row
+reader and one `FORMATS.add(...)`.
 
 Everything the scan accepts can be written and sent later: every string field must encode as UTF-8 (a JSON escape
 such as "\\ud800" decodes to a lone surrogate that crashes the first Parquet write or HTTP request, after money was
@@ -22,10 +23,12 @@ import json
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
+from rise_batch.registry import Registry
 from rise_batch.storage import AnyPath, arrow_source, location, open_binary
 from rise_batch.types import BadRow, Doc
 
@@ -48,6 +51,15 @@ class ShardSpec(NamedTuple):
     byte_offset: int = 0  # plain JSONL only: where row `start` begins
     skip_rows: tuple[int, ...] = ()
     columns: str = ""  # canonical column spec (see `canonical_columns`): the shard reads exactly as the scan did
+
+
+class RawRow(NamedTuple):
+    """One row as a format's reader yields it: its row number, and its record (source column names) or why it has
+    none (undecodable bytes, invalid JSON, not an object)."""
+
+    row: int
+    record: dict | None
+    bad: str | None = None
 
 
 FIELDS = ("docid", "text", "url", "title")
@@ -161,28 +173,27 @@ def list_sources(path: str | AnyPath) -> list[AnyPath]:
     p = location(path)
     if not p.exists():
         raise CorpusError(f"{p}: corpus path does not exist")
-    suffixes = [f.suffixes[0] for f in FORMATS]
     if p.is_dir():
         files = sorted(f for f in p.rglob("*") if f.is_file() and format_of(f) is not None)
         if not files:
-            raise CorpusError(f"{p}: directory holds no {', '.join(suffixes[:-1])} or {suffixes[-1]} files")
+            raise CorpusError(f"{p}: directory holds no corpus files (expected {formats_phrase()})")
         return files
     if format_of(p) is None:
-        raise CorpusError(f"{p}: unsupported corpus format (expected {', '.join(suffixes)})")
+        raise CorpusError(f"{p}: unsupported corpus format (expected {formats_phrase()})")
     return [p]
 
 
 def format_of(p: AnyPath) -> CorpusFormat | None:
     """The format a file's name selects (first match in FORMATS), or None for a file that is not corpus."""
     name = p.name.lower()
-    return next((f for f in FORMATS if name.endswith(f.suffixes)), None)
+    return next((f for f in FORMATS.values() if name.endswith(f.suffixes)), None)
 
 
 def source_format(src: AnyPath) -> CorpusFormat:
     """The format of a file that `list_sources` accepted; CorpusError for any other file."""
     fmt = format_of(src)
     if fmt is None:
-        raise CorpusError(f"{src}: unsupported corpus format")
+        raise CorpusError(f"{src}: unsupported corpus format (expected {formats_phrase()})")
     return fmt
 
 
@@ -227,7 +238,7 @@ def _check_row(rec: dict, source: str, row: int, max_chars: int) -> Doc | BadRow
 
 def _jsonl_rows(
     src: AnyPath, start: int = 0, stop: int | None = None, byte_offset: int = 0, cols: Columns = DEFAULT_COLUMNS
-) -> Iterator[dict]:
+) -> Iterator[RawRow]:
     """Rows of a plain JSONL file; a shard's `byte_offset` (where row `start` begins) saves re-reading the head."""
     fh = open_binary(src)  # closed by _line_rows
     if byte_offset:
@@ -237,7 +248,7 @@ def _jsonl_rows(
 
 def _jsonl_gz_rows(
     src: AnyPath, start: int = 0, stop: int | None = None, byte_offset: int = 0, cols: Columns = DEFAULT_COLUMNS
-) -> Iterator[dict]:
+) -> Iterator[RawRow]:
     """Rows of a gzipped JSONL file, always read from the start (gzip cannot seek)."""
     yield from _line_rows(_open_gz(src), src, start, stop, 0)
 
@@ -250,7 +261,7 @@ def _open_gz(src: AnyPath, mode: str = "rb") -> gzip.GzipFile:
     return fh
 
 
-def _line_rows(fh: io.BufferedIOBase, src: AnyPath, start: int, stop: int | None, row: int) -> Iterator[dict]:
+def _line_rows(fh: io.BufferedIOBase, src: AnyPath, start: int, stop: int | None, row: int) -> Iterator[RawRow]:
     """Records of lines [start, stop) of an open JSONL stream positioned at line `row`; closes the stream."""
     with fh:
         for raw in fh:
@@ -261,19 +272,18 @@ def _line_rows(fh: io.BufferedIOBase, src: AnyPath, start: int, stop: int | None
             row += 1
 
 
-def _parse_jsonl_line(raw: bytes, src: AnyPath, row: int) -> dict:
+def _parse_jsonl_line(raw: bytes, src: AnyPath, row: int) -> RawRow:
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        return {"__row": row, "__bad": f"undecodable bytes ({e.reason} at byte {e.start} of the line)"}
+        return RawRow(row, None, f"undecodable bytes ({e.reason} at byte {e.start} of the line)")
     try:
         rec = json.loads(line)
     except json.JSONDecodeError as e:
-        return {"__row": row, "__bad": f"invalid JSON ({e.msg})"}
+        return RawRow(row, None, f"invalid JSON ({e.msg})")
     if not isinstance(rec, dict):
-        return {"__row": row, "__bad": "row is not a JSON object"}
-    rec["__row"] = row
-    return rec
+        return RawRow(row, None, "row is not a JSON object")
+    return RawRow(row, rec)
 
 
 def parquet_columns(src: AnyPath, pf, cols: Columns) -> list[str]:
@@ -287,7 +297,7 @@ def parquet_columns(src: AnyPath, pf, cols: Columns) -> list[str]:
 
 def _parquet_rows(
     src: AnyPath, start: int = 0, stop: int | None = None, byte_offset: int = 0, cols: Columns = DEFAULT_COLUMNS
-) -> Iterator[dict]:
+) -> Iterator[RawRow]:
     """Rows of a Parquet file, decoding only the row groups that hold [start, stop); `byte_offset` is unused."""
     pf = open_parquet(src)
     wanted = parquet_columns(src, pf, cols)
@@ -308,8 +318,7 @@ def _parquet_rows(
                     if stop is not None and row >= stop:
                         return
                     if row >= start:
-                        rec["__row"] = row
-                        yield rec
+                        yield RawRow(row, rec)
             lo += batch.num_rows
             if stop is not None and lo >= stop:
                 return
@@ -329,30 +338,56 @@ def _parquet_count(src: AnyPath) -> int:
     return open_parquet(src).metadata.num_rows
 
 
-RowReader = Callable[[AnyPath, int, int | None, int, Columns], Iterator[dict]]
+RowReader = Callable[[AnyPath, int, int | None, int, Columns], Iterator[RawRow]]
 
 
-class CorpusFormat(NamedTuple):
-    """One corpus file format: the file names that select it and how its rows are read.
+@dataclass(frozen=True, kw_only=True)
+class CorpusFormat:
+    """One corpus file format: the file names that select it, how its rows are read, and what it can do.
 
-    Everything else (row checks, scan, shards, index plan, sampling) is generic over this, so a new format is one
-    row reader plus one line in FORMATS. The optional fields only make a format faster, never correct."""
+    Everything else (row checks, scan, shards, index plan, sampling, help and errors, the guides' list) is generic
+    over this, so a new format is one row reader plus one `FORMATS.add(...)`. The capabilities only make a format
+    faster, never correct: a format that claims none is read whole, once per shard."""
 
     name: str
-    suffixes: tuple[str, ...]  # lower-case file-name endings; the first is the one error messages show
-    # (src, start, stop, byte_offset, columns) -> raw records of rows [start, stop), each with "__row"; `columns`
-    # says which source columns hold the fields (a reader returning whole records may ignore it)
+    label: str  # how help, errors and the guides name it ("Parquet")
+    suffixes: tuple[str, ...]  # lower-case file-name endings; the first is the one short messages show
+    # (src, start, stop, byte_offset, columns) -> a RawRow for each row of [start, stop); `columns` says which source
+    # columns hold the fields (a reader returning whole records may ignore it)
     read_rows: RowReader
     count_rows: Callable[[AnyPath], int] | None = None  # fast row count; None: read the file once
-    checks_columns: bool = False  # read_rows itself refuses a file without docid/text (a Parquet schema check)
     seekable_lines: bool = False  # rows are the lines of a plain file: a shard may start at a byte offset
+    row_groups: bool = False  # a Parquet-style footer gives row groups and their sizes: shards and samples follow them
 
 
-FORMATS: tuple[CorpusFormat, ...] = (
-    CorpusFormat("parquet", (".parquet",), _parquet_rows, _parquet_count, checks_columns=True),
-    CorpusFormat("jsonl", (".jsonl", ".ndjson"), _jsonl_rows, _count_lines, seekable_lines=True),
-    CorpusFormat("jsonl.gz", (".jsonl.gz", ".ndjson.gz"), _jsonl_gz_rows, partial(_count_lines, opener=_open_gz)),
-)
+FORMATS: Registry[CorpusFormat] = Registry(
+    "corpus format",
+    [
+        CorpusFormat(
+            name="parquet", label="Parquet", suffixes=(".parquet",), read_rows=_parquet_rows,
+            count_rows=_parquet_count, row_groups=True,
+        ),
+        CorpusFormat(
+            name="jsonl", label="JSONL", suffixes=(".jsonl", ".ndjson"), read_rows=_jsonl_rows,
+            count_rows=_count_lines, seekable_lines=True,
+        ),
+        CorpusFormat(
+            name="jsonl.gz", label="gzipped JSONL", suffixes=(".jsonl.gz", ".ndjson.gz"), read_rows=_jsonl_gz_rows,
+            count_rows=partial(_count_lines, opener=_open_gz),
+        ),
+    ],
+)  # fmt: skip
+
+
+def formats_phrase() -> str:
+    """The registered formats as help and errors say them: "Parquet (.parquet), JSONL (.jsonl, .ndjson) or ..."."""
+    named = [f"{f.label} ({', '.join(f.suffixes)})" for f in FORMATS.values()]
+    return named[0] if len(named) == 1 else f"{', '.join(named[:-1])} or {named[-1]}"
+
+
+def corpus_help() -> str:
+    """The --corpus help of every command that reads a corpus."""
+    return f"a corpus file or a directory of them: {formats_phrase()}; fields docid, text, url?, title?"
 
 
 def count_rows(src: AnyPath) -> int:
@@ -361,7 +396,7 @@ def count_rows(src: AnyPath) -> int:
     with file_errors(src):
         if fmt.count_rows is not None:
             return fmt.count_rows(src)
-        return max((rec["__row"] + 1 for rec in fmt.read_rows(src, 0, None, 0, DEFAULT_COLUMNS)), default=0)
+        return max((raw.row + 1 for raw in fmt.read_rows(src, 0, None, 0, DEFAULT_COLUMNS)), default=0)
 
 
 def iter_rows(
@@ -379,12 +414,11 @@ def iter_rows(
     fmt = source_format(src)
     cols = column_map(columns)
     with file_errors(src):
-        for rec in fmt.read_rows(src, start, stop, byte_offset, cols):
-            row = rec.pop("__row")
-            if "__bad" in rec:
-                yield BadRow(None, str(src), row, rec["__bad"])
+        for raw in fmt.read_rows(src, start, stop, byte_offset, cols):
+            if raw.record is None:
+                yield BadRow(None, str(src), raw.row, raw.bad or "unreadable row")
                 continue
-            yield check_record(rec, str(src), row, cols, max_chars)
+            yield check_record(raw.record, str(src), raw.row, cols, max_chars)
 
 
 def check_record(

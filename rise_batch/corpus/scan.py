@@ -142,7 +142,7 @@ def _warn_huge_row_groups(sources: list[AnyPath], shard_docs: int) -> None:
     import sys
 
     for src in sources:
-        if source_format(src).name != "parquet":
+        if not source_format(src).row_groups:
             continue
         meta = open_parquet(src).metadata
         biggest = max((meta.row_group(i).num_rows for i in range(meta.num_row_groups)), default=0)

@@ -205,7 +205,7 @@ def export_bcp(run_dir: str | Path, out_dir: str | Path, docs: str | Path | None
         f.unlink()
     out.mkdir(parents=True, exist_ok=True)
     system = run.meta.get("system")
-    bare = isinstance(system, str) and bool(system) and get_system(system).tools == "retrieval"
+    bare = isinstance(system, str) and bool(system) and get_system(system).tool_kind.cites_docids
     counts = {BCP_COMPLETED: 0, BCP_INCOMPLETE: 0}
     for stem, traj in sorted(run.trajectories.items()):
         record = bcp_record(traj, relpath_of, bare)

@@ -92,7 +92,7 @@ def build_index(
     columns: str = "",
     progress: bool = False,
 ) -> IndexMeta:
-    """Build the BM25 index of a corpus (Parquet / JSONL[.gz], see rise_batch.corpus.readers) into `out_dir`.
+    """Build the BM25 index of a corpus (any format of rise_batch.corpus.readers.FORMATS) into `out_dir`.
 
     `shards` lets a caller that already planned the corpus (the structure job's scan) reuse that plan; otherwise
     shards of about `shard_docs` rows are cut from file metadata. Bad rows and duplicate docids raise

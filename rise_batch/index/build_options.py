@@ -6,13 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rise_batch.config import StructureConfig
+from rise_batch.corpus.readers import corpus_help
 from rise_batch.index.passages import DEFAULT_PASSAGES
+from rise_batch.index.retriever_kinds import RETRIEVERS
 from rise_batch.options import Entry, Layout, Section, option, same_as
 
 
 @dataclass(frozen=True)
 class IndexOptions:
-    corpus: str = option("", help="Parquet file, directory of Parquet, or JSONL(.gz)")
+    corpus: str = option("", help=corpus_help)
     out: str = option("", help="index directory to create")
     workers: int = option(2, help="tokenizer processes")
     shard_docs: int = option(2000, help="documents per shard")
@@ -22,8 +24,11 @@ class IndexOptions:
     overwrite: bool = option(False, help="replace an existing index directory")
     retriever: str = option(
         "bm25",
-        choices=("bm25", "dense", "hybrid"),
-        help="what to build: bm25, dense (embeddings in DIR/dense) or hybrid (both)",
+        choices=lambda: list(RETRIEVERS),
+        help=lambda: (
+            "what to build (the parts each retriever opens): "
+            + ", ".join(f"{r.name} ({' + '.join(r.parts)})" for r in RETRIEVERS.values())
+        ),
     )
     embedder: str | None = option(
         None,

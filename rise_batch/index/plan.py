@@ -36,7 +36,7 @@ def plan_index_shards(path: str | Path, shard_docs: int, columns: str = "") -> l
     shards: list[ShardSpec] = []
     for src in list_sources(path):
         fmt = source_format(src)
-        if fmt.name == "parquet":
+        if fmt.row_groups:
             ranges = _parquet_ranges(src, shard_docs)
         elif fmt.seekable_lines:
             ranges = _jsonl_ranges(src, shard_docs)

@@ -15,8 +15,8 @@ bm25 on dev; on the test half it is above bm25 at every K with passage-level den
 fusion (rrf) lets the weaker dense list pull gold down; a BM25-heavy weight keeps BM25's hits and adds dense's.
 
 The spec string is the one key of every config (`retriever:` in run and sweep YAML) and flag (`--retriever`).
-`index --retriever R` builds the parts R needs (`PARTS`); opening a retriever whose part the directory lacks is a
-one-line error naming the directory and the command that builds it.
+`index --retriever R` builds the parts R needs (its `RETRIEVERS` entry); opening a retriever whose part the directory
+lacks is a one-line error naming the directory and the command that builds it.
 """
 
 from __future__ import annotations
@@ -28,10 +28,8 @@ from typing import Any
 from rise_batch.errors import ConfigError
 from rise_batch.index.dense import DenseIndex
 from rise_batch.index.hybrid import HybridIndex
+from rise_batch.index.retriever_kinds import RETRIEVERS as RETRIEVERS  # re-exported
 from rise_batch.index.search import load_index, local_index
-
-RETRIEVERS = ("bm25", "dense", "hybrid")
-PARTS = {"bm25": ("bm25",), "dense": ("dense",), "hybrid": ("bm25", "dense")}
 
 
 @dataclass(frozen=True)
@@ -57,9 +55,10 @@ def parse_retriever(text: str | RetrieverSpec | None) -> RetrieverSpec:
         return text
     raw = (text or "bm25").strip()
     name, *rest = raw.split(":")
-    if name not in RETRIEVERS or (name != "hybrid" and rest):
+    if name not in RETRIEVERS or (not RETRIEVERS[name].fused and rest):
         raise ConfigError(
-            f"retriever {raw!r}: expected bm25, dense, hybrid, hybrid:rrf[:K] or hybrid:weighted[:W] (W = BM25 weight)"
+            f"retriever {raw!r}: expected {', '.join(RETRIEVERS)}, hybrid:rrf[:K] or hybrid:weighted[:W] (W = BM25 "
+            "weight)"
         )
     if not rest:
         return DEFAULT_HYBRID if name == "hybrid" else RetrieverSpec(name)
@@ -102,7 +101,7 @@ def open_retriever(
     index_dir = local_index(index_dir)
     spec = parse_retriever(retriever)
     have = parts_present(index_dir)
-    missing = [p for p in PARTS[spec.name] if p not in have]
+    missing = [p for p in RETRIEVERS[spec.name].parts if p not in have]
     if missing:
         raise ConfigError(
             f"{index_dir}: retriever {spec.name} needs the {' and '.join(missing)} part{'s' * (len(missing) > 1)}, "
@@ -110,9 +109,9 @@ def open_retriever(
             f"{' and '.join(have) or 'nothing'}; build it with `rise-batch index --retriever {spec.name} --out DIR`"
         )
     bm25 = dense = None
-    if "bm25" in PARTS[spec.name]:
+    if "bm25" in RETRIEVERS[spec.name].parts:
         bm25 = load_index(index_dir, backend=backend, **bm25_kw)
-    if "dense" in PARTS[spec.name]:
+    if "dense" in RETRIEVERS[spec.name].parts:
         dense = DenseIndex(index_dir, embedder=embedder)
     if spec.name == "hybrid":
         return HybridIndex(bm25, dense, spec.fusion, spec.rrf_k, spec.weight)

@@ -99,7 +99,7 @@ def parquet_text_bytes(corpus: str | Path, columns: str = "") -> int | None:
     text = column_map(columns).text
     total = 0
     for src in list_sources(corpus):
-        if source_format(src).name != "parquet":
+        if not source_format(src).row_groups:
             return None
         meta = open_parquet(src).metadata
         for rg in range(meta.num_row_groups):
@@ -150,7 +150,7 @@ def _sample_items(
     for src, size in zip(sources, sizes, strict=True):
         wanted = [(max(lo, offset) - offset, min(hi, offset + size) - offset) for lo, hi in runs]
         wanted = [(a, b) for a, b in wanted if a < b]
-        if wanted and source_format(src).name == "parquet":
+        if wanted and source_format(src).row_groups:
             items.extend(_parquet_sample(src, wanted, columns))
         elif wanted:  # one pass over the file; rows outside the runs are not parsed
             rows = iter_rows(src, wanted[0][0], wanted[-1][1], columns=columns)

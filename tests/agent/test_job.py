@@ -45,7 +45,7 @@ def test_every_system_end_to_end(agent_world, fake_server, system):
         assert t["system"] == system and t["config_hash"] == meta["config_hash"]
         assert t["gold_doc_ids"] == [qid] and qid in t["surfaced_docids"], "the agent never saw the gold doc"
         assert t["exact_answer"] and t["usage"]["input_tokens"] > 0 and t["cost_usd"] > 0
-        if SYSTEMS[system].tools != "dci":
+        if SYSTEMS[system].uses_index:
             assert qid in t["retrieved_docids"]
         assert t["workspace_docs"] >= 1
     events = [json.loads(line) for line in (out / "run" / "events.jsonl").read_text().splitlines()]
@@ -59,7 +59,19 @@ def test_a_new_system_is_one_registry_line(agent_world, fake_server, monkeypatch
     from rise_batch.eval.plots import system_name
     from rise_batch.eval.sweep import expand, parse_sweep
 
-    monkeypatch.setitem(SYSTEMS, "rise-lean", System("rise-lean", "RISE lean", "agent_rise", STRUCTURED, "rise", 9))
+    monkeypatch.setitem(
+        SYSTEMS,
+        "rise-lean",
+        System(
+            name="rise-lean",
+            label="RISE lean",
+            prompt="agent_rise",
+            docs=STRUCTURED,
+            tools="rise",
+            help="x",
+            max_calls=9,
+        ),
+    )
     out = run_dir("sys-new")
     cfg = run_config(out / "run", _queries(agent_world, out, 2), fake_server.base_url, system="rise-lean")
     assert cfg.budget().max_calls == 9

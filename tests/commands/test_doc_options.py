@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from rise_batch.commands.doc_options import TABLES, fill, marked, table
+from rise_batch.commands.doc_options import LISTS, TABLES, fill, marked, marked_lists, table
 from tests.conftest import REPO
 from tests.docs import doc_files
 
@@ -69,5 +69,11 @@ def test_contributing_regenerates_every_file_with_tables() -> None:
     found = re.search(r"`python -m rise_batch\.commands\.doc_options --write ([^`]+)`", text)
     assert found, "CONTRIBUTING.md gives no doc_options --write command"
     named = set(shlex.split(found.group(1)))
-    marked_files = {str(p.relative_to(REPO)) for p in doc_files() if "<!-- options:" in p.read_text()}
+    texts = {str(p.relative_to(REPO)): p.read_text() for p in doc_files()}
+    marked_files = {name for name, text in texts.items() if marked(text) or marked_lists(text)}
     assert marked_files <= named, f"CONTRIBUTING.md's command leaves out {sorted(marked_files - named)}"
+
+
+def test_every_registry_list_a_guide_marks_is_known_and_users_see_systems_and_formats() -> None:
+    lists = {kind for p in doc_files() for kind in marked_lists(p.read_text())}
+    assert lists <= set(LISTS) and {"formats", "systems", "retrievers"} <= lists, lists

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from rise_batch.corpus.readers import CorpusError, iter_docs, list_sources, read_shard
+from rise_batch.corpus.readers import CorpusError, RawRow, iter_docs, list_sources, read_shard
 from rise_batch.corpus.scan import scan_corpus
 from tests.conftest import sample_rows, write_jsonl, write_parquet
 
@@ -82,9 +82,9 @@ def test_missing_column_and_bad_paths(tmp_path):
         list(iter_docs(tmp_path / "c.parquet"))
     with pytest.raises(CorpusError, match="does not exist"):
         list_sources(tmp_path / "nope")
-    (tmp_path / "x.csv").write_text("a,b")
+    (tmp_path / "x.notacorpus").write_text("a,b")
     with pytest.raises(CorpusError, match="unsupported corpus format"):
-        list_sources(tmp_path / "x.csv")
+        list_sources(tmp_path / "x.notacorpus")
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "jsonl.gz", "parquet"])
@@ -115,16 +115,18 @@ def _tsv_rows(src, start=0, stop=None, byte_offset=0, columns=None):
                 return
             if row >= start:
                 docid, text = line.rstrip("\n").split("\t", 1)
-                yield {"__row": row, "docid": docid, "text": text.replace("\\n", "\n")}
+                yield RawRow(row, {"docid": docid, "text": text.replace("\\n", "\n")})
 
 
 def test_a_new_format_is_one_reader_and_one_registry_line(tmp_path, monkeypatch):
-    """Scan, shards, the index plan and plan sampling all follow the registry; nothing else names formats."""
+    """Scan, shards, the index plan and plan sampling all follow the registry (tests/test_extension_points.py: help,
+    errors and the guides' list too)."""
     from rise_batch.corpus import readers
     from rise_batch.index.plan import plan_index_shards
     from rise_batch.structuring.plan import sample_docs
 
-    monkeypatch.setattr(readers, "FORMATS", (*readers.FORMATS, readers.CorpusFormat("tsv", (".tsv",), _tsv_rows)))
+    tsv = readers.CorpusFormat(name="tsv", label="TSV", suffixes=(".tsv",), read_rows=_tsv_rows)
+    monkeypatch.setitem(readers.FORMATS, "tsv", tsv)
     (tmp_path / "c").mkdir()
     lines = [r["docid"] + "\t" + r["text"].replace("\n", "\\n") + "\n" for r in ROWS]
     (tmp_path / "c" / "a.tsv").write_text("".join(lines))

@@ -17,6 +17,7 @@ from rise_batch.llm.errors import LLMError, StatusError, TransportConnectionErro
 from rise_batch.llm.responses import ResponsesTransport
 from rise_batch.llm.retry import classify
 from rise_batch.llm.transport import CHAT_PATH, TRANSPORTS, Transport, make_transport
+from rise_batch.registry import TransportEntry
 from tests.conftest import REPO
 
 REPLY = {
@@ -51,7 +52,7 @@ def register(monkeypatch: pytest.MonkeyPatch, script: list[Any]) -> list[Canned]
         made.append(Canned(config, script))
         return made[-1]
 
-    monkeypatch.setitem(TRANSPORTS, "canned", factory)
+    monkeypatch.setitem(TRANSPORTS, "canned", TransportEntry(name="canned", factory=factory, help="a test's script"))
     return made
 
 
