@@ -6,8 +6,7 @@ interaction space depend on the retriever, so the hybrid run's workspaces must b
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -15,18 +14,14 @@ import pytest
 from rise_batch.fake_llm import FakeLLMServer
 from rise_batch.space.workspace import read_manifest
 from tests.agent.helpers import read_trajectories, run_dir, write_queries
+from tests.cli import cli as shared_cli
 from tests.conftest import REPO, sample_rows, write_jsonl
 
 HYBRID = "hybrid:weighted:0.7"  # what `hybrid` means
 K = 2
 
 
-def cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "rise_batch.cli", *argv], capture_output=True, text=True, timeout=600, check=False
-    )
-    assert done.returncode == 0, f"rise-batch {' '.join(argv)}:\n{done.stdout}\n{done.stderr}"
-    return done
+cli = partial(shared_cli, check=True)
 
 
 def demo_queries(docids: set[str]) -> list[dict]:

@@ -3,24 +3,21 @@ what to do, exit 2, no traceback, and no empty output directory left behind that
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
 
+from tests.cli import cli as shared_cli
 from tests.conftest import SAMPLE, sample_rows, write_jsonl
 from tests.docs import doc_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    cmd = [sys.executable, "-m", "rise_batch.cli", *args]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+cli = partial(shared_cli, drop_env=("OPENAI_API_KEY",))
 
 
 def one_line_error(done: subprocess.CompletedProcess, command: str) -> str:

@@ -11,7 +11,6 @@ import gzip
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -19,6 +18,7 @@ import pytest
 
 from rise_batch.corpus.readers import CorpusError, iter_docs
 from rise_batch.corpus.scan import scan_corpus, write_bad_rows
+from tests.cli import cli
 from tests.conftest import sample_rows, write_jsonl, write_parquet
 
 GOOD = sample_rows(4)
@@ -37,12 +37,6 @@ def corpus_with(path: Path, field: str) -> Path:
     lines.insert(2, BAD_LINES[field])
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def cli(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "rise_batch.cli", *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300
-    )
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:

@@ -5,21 +5,17 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
+from functools import partial
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from rise_batch.corpus.docmap import RelpathAssigner, UnsafePathError, check_relpath, relpath_problem
+from tests.cli import cli as shared_cli
 from tests.conftest import REPO, SAMPLE
 
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "rise_batch.cli", *args], capture_output=True, text=True, cwd=REPO, timeout=300
-    )
+cli = partial(shared_cli, cwd=REPO)
 
 
 def test_every_relpath_the_assigner_makes_passes_the_read_check():

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 
 import pyarrow.parquet as pq
 
@@ -17,6 +18,7 @@ from rise_batch.cli import main
 from rise_batch.fake_llm import FakeLLMServer
 from rise_batch.storage import arrow_source, location
 from rise_batch.structuring.checkpoint import CheckpointStore
+from tests.cli import cli as shared_cli
 from tests.conftest import sample_rows
 from tests.structuring.test_kill_resume import OUTPUT_FIELDS, doc_key, write_config
 
@@ -41,9 +43,7 @@ def upload_corpus(s3, tmp_path):
     return root
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rise_batch.cli", *args], capture_output=True, text=True,
-                          timeout=600, env=os.environ | {"OPENAI_API_KEY": ""})  # fmt: skip
+cli = partial(shared_cli, env={"OPENAI_API_KEY": ""})
 
 
 def test_structure_on_s3_equals_posix_and_materializes_where_used(tmp_path, s3, capsys):

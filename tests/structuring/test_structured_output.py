@@ -6,8 +6,6 @@ none, and a run made without it is resumed only with the flag (a real `rise-batc
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -17,6 +15,7 @@ from rise_batch.fake_llm import FakeLLMServer
 from rise_batch.structuring.checkpoint import CheckpointStore, part_record
 from rise_batch.structuring.job import run_structure
 from rise_batch.types import DocResult
+from tests.cli import cli
 from tests.structuring.test_batch import config as batch_config
 
 N_DOCS = 12
@@ -37,10 +36,6 @@ def llm_rows(out: Path) -> list[DocResult]:
 
 def chat_log(server: FakeLLMServer) -> list[dict]:
     return [e for e in server.log() if e.get("responder") == "structure" or e.get("fault") == "response-format"]
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rise_batch.cli", *args], capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize("mode", ["online", "batch"])

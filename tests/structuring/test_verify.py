@@ -9,22 +9,17 @@ same checkpoint rows and the same documents as the undamaged run.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from rise_batch.config import load_structure_config
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.structuring.job import run_structure
+from tests.cli import cli
 from tests.structuring.test_job import STATS_KEYS, checkpoint_table
 from tests.structuring.test_kill_resume import outputs
 
 DAMAGE_KEYS = {"damaged_files", "rebought_replies", "rebought_cost_usd"}
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rise_batch.cli", *args], capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture
