@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rise_batch.llm.errors import LLMError
-from rise_batch.llm.retry import is_transient
+from rise_batch.llm.retry import is_overflow_message, is_transient
 from rise_batch.space.tools import ToolResult, ToolSet
 
 STEP_OUTPUT_CHARS = 2000  # what a trajectory file keeps of each tool output
@@ -40,7 +40,6 @@ TOOL_SLACK_S = 0.5  # a tool killed at the deadline needs a moment to report bac
 # anyio can swallow the latter, and the client then retries past the budget.
 HTTP_TIMEOUT_MARGIN_S = 1.0
 CANCEL_GRACE_S = 1.0  # how long a cancelled call may take to unwind before the loop stops waiting for it
-_OVERFLOW_HINTS = ("context_length_exceeded", "maximum context length", "context window", "prompt is too long")
 
 
 @dataclass(frozen=True)
@@ -132,8 +131,8 @@ def parse_final(text: str) -> tuple[str | None, str | None, float | None]:
 
 
 def is_context_overflow(exc: LLMError) -> bool:
-    text = str(exc).lower()
-    return exc.status in (400, 413, None) and any(h in text for h in _OVERFLOW_HINTS)
+    """The request no longer fits the model's context, whatever status the server sent it with (llm/retry.py)."""
+    return exc.kind == "context-overflow" or is_overflow_message(str(exc))
 
 
 def _message_dict(message: Any) -> dict[str, Any]:

@@ -116,6 +116,10 @@ def complete(
                 headers,
                 log,
             )
+        overflow = context_overflow(cfg.n_ctx, counter_for(request.model).request(request.body))
+        if overflow is not None:  # llama.cpp checks the prompt against its slot before anything else
+            log["fault"] = "context-prompt"
+            return 400, overflow, {}, log
         fault = choose_fault(cfg, request.key, attempt)
         log["fault"] = fault
         if (yield latency_s(cfg, request.key, attempt)):
@@ -142,6 +146,14 @@ def complete(
         finish = "tool_calls" if calls else "stop"
         counts = usage(state, request, content + (json.dumps(calls) if calls else ""))
         log.update(responder=responder.name, **_log_usage(counts))
+        if cfg.n_ctx is not None and counts["total_tokens"] > cfg.n_ctx:  # the slot filled while generating
+            log["fault"] = "context-generation"
+            return (
+                500,
+                {"error": {"code": 500, "message": "Context size has been exceeded.", "type": "server_error"}},
+                {},
+                log,
+            )
         choices = (
             [] if fault == "empty" else [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}]
         )
@@ -157,6 +169,15 @@ def complete(
         return 200, body, state.ratelimit_headers(), log
     finally:
         state.end()
+
+
+def context_overflow(n_ctx: int | None, prompt_tokens: int) -> dict[str, Any] | None:
+    """llama.cpp's answer to a prompt longer than its slot's context (HTTP 400), word for word; None: it fits."""
+    if n_ctx is None or prompt_tokens <= n_ctx:
+        return None
+    message = "the request exceeds the available context size, try increasing it"
+    error = {"code": 400, "message": message, "type": "exceed_context_size_error"}
+    return {"error": error | {"n_prompt_tokens": prompt_tokens, "n_ctx": n_ctx}}
 
 
 def _log_usage(counts: dict[str, Any]) -> dict[str, int]:

@@ -26,7 +26,7 @@ _PROBABILITY_FIELD = {
     "400": "p400",
 }
 RETRY_AFTER_STYLES = ("both", "ms", "seconds", "none")
-_INTS = ("seed", "max_faults_per_key", "rpm_limit", "tpm_limit")
+_INTS = ("seed", "max_faults_per_key", "rpm_limit", "tpm_limit", "n_ctx")
 _STRINGS = ("retry_after_style", "require_key", "response_format")
 
 
@@ -58,6 +58,12 @@ class FaultConfig:
     tpm_limit: int | None = option(None, help="server-side prompt tokens per window")
     limit_window_s: float = option(60.0, help="window of the server-side limits")  # tests shrink it
     require_key: str | None = option(None, parse=str, help="answer 401 unless this bearer token is sent")
+    # as llama.cpp does: its slot's context is the prompt plus what it generates, said at GET /props
+    n_ctx: int | None = option(
+        None,
+        help="a context of this many tokens, as llama.cpp's slot: a longer prompt is answered 400 'exceeds the "
+        "available context size', a prompt plus reply past it 500 'Context size has been exceeded'; GET /props says it",
+    )
     response_format: str = option(
         "obey",
         parse=str,
@@ -78,7 +84,7 @@ class FaultConfig:
         for name in ("latency_ms", "latency_jitter_ms", "retry_after_ms", "hang_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        for name in ("rpm_limit", "tpm_limit"):
+        for name in ("rpm_limit", "tpm_limit", "n_ctx"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0 or None, got {getattr(self, name)!r}")
         if self.limit_window_s <= 0:
@@ -148,7 +154,7 @@ FAULT_OPTIONS = Layout(
             (
                 *("latency_ms", "latency_jitter_ms", "p429", "p500", "p_hang", "p_malformed", "p_empty", "p400"),
                 *("seed", "max_faults_per_key", "retry_after_ms", "hang_s", "rpm_limit", "tpm_limit"),
-                *("limit_window_s", "require_key", "response_format"),
+                *("limit_window_s", "require_key", "response_format", "n_ctx"),
             ),
         ),
     ),

@@ -65,7 +65,7 @@ class LLMStats:
     timeouts: int = 0
     connection_errors: int = 0
     bad_replies: int = 0  # 2xx replies that were unusable (no choices, invalid body)
-    client_errors: int = 0  # other 4xx
+    client_errors: int = 0  # other 4xx, and context overflows whatever their status (the request's own fault)
     failures: int = 0  # calls that ended in LLMError
     input_tokens: int = 0
     cached_input_tokens: int = 0
@@ -87,6 +87,7 @@ class LLMStats:
             "bad-response": "bad_replies",
             "client": "client_errors",
             "conflict": "client_errors",
+            "context-overflow": "client_errors",
         }.get(verdict.kind)
         if field:
             setattr(self, field, getattr(self, field) + 1)

@@ -207,6 +207,37 @@ def run_shards(
     return results, transport
 
 
+def fit_to_server(cfg: StructureConfig, prompt_text: str) -> StructureConfig:
+    """The config whose documents fit the context the server says it has (llm/context.py): a smaller
+    `max_input_tokens` when the server's is the tighter bound (the run hash is already pinned: a cut is recorded per
+    row, as --max-input-tokens's is). A context with no room for a document is refused before anything is paid."""
+    import dataclasses
+
+    from rise_batch.llm.context import MIN_DOCUMENT_TOKENS, document_budget, server_context
+    from rise_batch.llm.tokens import counter_for
+
+    said = server_context(cfg.llm)
+    if said is None:
+        return cfg
+    n_ctx, url = said
+    budget = document_budget(n_ctx, cfg.llm.max_output_tokens, counter_for(cfg.llm.model).count(prompt_text))
+    if budget < MIN_DOCUMENT_TOKENS:
+        raise ConfigError(
+            f"{url} says its context holds {n_ctx} tokens per request, which leaves {max(budget, 0)} for a document "
+            f"beside the prompt and --max-output-tokens {cfg.llm.max_output_tokens}: lower --max-output-tokens, or "
+            "start the server with a larger context per slot (llama.cpp: a larger --ctx-size or fewer --parallel)"
+        )
+    if cfg.llm.max_input_tokens is not None and cfg.llm.max_input_tokens <= budget:
+        return cfg
+    print(
+        f"rise-batch: {url} says its context holds {n_ctx} tokens per request: documents longer than {budget} tokens "
+        "are cut to fit (recorded per row as input-truncated)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, max_input_tokens=budget))
+
+
 def check_checkpoint(cfg: StructureConfig, plan: RunPlan, full: bool) -> dict:
     """Verify the checkpoint before resuming it (structuring/verify.py); damaged files are moved aside, named on
     stderr, and their documents redone. Returns the stats.json keys saying what that re-buys ({} when nothing)."""
@@ -237,8 +268,9 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
         if cfg.mode == "batch":  # one driver process: the provider does the parallel work
             shard_stats, transport = run_batch(cfg, plan, bar)
         else:
-            by_shard, transport = run_shards(cfg, plan, bar, nodes)
-            transport += verify_shards(cfg, plan, bar, nodes, by_shard)
+            sent = fit_to_server(cfg, plan.prompt_text) if online else cfg  # what the server's context holds
+            by_shard, transport = run_shards(sent, plan, bar, nodes)
+            transport += verify_shards(sent, plan, bar, nodes, by_shard)
             shard_stats = list(by_shard.values())
     shards = sum(shard_stats, ShardStats())
     stats = StructureStats(shards, len(plan.shards), plan.run_hash, cfg.backend, plan.n_bad_rows,

@@ -34,6 +34,11 @@ OK = json.dumps(
         "usage": {"prompt_tokens": 10, "completion_tokens": 2},
     }
 ).encode()
+# llama.cpp's answer when a slot's context fills while it generates: a 500 that the same request meets every time
+LLAMA_OVERFLOW = json.dumps(
+    {"error": {"code": 500, "message": "Context size has been exceeded.", "type": "server_error"}}
+)
+LLAMA_OVERFLOW = LLAMA_OVERFLOW.encode()
 ERROR = json.dumps({"error": {"message": "slow down", "type": "requests"}}).encode()
 
 
@@ -76,6 +81,7 @@ class Handler(BaseHTTPRequestHandler):
             "malformed": (200, b'{"id": "x", "choices": [', {}),
             "not-an-object": (200, b"[1, 2]", {}),
             "truncated": (200, OK, {"cut": "1"}),
+            "500-context": (500, LLAMA_OVERFLOW, {}),
             "400": (400, json.dumps({"error": {"message": "bad request: max_tokens"}}).encode(), {}),
         }[step]
         self.send_response(status)
@@ -201,3 +207,14 @@ def test_a_client_error_is_not_retried_and_reads_alike(foreign: tuple[str, Scrip
     assert seen["direct"] == seen["httpx"]
     message = "HTTP 400 client after 1 attempt(s): Error code: 400 - bad request: max_tokens"
     assert seen["direct"][0] == ("client", 400, 1, message)
+
+
+def test_a_context_overflow_is_not_retried_whatever_its_status(foreign: tuple[str, Script]) -> None:
+    seen = {}
+    for backend, (outcome, stats, waits, script_seen) in each_transport(*foreign, ["500-context"] * 3).items():
+        kind, status, attempts, message = outcome
+        assert script_seen == ["500-context"] and not waits, backend  # sent once: it would overflow again
+        assert (kind, status, attempts) == ("context-overflow", 500, 1), (backend, outcome)
+        assert "Context size has been exceeded" in message, backend
+        seen[backend] = (outcome, stats)
+    assert seen["direct"] == seen["httpx"]
