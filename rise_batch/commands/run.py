@@ -27,7 +27,7 @@ RUN_OPTIONS = Layout(
             "model",
             (
                 *("llm.model", "llm.base_url", "llm.api_key_env", "api", "llm.reasoning_effort"),
-                *("llm.max_output_tokens", "llm.timeout_s", "llm.rpm", "llm.tpm"),
+                *("llm.max_output_tokens", "llm.timeout_s", "llm.rpm", "llm.tpm", "llm.max_transient_runs"),
                 Entry(
                     "llm.concurrency",
                     flag="--llm-concurrency",

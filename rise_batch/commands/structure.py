@@ -28,6 +28,7 @@ STRUCTURE_OPTIONS = Layout(
                 for k in (
                     *("base_url", "model", "api_key_env", "reasoning_effort", "max_output_tokens", "timeout_s"),
                     *("rpm", "tpm", "concurrency", "max_input_chars", "max_input_tokens", "structured_output"),
+                    "max_transient_runs",
                 )
             ),
         ),

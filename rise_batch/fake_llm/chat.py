@@ -116,10 +116,8 @@ def complete(
                 headers,
                 log,
             )
-        overflow = context_overflow(cfg.n_ctx, counter_for(request.model).request(request.body))
-        if overflow is not None:  # llama.cpp checks the prompt against its slot before anything else
-            log["fault"] = "context-prompt"
-            return 400, overflow, {}, log
+        if (over := overflowed(cfg.n_ctx, log, counter_for(request.model).request(request.body))) is not None:
+            return over  # llama.cpp checks the prompt against its slot before anything else
         fault = choose_fault(cfg, request.key, attempt)
         log["fault"] = fault
         if (yield latency_s(cfg, request.key, attempt)):
@@ -146,14 +144,8 @@ def complete(
         finish = "tool_calls" if calls else "stop"
         counts = usage(state, request, content + (json.dumps(calls) if calls else ""))
         log.update(responder=responder.name, **_log_usage(counts))
-        if cfg.n_ctx is not None and counts["total_tokens"] > cfg.n_ctx:  # the slot filled while generating
-            log["fault"] = "context-generation"
-            return (
-                500,
-                {"error": {"code": 500, "message": "Context size has been exceeded.", "type": "server_error"}},
-                {},
-                log,
-            )
+        if (over := overflowed(cfg.n_ctx, log, counts["prompt_tokens"], counts["total_tokens"])) is not None:
+            return over  # the slot filled while generating
         choices = (
             [] if fault == "empty" else [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}]
         )
@@ -171,13 +163,20 @@ def complete(
         state.end()
 
 
-def context_overflow(n_ctx: int | None, prompt_tokens: int) -> dict[str, Any] | None:
-    """llama.cpp's answer to a prompt longer than its slot's context (HTTP 400), word for word; None: it fits."""
-    if n_ctx is None or prompt_tokens <= n_ctx:
+def overflowed(
+    n_ctx: int | None, log: dict[str, Any], prompt: int, total: int = 0
+) -> tuple[int, dict[str, Any], dict[str, str], dict[str, Any]] | None:
+    """llama.cpp's answers past its slot's context, word for word: a prompt over it is a 400, a prompt plus reply
+    over it (the slot filled while generating) a 500. None: it fits."""
+    if n_ctx is None or max(prompt, total) <= n_ctx:
         return None
-    message = "the request exceeds the available context size, try increasing it"
-    error = {"code": 400, "message": message, "type": "exceed_context_size_error"}
-    return {"error": error | {"n_prompt_tokens": prompt_tokens, "n_ctx": n_ctx}}
+    if prompt > n_ctx:
+        log["fault"] = "context-prompt"
+        message = "the request exceeds the available context size, try increasing it"
+        error = {"code": 400, "message": message, "type": "exceed_context_size_error"}
+        return 400, {"error": error | {"n_prompt_tokens": prompt, "n_ctx": n_ctx}}, {}, log
+    log["fault"] = "context-generation"
+    return 500, {"error": {"code": 500, "message": "Context size has been exceeded.", "type": "server_error"}}, {}, log
 
 
 def _log_usage(counts: dict[str, Any]) -> dict[str, int]:

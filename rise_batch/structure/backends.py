@@ -238,6 +238,11 @@ class LLMBackend:
         return finish(doc, run_hash, ev, self.name, usage, reasks, note, error, constrained)
 
 
+def error_result(doc: Doc, run_hash: str, tier: str, error: str) -> tuple[DocResult, str]:
+    """An `error` row for a document no call could structure (the message says why), its text left as it is."""
+    return finish(doc, run_hash, Evaluation("error", [], [], Proposal(())), tier, error=error[:500])
+
+
 def _reask_turns(previous: str, outcome: str, sent: str) -> Sequence[dict]:
     """The failed answer plus feedback; the document is repeated so the last user turn is self-contained."""
     return (

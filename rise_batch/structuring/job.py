@@ -7,6 +7,7 @@ different output is refused unless the user asks for a new run, so no document i
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections import Counter
@@ -24,6 +25,8 @@ from rise_batch.executor.probe import REMEDY, Input, Output, check_storage, node
 from rise_batch.index import build_index
 from rise_batch.index.shards import RayShardRunner
 from rise_batch.io import dump_json, make_output_dir, read_json, supersede, write_parquet_atomic
+from rise_batch.llm.context import MIN_DOCUMENT_TOKENS, document_budget, server_context
+from rise_batch.llm.tokens import counter_for
 from rise_batch.progress import Progress
 from rise_batch.prompts import load_prompt
 from rise_batch.storage import ObjectPath, location, redact
@@ -211,11 +214,6 @@ def fit_to_server(cfg: StructureConfig, prompt_text: str) -> StructureConfig:
     """The config whose documents fit the context the server says it has (llm/context.py): a smaller
     `max_input_tokens` when the server's is the tighter bound (the run hash is already pinned: a cut is recorded per
     row, as --max-input-tokens's is). A context with no room for a document is refused before anything is paid."""
-    import dataclasses
-
-    from rise_batch.llm.context import MIN_DOCUMENT_TOKENS, document_budget, server_context
-    from rise_batch.llm.tokens import counter_for
-
     said = server_context(cfg.llm)
     if said is None:
         return cfg
