@@ -88,7 +88,9 @@ class AgentRun:
     model_s: float = 0.0  # time spent waiting on the model
     tool_s: float = 0.0  # time spent in tools
     retryable: bool = False  # ended by a transient failure (not the query's doing): a resume runs it again
-    cancelled_calls: int = 0  # model calls abandoned before their reply: billed, but not in usage nor cost_usd
+    # model calls abandoned before their reply, and unusable replies whose usage could not be read: billed, but not in
+    # usage nor cost_usd (which are then a lower bound)
+    cancelled_calls: int = 0
 
     def usage(self) -> dict[str, int]:
         return {
@@ -96,6 +98,16 @@ class AgentRun:
             "cached_input_tokens": self.cached_input_tokens,
             "output_tokens": self.output_tokens,
         }
+
+    def pay_failed(self, e: LLMError) -> None:
+        """A call that failed for good after 2xx replies it could not use: those were billed, so they count (the
+        error says what was lost)."""
+        if e.paid is not None:
+            self.input_tokens += e.paid.input_tokens
+            self.cached_input_tokens += e.paid.cached_input_tokens
+            self.output_tokens += e.paid.output_tokens
+            self.cost_usd += e.paid.cost_usd
+        self.cancelled_calls += e.unpriced
 
     def end(self, reason: str, error: str | None = None) -> None:
         if not self.stop_reason:
@@ -346,6 +358,7 @@ async def _turns(client, tools, budget, run, ctx, params, executor, emit, clock,
             raise
         except LLMError as e:
             run.model_s += clock() - t0
+            run.pay_failed(e)
             emit({"event": "model_error", "call": run.model_calls, "error": str(e)[:500]})
             if is_context_overflow(e):
                 return run.end("context_overflow", str(e))

@@ -138,8 +138,9 @@ def complete(
             return 503, error_body("fake-llm is shutting down", "server_error"), {}, log
         message = responder.respond(request)
         content = message.get("content") or ""
-        if fault == "malformed":
-            message = {**message, "content": content[: max(len(content) // 2, 1)] + "\n{,"}
+        if fault in ("malformed", "surrogate"):  # a surrogate: content ends in "\ud800" (http.dumps escapes it)
+            cut = content[: max(len(content) // 2, 1)] + "\n{," if fault == "malformed" else content + "\ud800"
+            message = {**message, "content": cut}
         calls = message.get("tool_calls")
         finish = "tool_calls" if calls else "stop"
         counts = usage(state, request, content + (json.dumps(calls) if calls else ""))

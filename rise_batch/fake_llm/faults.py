@@ -16,7 +16,7 @@ from typing import Any
 from rise_batch.options import Layout, Section, option
 
 # Order matters: a draw u in [0, 1) picks the first fault whose cumulative probability exceeds it.
-FAULTS = ("429", "500", "hang", "malformed", "empty", "400")
+FAULTS = ("429", "500", "hang", "malformed", "empty", "400", "surrogate")
 _PROBABILITY_FIELD = {
     "429": "p429",
     "500": "p500",
@@ -24,6 +24,7 @@ _PROBABILITY_FIELD = {
     "malformed": "p_malformed",
     "empty": "p_empty",
     "400": "p400",
+    "surrogate": "p_surrogate",
 }
 RETRY_AFTER_STYLES = ("both", "ms", "seconds", "none")
 _INTS = ("seed", "max_faults_per_key", "rpm_limit", "tpm_limit", "n_ctx")
@@ -43,6 +44,9 @@ class FaultConfig:
     p_malformed: float = option(0.0, help="share whose reply content is truncated, invalid JSON")
     p_empty: float = option(0.0, help="share answered with an empty `choices` list")
     p400: float = option(0.0, help="share answered 400 (not retryable)")
+    p_surrogate: float = option(
+        0.0, help="share whose reply text ends in a lone surrogate escape (\\ud800): valid JSON orjson refuses"
+    )
     seed: int = option(0, help="seed of the deterministic fault draw")
     # "fail once, then succeed"
     max_faults_per_key: int | None = option(None, help="only a document's first N attempts may fault")
@@ -153,6 +157,7 @@ FAULT_OPTIONS = Layout(
             None,
             (
                 *("latency_ms", "latency_jitter_ms", "p429", "p500", "p_hang", "p_malformed", "p_empty", "p400"),
+                "p_surrogate",
                 *("seed", "max_faults_per_key", "retry_after_ms", "hang_s", "rpm_limit", "tpm_limit"),
                 *("limit_window_s", "require_key", "response_format", "n_ctx"),
             ),

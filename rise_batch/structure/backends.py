@@ -220,6 +220,8 @@ class LLMBackend:
         except Exception as e:  # the transport already retried: this document is an error row, not a crash
             if is_transient(e):
                 raise
+            if getattr(e, "paid", None) is not None:  # unusable replies it was billed for
+                usage = usage.add(e.paid)  # type: ignore[attr-defined]
             return finish(doc, run_hash, Evaluation("error", [], [], Proposal(())), self.name, usage, 0, note, _msg(e))
         usage = usage.add(reply)
         ev = evaluate(doc.text, parse_reply(reply.text))

@@ -196,3 +196,17 @@ def test_a_query_failing_in_every_run_is_given_up_after_three(agent_world, fake_
     for t in read_trajectories(out / "run").values():
         assert "retryable" not in t and t["transient_runs"] == 3
         assert "in 3 runs in a row" in t["error"] and "run 1: " in t["error"] and "Error code: 500" in t["error"]
+
+
+def test_replies_with_a_lone_surrogate_escape_are_kept(agent_world, fake_server):
+    """Every reply's text ends in a `\\ud800` escape (valid JSON that orjson refuses): each is decoded, the lone
+    surrogate replaced, and the trajectory goes on to its answer, each reply bought once and paid."""
+    out = run_dir("surrogates")
+    queries = _queries(agent_world, out, 2)
+    fake_server.configure(p_surrogate=1.0)
+    stats = run_trajectories(run_config(out / "run", queries, fake_server.base_url))
+    assert stats["stop_reasons"] == {"answered": 2}
+    calls = sum(t["model_calls"] for t in read_trajectories(out / "run").values())
+    assert fake_server.stats()["requests"] == calls  # none retried
+    for t in read_trajectories(out / "run").values():
+        assert t["final_text"].endswith("\ufffd") and t["cost_usd"] > 0 and t["cancelled_calls"] == 0
