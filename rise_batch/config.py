@@ -179,6 +179,12 @@ class StructureConfig:
         None, help="connect to this Ray cluster", shown="start a local Ray when workers >= 1"
     )
     max_shards_in_flight: int | None = option(None, help="shards queued or running at once", shown="2 x workers")
+    worker_memory_gb: float = option(
+        1.0,
+        flag="--worker-memory",
+        metavar="GB",
+        help="memory Ray reserves per worker actor, so it places no more on a node than its memory holds (0: none)",
+    )
     flush_docs: int = option(200, help="finished documents per checkpoint part")
     flush_seconds: float = option(
         5.0, help="a kill loses at most this many seconds of finished replies (measured from the oldest row)"
@@ -227,6 +233,8 @@ class StructureConfig:
             raise ConfigError(f"workers must be >= 0, got {self.workers!r}")
         if self.flush_docs <= 0:
             raise ConfigError(f"flush_docs must be >= 1, got {self.flush_docs!r}")
+        if not self.worker_memory_gb >= 0:  # also refuses NaN
+            raise ConfigError(f"worker_memory_gb must be >= 0, got {self.worker_memory_gb!r}")
         if not self.flush_seconds > 0:  # also refuses NaN
             raise ConfigError(f"flush_seconds must be > 0, got {self.flush_seconds!r}")
         self.llm.validate()

@@ -19,6 +19,7 @@ RUN_OPTIONS = Layout(
             (
                 *("queries", "system", "index", "docs", "original_docs", "out", "k", "max_calls", "wall_clock_s"),
                 *("limit", "gold", "qrels", "workers", "concurrency", "ray_address", "workspace_root", "cache_dir"),
+                "worker_memory_gb",
                 *("keep_workspaces", "index_backend", "retriever", "embedder", "allow_unsandboxed", "new_run"),
                 "progress",
             ),

@@ -18,7 +18,7 @@ STRUCTURE_OPTIONS = Layout(
             None,
             (
                 *("corpus", "out", "backend", "columns", "limit", "on_bad_row", "shard_docs", "workers"),
-                *("ray_address", "new_run", "index", "progress"),
+                *("ray_address", "worker_memory_gb", "new_run", "index", "progress"),
             ),
         ),
         Section(

@@ -193,7 +193,11 @@ def run_shards(
     else:
         per_worker = max(1, (cfg.max_shards_in_flight or 2 * n) // n)
     options = MapOptions(
-        max_in_flight=n * per_worker, per_worker=per_worker, max_attempts=MAX_SHARD_ATTEMPTS, wait_ready=False
+        max_in_flight=n * per_worker,
+        per_worker=per_worker,
+        max_attempts=MAX_SHARD_ATTEMPTS,
+        wait_ready=False,
+        worker_memory=int(cfg.worker_memory_gb * 2**30),
     )
     config = {"cfg": cfg, "prompt_text": plan.prompt_text, "run_hash": plan.run_hash}
     stage = Stage(
