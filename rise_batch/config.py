@@ -43,6 +43,13 @@ class LLMConfig:
     max_output_tokens: int = option(4096, help="cap of one reply's tokens, reasoning included; reserved against --tpm")
     timeout_s: float = option(120.0, flag="--timeout", help="per-request timeout in seconds")
     max_attempts: int = option(8, help="tries of a request that fails for a transient reason (connection, 429, 5xx)")
+    # a failure that repeats run after run (an overloaded or broken endpoint for that one input) must not hold the job
+    # open forever: exit 75 promises that the same command does the rest
+    max_transient_runs: int = option(
+        3,
+        help="a document whose requests fail for a transient reason (5xx, timeouts, ...) in this many runs in a row "
+        "is recorded with outcome error naming the failures, so the job can end",
+    )
     rpm: int = option(500, help="requests per minute, whole job (raise it for a local server)")
     tpm: int = option(2_000_000, help="tokens per minute, whole job")
     limit_window_s: float = option(60.0, help="the window rpm and tpm count over; only tests shrink it")
@@ -87,6 +94,8 @@ class LLMConfig:
             raise ConfigError(f"llm.max_input_tokens must be a positive integer, got {self.max_input_tokens!r}")
         if self.concurrency <= 0:
             raise ConfigError(f"llm.concurrency must be >= 1, got {self.concurrency!r}")
+        if self.max_transient_runs <= 0:
+            raise ConfigError(f"llm.max_transient_runs must be >= 1, got {self.max_transient_runs!r}")
         if self.max_attempts <= 0:
             raise ConfigError(f"llm.max_attempts must be >= 1, got {self.max_attempts!r}")
         if self.timeout_s <= 0:
@@ -170,6 +179,12 @@ class StructureConfig:
         None, help="connect to this Ray cluster", shown="start a local Ray when workers >= 1"
     )
     max_shards_in_flight: int | None = option(None, help="shards queued or running at once", shown="2 x workers")
+    worker_memory_gb: float = option(
+        1.0,
+        flag="--worker-memory",
+        metavar="GB",
+        help="memory Ray reserves per worker actor, so it places no more on a node than its memory holds (0: none)",
+    )
     flush_docs: int = option(200, help="finished documents per checkpoint part")
     flush_seconds: float = option(
         5.0, help="a kill loses at most this many seconds of finished replies (measured from the oldest row)"
@@ -217,6 +232,8 @@ class StructureConfig:
             raise ConfigError(f"workers must be >= 0, got {self.workers!r}")
         if self.flush_docs <= 0:
             raise ConfigError(f"flush_docs must be >= 1, got {self.flush_docs!r}")
+        if not self.worker_memory_gb >= 0:  # also refuses NaN
+            raise ConfigError(f"worker_memory_gb must be >= 0, got {self.worker_memory_gb!r}")
         if not self.flush_seconds > 0:  # also refuses NaN
             raise ConfigError(f"flush_seconds must be > 0, got {self.flush_seconds!r}")
         self.llm.validate()

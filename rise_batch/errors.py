@@ -14,7 +14,8 @@ the job that runs the same function exit the same way:
 - an exception that says how it ends (the `CleanExit` mixin: the cost limit's BudgetExceeded exits 3, a missing
   sandbox 2): printed as `<name>: <message>`, its message being a whole sentence;
 - 75 (`EXIT_RETRY`, sysexits' EX_TEMPFAIL): a run that finished what it could but left work that failed for a
-  transient reason (`RunIncomplete`: a connection refused, a lost node); the same command retries exactly that work;
+  transient reason (`RunIncomplete`: a connection refused, a lost node; `MemoryPressure`: Ray's memory monitor kept
+  killing its workers); the same command retries exactly that work;
 - 130 (`EXIT_INTERRUPTED`) on Ctrl-C: everything written so far is kept, so the advice is to re-run;
 - anything else is a bug: it propagates with its traceback.
 """
@@ -55,6 +56,14 @@ class CleanExit:
 class RunIncomplete(CleanExit, Exception):
     """Work that failed for a transient reason was left undone (never recorded as its outcome), so that the same
     command retries it; everything else the run finished is kept."""
+
+    exit_code = EXIT_RETRY
+
+
+class MemoryPressure(CleanExit, Exception):
+    """Ray's memory monitor kept killing a stage's workers (the node ran out of memory, often for another process's
+    sake): the work they held was redone until an item had been killed under it every time; the rest is kept, and
+    the same command resumes once memory is free or fewer workers share a node."""
 
     exit_code = EXIT_RETRY
 

@@ -235,6 +235,7 @@ def run_queries(plan: RunPlan, progress: Progress, nodes: dict[str, str] | None 
         deadline_s=cfg.budget().wall_clock_s + cfg.grace_s,
         kill_grace_s=cfg.kill_grace_s,
         worker_cpus=cfg.worker_cpus,
+        worker_memory=int(cfg.worker_memory_gb * 2**30),
         close_timeout_s=5,
     )
     outcomes = TrajectoryOutcomes(cfg, plan.config_hash, progress)

@@ -31,7 +31,7 @@ from typing import Any
 
 from rise_batch.agent.context_policy import ContextPolicy as ContextPolicy  # re-exported
 from rise_batch.llm.errors import LLMError
-from rise_batch.llm.retry import is_transient
+from rise_batch.llm.retry import is_overflow_message, is_transient
 from rise_batch.space.tools import ToolResult, ToolSet
 
 STEP_OUTPUT_CHARS = 2000  # what a trajectory file keeps of each tool output
@@ -41,7 +41,6 @@ TOOL_SLACK_S = 0.5  # a tool killed at the deadline needs a moment to report bac
 # anyio can swallow the latter, and the client then retries past the budget.
 HTTP_TIMEOUT_MARGIN_S = 1.0
 CANCEL_GRACE_S = 1.0  # how long a cancelled call may take to unwind before the loop stops waiting for it
-_OVERFLOW_HINTS = ("context_length_exceeded", "maximum context length", "context window", "prompt is too long")
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,9 @@ class AgentRun:
     model_s: float = 0.0  # time spent waiting on the model
     tool_s: float = 0.0  # time spent in tools
     retryable: bool = False  # ended by a transient failure (not the query's doing): a resume runs it again
-    cancelled_calls: int = 0  # model calls abandoned before their reply: billed, but not in usage nor cost_usd
+    # model calls abandoned before their reply, and unusable replies whose usage could not be read: billed, but not in
+    # usage nor cost_usd (which are then a lower bound)
+    cancelled_calls: int = 0
 
     def usage(self) -> dict[str, int]:
         return {
@@ -88,6 +89,16 @@ class AgentRun:
             "cached_input_tokens": self.cached_input_tokens,
             "output_tokens": self.output_tokens,
         }
+
+    def pay_failed(self, e: LLMError) -> None:
+        """A call that failed for good after 2xx replies it could not use: those were billed, so they count (the
+        error says what was lost)."""
+        if e.paid is not None:
+            self.input_tokens += e.paid.input_tokens
+            self.cached_input_tokens += e.paid.cached_input_tokens
+            self.output_tokens += e.paid.output_tokens
+            self.cost_usd += e.paid.cost_usd
+        self.cancelled_calls += e.unpriced
 
     def end(self, reason: str, error: str | None = None) -> None:
         if not self.stop_reason:
@@ -123,8 +134,8 @@ def parse_final(text: str) -> tuple[str | None, str | None, float | None]:
 
 
 def is_context_overflow(exc: LLMError) -> bool:
-    text = str(exc).lower()
-    return exc.status in (400, 413, None) and any(h in text for h in _OVERFLOW_HINTS)
+    """The request no longer fits the model's context, whatever status the server sent it with (llm/retry.py)."""
+    return exc.kind == "context-overflow" or is_overflow_message(str(exc))
 
 
 def _message_dict(message: Any) -> dict[str, Any]:
@@ -338,6 +349,7 @@ async def _turns(client, tools, budget, run, ctx, params, executor, emit, clock,
             raise
         except LLMError as e:
             run.model_s += clock() - t0
+            run.pay_failed(e)
             emit({"event": "model_error", "call": run.model_calls, "error": str(e)[:500]})
             if is_context_overflow(e):
                 return run.end("context_overflow", str(e))

@@ -74,6 +74,13 @@ class RunConfig:
     concurrency: int = option(8, help="trajectories in flight across all workers")
     ray_address: str | None = option(None, help="connect to this Ray cluster", shown="start a local Ray")
     worker_cpus: float = option(1.0, help="CPUs Ray reserves per worker actor")
+    # a trajectory actor over a 1M-document index holds ~1.2-1.4 GB (RSS) while it searches
+    worker_memory_gb: float = option(
+        1.5,
+        flag="--worker-memory",
+        metavar="GB",
+        help="memory Ray reserves per worker actor, so it places no more on a node than its memory holds (0: none)",
+    )
     workspace_root: str | None = option(
         None,
         help="where per-query workspaces live",
@@ -133,6 +140,8 @@ class RunConfig:
                 raise ConfigError(f"{name} must be > 0, got {value!r}")
         if self.workers < 0:
             raise ConfigError(f"workers must be >= 0, got {self.workers!r}")
+        if not self.worker_memory_gb >= 0:  # also refuses NaN
+            raise ConfigError(f"worker_memory_gb must be >= 0, got {self.worker_memory_gb!r}")
         if self.worker_cpus < 0:
             raise ConfigError(f"worker_cpus must be >= 0, got {self.worker_cpus!r}")
         if self.grace_s < 0 or self.kill_grace_s < 0:

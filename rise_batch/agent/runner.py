@@ -281,8 +281,29 @@ async def run_query(ctx: WorkerContext, query: Query, attempt: int = 1) -> dict[
     return _finish(ctx, query, run, ws, emit)
 
 
+def transient_runs(ctx: WorkerContext, query: Query, run: AgentRun) -> dict[str, Any]:
+    """The record's count of runs in a row a transient failure ended this query ({} when this one did not). At
+    `llm.max_transient_runs` the query is given up on: no longer retryable, its error naming each run's failure, so
+    a run whose endpoint fails one query for good can end."""
+    if not run.retryable:
+        return {}
+    try:
+        before = read_json(trajectory_path(ctx.run_dir, query.query_id))
+    except (OSError, ValueError):
+        before = {}
+    same = isinstance(before, dict) and before.get("config_hash") == ctx.config_hash and before.get("retryable")
+    runs = int(before.get("transient_runs") or 1) + 1 if same else 1
+    errors = [*(before.get("transient_errors") or [] if same else []), (run.error or "")[:200]][-runs:]
+    if runs >= ctx.cfg.llm.max_transient_runs:
+        run.retryable = False
+        said = "; ".join(f"run {i + 1}: {e}" for i, e in enumerate(errors))
+        run.error = f"failed for a transient reason in {runs} runs in a row, given up ({said})"
+    return {"transient_runs": runs, "transient_errors": errors}
+
+
 def _finish(ctx: WorkerContext, query: Query, run: AgentRun, ws, emit) -> dict[str, Any]:
-    record = trajectory_record(ctx, query, run, workspace_docs(ctx.system, ctx.store, ws, run))
+    repeated = transient_runs(ctx, query, run)
+    record = trajectory_record(ctx, query, run, workspace_docs(ctx.system, ctx.store, ws, run)) | repeated
     if ws is not None:
         ws.close()
     write_json_atomic(trajectory_path(ctx.run_dir, query.query_id), record)

@@ -19,6 +19,7 @@ RUN_OPTIONS = Layout(
             (
                 *("queries", "system", "index", "docs", "original_docs", "out", "k", "max_calls", "wall_clock_s"),
                 *("limit", "gold", "qrels", "workers", "concurrency", "ray_address", "workspace_root", "cache_dir"),
+                "worker_memory_gb",
                 *("keep_workspaces", "index_backend", "retriever", "embedder", "allow_unsandboxed", "new_run"),
                 "progress",
             ),
@@ -27,7 +28,7 @@ RUN_OPTIONS = Layout(
             "model",
             (
                 *("llm.model", "llm.base_url", "llm.api_key_env", "api", "llm.reasoning_effort"),
-                *("llm.max_output_tokens", "llm.timeout_s", "llm.rpm", "llm.tpm"),
+                *("llm.max_output_tokens", "llm.timeout_s", "llm.rpm", "llm.tpm", "llm.max_transient_runs"),
                 Entry(
                     "llm.concurrency",
                     flag="--llm-concurrency",

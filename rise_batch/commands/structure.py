@@ -18,7 +18,7 @@ STRUCTURE_OPTIONS = Layout(
             None,
             (
                 *("corpus", "out", "backend", "columns", "limit", "on_bad_row", "shard_docs", "workers"),
-                *("ray_address", "new_run", "index", "progress"),
+                *("ray_address", "worker_memory_gb", "new_run", "index", "progress"),
             ),
         ),
         Section(
@@ -28,6 +28,7 @@ STRUCTURE_OPTIONS = Layout(
                 for k in (
                     *("base_url", "model", "api_key_env", "reasoning_effort", "max_output_tokens", "timeout_s"),
                     *("rpm", "tpm", "concurrency", "max_input_chars", "max_input_tokens", "structured_output"),
+                    "max_transient_runs",
                 )
             ),
         ),

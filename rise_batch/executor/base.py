@@ -131,6 +131,7 @@ class MapOptions:
     wait_ready: bool = True  # build (and warm up) a worker before giving it items; count start failures
     max_start_failures: int = 3
     worker_cpus: float | None = None  # Ray scheduling: CPUs reserved per actor (None: Ray's default)
+    worker_memory: int | None = None  # Ray scheduling: bytes of memory reserved per actor (None: none)
     close_timeout_s: float | None = None  # how long to wait for a worker's final report (None: no limit)
     progress_s: float = 2.0  # how often a busy worker is asked for its items' progress (stages with on_progress)
 

@@ -4,8 +4,12 @@
 its own event loop). Actors receive a WorkerSpec (a factory path and a small config) and items (shard specs,
 queries), never documents, so nothing large crosses the object store. What it does when things go wrong:
 
-- an actor that dies (crash, OOM kill) is replaced and every item it held goes back to the queue; an item whose
-  workers died `max_attempts` times under it is lost: the stage records it (`on_lost`) or the job fails loudly;
+- an actor that dies (crash, a kill by Ray's memory monitor) is replaced and every item it held goes back to the
+  queue; an item whose workers died `max_attempts` times under it is lost: the stage records it (`on_lost`) or the
+  job fails loudly. When Ray's memory monitor killed them every time, nothing is lost: no new items start, and once
+  the running ones finish the map raises MemoryPressure, one line with the node's figures and the remedy (exit 75).
+  Actors reserve `worker_memory` bytes (Ray's `memory` resource), so Ray places no more of them on a node than
+  its memory holds;
 - with a deadline, an item still out at the deadline is cancelled; if its actor does not answer the cancel within
   `kill_grace_s` (a frozen process, a blocked event loop) the actor is killed (SIGKILL when it is on this node:
   a frozen process never answers ray.kill) and replaced, its overdue items are lost, the others requeued;
@@ -32,6 +36,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rise_batch.errors import USER_ERRORS
 from rise_batch.executor.base import Lost, LostKind, MapOptions, Stage, WorkerSpec, build_worker
+from rise_batch.executor.memory import OOM, check_memory, memory_pressure
 from rise_batch.logs import route_ray_logging
 
 POLL_S = 0.2
@@ -50,7 +55,7 @@ FORWARDED_ENV = (
     "GOOGLE_APPLICATION_CREDENTIALS",
     "GOOGLE_CLOUD_PROJECT",
 )
-_DIED = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.ActorUnavailableError)
+_DIED = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.ActorUnavailableError, OOM)
 
 
 def forwarded_env(names: Sequence[str] = (), environ: Mapping[str, str] = os.environ) -> dict[str, str]:
@@ -212,14 +217,19 @@ class _Dispatch:
         self.queue: deque[tuple[int, int]] = deque((i, 1) for i in range(len(items)))  # (index, attempt)
         self.flights: dict[Any, _Flight] = {}
         self.deaths: dict[int, int] = {}
+        self.oom_kills = 0  # actors Ray's memory monitor killed
         self.start_failures = 0
         self.stopped: BaseException | None = None
+        if options.worker_memory:
+            check_memory(stage.what, options.worker_memory)
         self.slots = [self._spawn(i) for i in range(n)]
 
     def _spawn(self, i: int) -> _Slot:
         opts: dict[str, Any] = {"max_concurrency": self.per + self.o.spare_calls, "scheduling_strategy": placement(i)}
         if self.o.worker_cpus is not None:
             opts["num_cpus"] = self.o.worker_cpus
+        if self.o.worker_memory:
+            opts["memory"] = self.o.worker_memory
         actor = self.cls.options(**opts).remote(self.stage.worker, self.services)
         return _Slot(actor, actor.ready.remote() if self.o.wait_ready else None)
 
@@ -336,10 +346,14 @@ class _Dispatch:
         """Every item the dead actor held goes back to the queue, or is lost after max_attempts deaths."""
         held = sorted((ref for ref, f in self.flights.items() if f.slot == i), key=lambda ref: ref != first)
         requeue: list[tuple[int, int]] = []
+        self.oom_kills += isinstance(error, OOM)
         for ref in held:  # the item whose failure surfaced first, then the others in submission order
             f = self._land(ref)
             n = self.deaths[f.index] = self.deaths.get(f.index, 0) + 1
-            if n >= self.o.max_attempts:
+            if n >= self.o.max_attempts and isinstance(error, OOM):  # not the item's doing: stop, lose nothing
+                self.stopped = self.stopped or memory_pressure(self.stage.what, self.oom_kills, n, error)
+                self.queue.clear()
+            elif n >= self.o.max_attempts:
                 self._lost(f, "died", why, error)
             else:
                 requeue.append((f.index, f.attempt + 1))

@@ -116,6 +116,8 @@ def complete(
                 headers,
                 log,
             )
+        if (over := overflowed(cfg.n_ctx, log, counter_for(request.model).request(request.body))) is not None:
+            return over  # llama.cpp checks the prompt against its slot before anything else
         fault = choose_fault(cfg, request.key, attempt)
         log["fault"] = fault
         if (yield latency_s(cfg, request.key, attempt)):
@@ -136,12 +138,15 @@ def complete(
             return 503, error_body("fake-llm is shutting down", "server_error"), {}, log
         message = responder.respond(request)
         content = message.get("content") or ""
-        if fault == "malformed":
-            message = {**message, "content": content[: max(len(content) // 2, 1)] + "\n{,"}
+        if fault in ("malformed", "surrogate"):  # a surrogate: content ends in "\ud800" (http.dumps escapes it)
+            cut = content[: max(len(content) // 2, 1)] + "\n{," if fault == "malformed" else content + "\ud800"
+            message = {**message, "content": cut}
         calls = message.get("tool_calls")
         finish = "tool_calls" if calls else "stop"
         counts = usage(state, request, content + (json.dumps(calls) if calls else ""))
         log.update(responder=responder.name, **_log_usage(counts))
+        if (over := overflowed(cfg.n_ctx, log, counts["prompt_tokens"], counts["total_tokens"])) is not None:
+            return over  # the slot filled while generating
         choices = (
             [] if fault == "empty" else [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}]
         )
@@ -157,6 +162,22 @@ def complete(
         return 200, body, state.ratelimit_headers(), log
     finally:
         state.end()
+
+
+def overflowed(
+    n_ctx: int | None, log: dict[str, Any], prompt: int, total: int = 0
+) -> tuple[int, dict[str, Any], dict[str, str], dict[str, Any]] | None:
+    """llama.cpp's answers past its slot's context, word for word: a prompt over it is a 400, a prompt plus reply
+    over it (the slot filled while generating) a 500. None: it fits."""
+    if n_ctx is None or max(prompt, total) <= n_ctx:
+        return None
+    if prompt > n_ctx:
+        log["fault"] = "context-prompt"
+        message = "the request exceeds the available context size, try increasing it"
+        error = {"code": 400, "message": message, "type": "exceed_context_size_error"}
+        return 400, {"error": error | {"n_prompt_tokens": prompt, "n_ctx": n_ctx}}, {}, log
+    log["fault"] = "context-generation"
+    return 500, {"error": {"code": 500, "message": "Context size has been exceeded.", "type": "server_error"}}, {}, log
 
 
 def _log_usage(counts: dict[str, Any]) -> dict[str, int]:

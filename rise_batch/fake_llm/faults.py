@@ -16,7 +16,7 @@ from typing import Any
 from rise_batch.options import Layout, Section, option
 
 # Order matters: a draw u in [0, 1) picks the first fault whose cumulative probability exceeds it.
-FAULTS = ("429", "500", "hang", "malformed", "empty", "400")
+FAULTS = ("429", "500", "hang", "malformed", "empty", "400", "surrogate")
 _PROBABILITY_FIELD = {
     "429": "p429",
     "500": "p500",
@@ -24,9 +24,10 @@ _PROBABILITY_FIELD = {
     "malformed": "p_malformed",
     "empty": "p_empty",
     "400": "p400",
+    "surrogate": "p_surrogate",
 }
 RETRY_AFTER_STYLES = ("both", "ms", "seconds", "none")
-_INTS = ("seed", "max_faults_per_key", "rpm_limit", "tpm_limit")
+_INTS = ("seed", "max_faults_per_key", "rpm_limit", "tpm_limit", "n_ctx")
 _STRINGS = ("retry_after_style", "require_key", "response_format")
 
 
@@ -43,6 +44,9 @@ class FaultConfig:
     p_malformed: float = option(0.0, help="share whose reply content is truncated, invalid JSON")
     p_empty: float = option(0.0, help="share answered with an empty `choices` list")
     p400: float = option(0.0, help="share answered 400 (not retryable)")
+    p_surrogate: float = option(
+        0.0, help="share whose reply text ends in a lone surrogate escape (\\ud800): valid JSON orjson refuses"
+    )
     seed: int = option(0, help="seed of the deterministic fault draw")
     # "fail once, then succeed"
     max_faults_per_key: int | None = option(None, help="only a document's first N attempts may fault")
@@ -58,6 +62,12 @@ class FaultConfig:
     tpm_limit: int | None = option(None, help="server-side prompt tokens per window")
     limit_window_s: float = option(60.0, help="window of the server-side limits")  # tests shrink it
     require_key: str | None = option(None, parse=str, help="answer 401 unless this bearer token is sent")
+    # as llama.cpp does: its slot's context is the prompt plus what it generates, said at GET /props
+    n_ctx: int | None = option(
+        None,
+        help="a context of this many tokens, as llama.cpp's slot: a longer prompt is answered 400 'exceeds the "
+        "available context size', a prompt plus reply past it 500 'Context size has been exceeded'; GET /props says it",
+    )
     response_format: str = option(
         "obey",
         parse=str,
@@ -78,7 +88,7 @@ class FaultConfig:
         for name in ("latency_ms", "latency_jitter_ms", "retry_after_ms", "hang_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        for name in ("rpm_limit", "tpm_limit"):
+        for name in ("rpm_limit", "tpm_limit", "n_ctx"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0 or None, got {getattr(self, name)!r}")
         if self.limit_window_s <= 0:
@@ -147,8 +157,9 @@ FAULT_OPTIONS = Layout(
             None,
             (
                 *("latency_ms", "latency_jitter_ms", "p429", "p500", "p_hang", "p_malformed", "p_empty", "p400"),
+                "p_surrogate",
                 *("seed", "max_faults_per_key", "retry_after_ms", "hang_s", "rpm_limit", "tpm_limit"),
-                *("limit_window_s", "require_key", "response_format"),
+                *("limit_window_s", "require_key", "response_format", "n_ctx"),
             ),
         ),
     ),

@@ -194,6 +194,15 @@ def _config(server: FakeLLMServer, request: HttpRequest, _: re.Match[str]) -> Ht
         raise BadRequest(str(e)) from None
 
 
+def _props(server: FakeLLMServer, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
+    """llama.cpp's `GET /props`: the slot's context size, where clients read it (only when the server has one)."""
+    n_ctx = server.state.config.n_ctx
+    if n_ctx is None:
+        return json_response(404, error_body("File Not Found", "not_found_error"))
+    settings = {"n_ctx": n_ctx, "params": {"n_predict": -1}}
+    return json_response(200, {"default_generation_settings": settings, "total_slots": 1, "model_path": "fake-llm"})
+
+
 def _reset(server: FakeLLMServer, request: HttpRequest, _: re.Match[str]) -> HttpResponse:
     server.reset()
     return json_response(200, {"reset": True})
@@ -206,6 +215,8 @@ DEFAULT_ROUTES: list[tuple[str, str, RouteHandler]] = [
     ("GET", "/v1/_log", _log),
     ("POST", "/v1/_config", _config),
     ("POST", "/v1/_reset", _reset),
+    ("GET", "/props", _props),
+    ("GET", "/v1/props", _props),
 ]
 # Further surfaces of the API register their own routes: files + batches, then POST /v1/responses.
 ROUTE_MODULES: tuple[Callable[[FakeLLMServer], None], ...] = (batch.install, responses.install)

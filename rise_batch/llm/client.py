@@ -12,7 +12,10 @@ as outcome `error` with `str(exc)`, unless the failure is transient (retry.is_tr
 resume). A 401 or 403 raises `KeyRefused` instead: the key is wrong for every request, so the job stops; from then
 on this client sends nothing and every call raises it at once (at most the requests already in flight meet it too).
 A reply whose content is not the JSON the caller wanted is still a Reply: judging content is the caller's job (the
-backend re-asks once, counted apart).
+backend re-asks once, counted apart). A reply body that is not JSON at all is retried, but one that fails the same way
+twice is not (it would again: a server bug, not a glitch), and what those unusable replies were billed goes with
+the LLMError (`paid`, `unpriced`: the replies whose usage could not be read). Lone surrogate escapes (`"\ud800"`) in
+a reply are valid JSON to the API's own clients: they are decoded and replaced by U+FFFD, never a reason to retry.
 
 Structured outputs: a client built with a `response_format` (structuring's TOC schema, the judge's) sends it with
 every `chat()` while `config.structured_output` is on, and marks those replies `constrained`. A server that refuses
@@ -25,8 +28,10 @@ without it, and the client stops sending it for the rest of its life, with one w
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
@@ -37,6 +42,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from rise_batch.config import LLMConfig
 from rise_batch.llm.errors import (  # LLMError: also importable from here
+    BodyNotJSON,
     KeyRefused,
     LLMError,
     UnusableReplyError,
@@ -65,7 +71,7 @@ class LLMStats:
     timeouts: int = 0
     connection_errors: int = 0
     bad_replies: int = 0  # 2xx replies that were unusable (no choices, invalid body)
-    client_errors: int = 0  # other 4xx
+    client_errors: int = 0  # other 4xx, and context overflows whatever their status (the request's own fault)
     failures: int = 0  # calls that ended in LLMError
     input_tokens: int = 0
     cached_input_tokens: int = 0
@@ -87,6 +93,7 @@ class LLMStats:
             "bad-response": "bad_replies",
             "client": "client_errors",
             "conflict": "client_errors",
+            "context-overflow": "client_errors",
         }.get(verdict.kind)
         if field:
             setattr(self, field, getattr(self, field) + 1)
@@ -191,12 +198,22 @@ class LLMClient:
         # the reservation: the model's own tokenizer, long texts sampled (trued up from the reply's usage)
         est = counter_for(self.config.model).request(request, exact=False)
         est += int(request.get("max_completion_tokens") or 0)
-        paid = [0, 0, 0]  # tokens of every 2xx attempt, including unusable ones: they were billed
+        paid = [0, 0, 0, 0]  # tokens of every 2xx attempt, including unusable ones (they were billed); unpriced ones
         attempts = 0
+        bad: list[str] = []  # this call's bodies that were not JSON: the same one twice is not retried again
+
+        def retryable(exc: BaseException) -> bool:
+            verdict = self._classify(exc)
+            if isinstance(exc, BodyNotJSON):
+                if str(exc) in bad:
+                    return False
+                bad.append(str(exc))
+            return verdict.retryable
+
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.config.max_attempts),
             wait=self._wait,
-            retry=retry_if_exception(lambda e: self._classify(e).retryable),
+            retry=retry_if_exception(retryable),
             before_sleep=self._count_retry,
             sleep=self._sleep,
             reraise=True,
@@ -213,17 +230,18 @@ class LLMClient:
                 self.refused = self.refused or key_refused(self.config, verdict.status, str(exc))
                 raise KeyRefused(self.refused) from None  # the chain would carry the request's headers
             where = f"HTTP {verdict.status} " if verdict.status else ""
+            billed = self._priced(paid, self.config.model)
             raise LLMError(
                 f"{where}{verdict.kind} after {attempts} attempt(s): {exc}",
                 kind=verdict.kind,
                 status=verdict.status,
                 attempts=attempts,
+                paid=billed if any(paid[:3]) else None,
+                unpriced=paid[3],
             ) from exc
         message = completion["choices"][0].get("message") or {}
-        model = completion.get("model") or self.config.model
-        cost = self.prices.cost(model, paid[0], paid[1], paid[2], batch=self.batch_pricing, requested=self.config.model)
-        self.stats.cost_usd += cost
-        reply = Reply(message.get("content") or "", paid[0], paid[1], paid[2], cost, model)
+        reply = self._priced(paid, completion.get("model") or self.config.model)
+        reply = reply._replace(text=message.get("content") or "")
         typed_completion = ChatCompletion.construct(**completion) if typed else None
         return Completion(typed_completion, reply, attempts, headers)  # type: ignore[arg-type]
 
@@ -236,19 +254,12 @@ class LLMClient:
         headers: dict[str, str] | None = None
         try:
             content, headers = await self.transport.post(CHAT_PATH, request, timeout)
-            completion = parse_body(content)
-            usage = completion.get("usage")
-            if isinstance(usage, dict):
-                prompt, output = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-                details = usage.get("prompt_tokens_details")
-                cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
-                actual = prompt + output
-                paid[0] += prompt
-                paid[1] += cached
-                paid[2] += output
-                self.stats.input_tokens += prompt
-                self.stats.cached_input_tokens += cached
-                self.stats.output_tokens += output
+            try:
+                completion = parse_body(content)
+            except UnusableReplyError:  # a 2xx is billed: what its body says of usage, if we can find it
+                actual = self._pay(usage_in_text(content), paid)
+                raise
+            actual = self._pay(completion.get("usage"), paid)
             choices = completion.get("choices")
             if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
                 raise UnusableReplyError("the reply has no choices")
@@ -263,6 +274,29 @@ class LLMClient:
             raise
         finally:
             await self.limiter.release(lease, actual, headers)
+
+    def _pay(self, usage: Any, paid: list[int]) -> int | None:
+        """Count a 2xx reply's usage into this call's `paid` and the client's stats; its tokens, or None (then the
+        reply counts as unpriced)."""
+        if not isinstance(usage, dict):
+            paid[3] += 1
+            return None
+        prompt, output = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+        details = usage.get("prompt_tokens_details")
+        cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+        paid[0] += prompt
+        paid[1] += cached
+        paid[2] += output
+        self.stats.input_tokens += prompt
+        self.stats.cached_input_tokens += cached
+        self.stats.output_tokens += output
+        return prompt + output
+
+    def _priced(self, paid: list[int], model: str) -> Reply:
+        """What this call's replies were billed, as a Reply (no text), its cost counted in the stats."""
+        cost = self.prices.cost(model, paid[0], paid[1], paid[2], batch=self.batch_pricing, requested=self.config.model)
+        self.stats.cost_usd += cost
+        return Reply("", paid[0], paid[1], paid[2], cost, model)
 
     def _classify(self, exc: BaseException) -> Verdict:
         return classify(exc)  # transports raise rise_batch.llm.errors types, which the defaults cover
@@ -309,14 +343,46 @@ def chat_request(config: LLMConfig, messages: list[dict[str, Any]], **params: An
 
 
 def parse_body(body: bytes) -> dict[str, Any]:
-    """The reply as a plain dict (orjson); a provider's extra or missing fields pass, non-JSON is retryable."""
+    """The reply as a plain dict (orjson); a provider's extra or missing fields pass, non-JSON is retryable. orjson
+    refuses a lone surrogate escape (`"\ud800"`), which the stdlib and the API's own clients decode: such a body is
+    read by the stdlib, its lone surrogates replaced by U+FFFD (what UTF-8 can carry on)."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as e:
-        raise UnusableReplyError(f"the response body is not JSON: {e}") from None
+        try:
+            data = without_surrogates(json.loads(body))
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            raise BodyNotJSON(f"the response body is not JSON: {e}") from None
     if not isinstance(data, dict):
-        raise UnusableReplyError(f"the response body is not a JSON object: {body[:80]!r}")
+        raise BodyNotJSON(f"the response body is not a JSON object: {body[:80]!r}")
     return data
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads pairs valid pairs: what is left is lone
+_USAGE_FIELD = re.compile(rb'"(prompt_tokens|completion_tokens|cached_tokens)"\s*:\s*(\d+)')
+
+
+def without_surrogates(value: Any) -> Any:
+    """`value` with every string's lone surrogates replaced by U+FFFD (keys too)."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [without_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {without_surrogates(k): without_surrogates(v) for k, v in value.items()}
+    return value
+
+
+def usage_in_text(body: bytes) -> dict[str, Any] | None:
+    """The usage a body that is not JSON still states (a reply cut or broken after its usage): the first count of
+    each field, as the API's `usage` object; None when it says none."""
+    found: dict[str, int] = {}
+    for name, number in _USAGE_FIELD.findall(body[-100_000:]):
+        found.setdefault(name.decode(), int(number))
+    if "prompt_tokens" not in found and "completion_tokens" not in found:
+        return None
+    cached = {"prompt_tokens_details": {"cached_tokens": found["cached_tokens"]}} if "cached_tokens" in found else {}
+    return {k: v for k, v in found.items() if k != "cached_tokens"} | cached
 
 
 def format_params(config: LLMConfig, response_format: dict[str, Any] | None) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from rise_batch.errors import EXIT_USAGE, CleanExit
 
@@ -26,9 +27,14 @@ from rise_batch.errors import EXIT_USAGE, CleanExit
 class LLMError(Exception):
     """A call that failed for good. `kind` is a retry.Verdict kind; `status` the HTTP status when there was one."""
 
-    def __init__(self, message: str, *, kind: str, status: int | None = None, attempts: int = 0) -> None:
+    def __init__(
+        self, message: str, *, kind: str, status: int | None = None, attempts: int = 0, paid: Any = None, unpriced=0
+    ) -> None:
+        """`paid`: a types.Reply of what the failed attempts' 2xx replies were billed (unusable replies are paid for
+        too); `unpriced`: how many of them said no usage we could read (the caller's cost is then a lower bound)."""
         super().__init__(message)
         self.kind, self.status, self.attempts = kind, status, attempts
+        self.paid, self.unpriced = paid, unpriced
 
 
 class KeyRefused(CleanExit, BaseException):
@@ -47,6 +53,10 @@ class LimiterUnavailable(Exception):
 
 class UnusableReplyError(Exception):
     """A 2xx reply the caller cannot use at all (e.g. `choices: []`): a provider glitch, retried like a 5xx."""
+
+
+class BodyNotJSON(UnusableReplyError):
+    """A 2xx body that is not a JSON object. The same body twice is a server's bug, not a glitch: not retried again."""
 
 
 class TransportError(Exception):

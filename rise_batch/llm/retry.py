@@ -8,7 +8,10 @@ rise_batch.llm.errors; a caller may pass more).
 Retryable: 408 (request timeout), 409 (conflict: a lock on the provider side), 429 (rate limit), every 5xx,
 timeouts, connection errors, and a 2xx reply that is unusable as a whole (no choices, a body that is not the API's
 schema). Not retryable: every other 4xx — the request itself is wrong and will fail again (bad request, auth, not
-found, context too long), so the document is recorded as `error` at once instead of burning attempts.
+found), so the document is recorded as `error` at once instead of burning attempts. A context overflow is never
+retried, whatever its status (`context-overflow`): servers word it in their own way and some send it as a 5xx
+(llama.cpp answers HTTP 500 "Context size has been exceeded" when a slot fills while generating), yet the same
+request overflows the same way every time.
 
 Transient (`is_transient`): a call that failed for good for a reason that is not the request's own (the retryable
 kinds above, plus a rate limiter that could not be reached) is not a document's or a query's outcome: it is left
@@ -18,6 +21,7 @@ undone, so that the same command retries it.
 from __future__ import annotations
 
 import email.utils
+import re
 import time
 from collections.abc import Mapping
 from typing import NamedTuple
@@ -27,12 +31,22 @@ from rise_batch.llm.errors import LimiterUnavailable, LLMError, UnusableReplyErr
 RETRYABLE_4XX = frozenset({408, 409, 429})
 TIMEOUT_TYPES: tuple[type[BaseException], ...] = (TimeoutError,)  # asyncio.TimeoutError is TimeoutError on 3.11
 CONNECTION_TYPES: tuple[type[BaseException], ...] = (ConnectionError,)
+# How servers say a request does not fit the model's context: OpenAI `context_length_exceeded` / "maximum context
+# length", vLLM "This model's maximum context length is N tokens", llama.cpp "the request exceeds the available context
+# size" (400) and "Context size has been exceeded" (500), Anthropic-style "prompt is too long", Ollama-style "input
+# length exceeds the context length", "context window" wordings.
+CONTEXT_OVERFLOW = re.compile(
+    r"context_length_exceeded|exceed_context_size|maximum context length|context (?:size|length|window) (?:has been|"
+    r"was|is) exceeded|exceeds? the (?:available |maximum )?context|context window|prompt is too long"
+    r"|too many tokens in the prompt",
+    re.IGNORECASE,
+)
 TRANSIENT_KINDS = frozenset({"rate-limit", "server", "timeout", "request-timeout", "connection", "conflict", "limiter"})
 
 
 class Verdict(NamedTuple):
     """kind: rate-limit | server | timeout | connection | conflict | request-timeout | bad-response | client |
-    limiter | other."""
+    context-overflow | limiter | other."""
 
     retryable: bool
     kind: str
@@ -102,6 +116,8 @@ def classify(
         headers = getattr(exc, "headers", None)  # a transport's StatusError; else an SDK-style error's response
         if headers is None:
             headers = getattr(getattr(exc, "response", None), "headers", None)
+        if is_overflow_message(str(exc)):
+            return Verdict(False, "context-overflow", status)
         kind = status_kind(status)
         retryable = kind == "bad-response" or is_retryable_status(status)
         return Verdict(retryable, kind, status, parse_retry_after(headers))
@@ -114,6 +130,11 @@ def classify(
     if isinstance(exc, connection_types):
         return Verdict(True, "connection")
     return Verdict(False, "other")
+
+
+def is_overflow_message(message: str) -> bool:
+    """Does this error text say the request is longer than the model's context (any server's wording)?"""
+    return bool(CONTEXT_OVERFLOW.search(message))
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -220,6 +220,8 @@ class LLMBackend:
         except Exception as e:  # the transport already retried: this document is an error row, not a crash
             if is_transient(e):
                 raise
+            if getattr(e, "paid", None) is not None:  # unusable replies it was billed for
+                usage = usage.add(e.paid)  # type: ignore[attr-defined]
             return finish(doc, run_hash, Evaluation("error", [], [], Proposal(())), self.name, usage, 0, note, _msg(e))
         usage = usage.add(reply)
         ev = evaluate(doc.text, parse_reply(reply.text))
@@ -236,6 +238,11 @@ class LLMBackend:
             except Exception as e:
                 error = "re-ask failed: " + _msg(e)
         return finish(doc, run_hash, ev, self.name, usage, reasks, note, error, constrained)
+
+
+def error_result(doc: Doc, run_hash: str, tier: str, error: str) -> tuple[DocResult, str]:
+    """An `error` row for a document no call could structure (the message says why), its text left as it is."""
+    return finish(doc, run_hash, Evaluation("error", [], [], Proposal(())), tier, error=error[:500])
 
 
 def _reask_turns(previous: str, outcome: str, sent: str) -> Sequence[dict]:

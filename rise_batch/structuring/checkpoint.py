@@ -6,7 +6,9 @@ a part whole or not at all. A shard's *done marker* (stats/shard-N.json, written
 part's name, rows, bytes, BLAKE2b digest and paid LLM calls, so a resume can check the parts instead of trusting
 them (structuring/verify.py). While a shard runs, a *reply journal* (checkpoint/shard-N.replies.jsonl, one line
 appended per paid document, removed when the shard is done) records what was paid for, so a resume can say how
-many replies a kill made it buy again.
+many replies a kill made it buy again. A shard that left documents undone (transient failures) records them, with
+how many runs in a row they failed and why, in checkpoint/shard-N.left-SEQ.json (a new object each run, the highest
+SEQ counts), so that a document failing the same way run after run is given an `error` row instead of forever.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from rise_batch.storage import AnyPath, ObjectPath, arrow_source, location, open
 from rise_batch.types import DocResult
 
 _PART = re.compile(r"shard-(\d+)\.part-(\d+)\.parquet$")
+_LEFT = re.compile(r"shard-(\d+)\.left-(\d+)\.json$")
 REPAIR = (
     "re-run the same `rise-batch structure` command: it moves damaged files to OUT/damaged/ and redoes their "
     "documents (`--verify` also checks every part's digest)"
@@ -135,6 +138,31 @@ class CheckpointStore:
         if not isinstance(stats, dict):
             raise CheckpointError(f"{path}: damaged done marker (not a JSON object); {REPAIR}")
         return stats
+
+    # -- documents left undone: their transient failures, run after run -----------------------------------------
+    def _left_files(self, shard_id: int) -> list[tuple[int, AnyPath]]:
+        if not self.parts_dir.exists():
+            return []
+        found = ((_LEFT.search(p.name), p) for p in self.parts_dir.glob(f"shard-{shard_id:06d}.left-*.json"))
+        return sorted((int(m.group(2)), p) for m, p in found if m)
+
+    def read_left(self, shard_id: int) -> dict[str, dict]:
+        """docid -> {"runs": failed runs in a row, "errors": their messages} of the shard's last unfinished run; a
+        damaged record counts as none (it only shortens how long a document is tried)."""
+        files = self._left_files(shard_id)
+        if not files:
+            return {}
+        try:
+            record = read_json(files[-1][1])
+        except (OSError, ValueError):
+            return {}
+        return {k: v for k, v in record.items() if isinstance(v, dict)} if isinstance(record, dict) else {}
+
+    def write_left(self, shard_id: int, left: dict[str, dict]) -> None:
+        """A new record under the next sequence number (objects are written once)."""
+        seq = max((n for n, _ in self._left_files(shard_id)), default=-1) + 1
+        path = self.parts_dir / f"shard-{shard_id:06d}.left-{seq:05d}.json"
+        write_json_atomic(path, left, indent=None, sort_keys=True, ensure_ascii=True)
 
     # -- the reply journal: what a kill could lose ---------------------------------------------------------------
     def journal_path(self, shard_id: int) -> Path:

@@ -7,6 +7,7 @@ different output is refused unless the user asks for a new run, so no document i
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections import Counter
@@ -24,6 +25,8 @@ from rise_batch.executor.probe import REMEDY, Input, Output, check_storage, node
 from rise_batch.index import build_index
 from rise_batch.index.shards import RayShardRunner
 from rise_batch.io import dump_json, make_output_dir, read_json, supersede, write_parquet_atomic
+from rise_batch.llm.context import MIN_DOCUMENT_TOKENS, document_budget, server_context
+from rise_batch.llm.tokens import counter_for
 from rise_batch.progress import Progress
 from rise_batch.prompts import load_prompt
 from rise_batch.storage import ObjectPath, location, redact
@@ -190,7 +193,11 @@ def run_shards(
     else:
         per_worker = max(1, (cfg.max_shards_in_flight or 2 * n) // n)
     options = MapOptions(
-        max_in_flight=n * per_worker, per_worker=per_worker, max_attempts=MAX_SHARD_ATTEMPTS, wait_ready=False
+        max_in_flight=n * per_worker,
+        per_worker=per_worker,
+        max_attempts=MAX_SHARD_ATTEMPTS,
+        wait_ready=False,
+        worker_memory=int(cfg.worker_memory_gb * 2**30),
     )
     config = {"cfg": cfg, "prompt_text": plan.prompt_text, "run_hash": plan.run_hash}
     stage = Stage(
@@ -205,6 +212,32 @@ def run_shards(
     )
     transport = executor_for(cfg.n_workers, options, cfg.ray_address, lent_env(cfg)).map(stage, plan.shards)
     return results, transport
+
+
+def fit_to_server(cfg: StructureConfig, prompt_text: str) -> StructureConfig:
+    """The config whose documents fit the context the server says it has (llm/context.py): a smaller
+    `max_input_tokens` when the server's is the tighter bound (the run hash is already pinned: a cut is recorded per
+    row, as --max-input-tokens's is). A context with no room for a document is refused before anything is paid."""
+    said = server_context(cfg.llm)
+    if said is None:
+        return cfg
+    n_ctx, url = said
+    budget = document_budget(n_ctx, cfg.llm.max_output_tokens, counter_for(cfg.llm.model).count(prompt_text))
+    if budget < MIN_DOCUMENT_TOKENS:
+        raise ConfigError(
+            f"{url} says its context holds {n_ctx} tokens per request, which leaves {max(budget, 0)} for a document "
+            f"beside the prompt and --max-output-tokens {cfg.llm.max_output_tokens}: lower --max-output-tokens, or "
+            "start the server with a larger context per slot (llama.cpp: a larger --ctx-size or fewer --parallel)"
+        )
+    if cfg.llm.max_input_tokens is not None and cfg.llm.max_input_tokens <= budget:
+        return cfg
+    print(
+        f"rise-batch: {url} says its context holds {n_ctx} tokens per request: documents longer than {budget} tokens "
+        "are cut to fit (recorded per row as input-truncated)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return dataclasses.replace(cfg, llm=dataclasses.replace(cfg.llm, max_input_tokens=budget))
 
 
 def check_checkpoint(cfg: StructureConfig, plan: RunPlan, full: bool) -> dict:
@@ -237,8 +270,9 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
         if cfg.mode == "batch":  # one driver process: the provider does the parallel work
             shard_stats, transport = run_batch(cfg, plan, bar)
         else:
-            by_shard, transport = run_shards(cfg, plan, bar, nodes)
-            transport += verify_shards(cfg, plan, bar, nodes, by_shard)
+            sent = fit_to_server(cfg, plan.prompt_text) if online else cfg  # what the server's context holds
+            by_shard, transport = run_shards(sent, plan, bar, nodes)
+            transport += verify_shards(sent, plan, bar, nodes, by_shard)
             shard_stats = list(by_shard.values())
     shards = sum(shard_stats, ShardStats())
     stats = StructureStats(shards, len(plan.shards), plan.run_hash, cfg.backend, plan.n_bad_rows,

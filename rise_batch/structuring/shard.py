@@ -7,7 +7,10 @@ of writes is the resume contract: parts (atomic) -> structured files (atomic) ->
 
 What is not a document's outcome gets no row: a stop (`--max-cost`, a refused key) ends the shard unfinished with
 its finished rows flushed; a transient failure (connection refused, a lost limiter, after every attempt) leaves its
-document out and the shard unfinished (`docs_left` in the returned stats), so a resume does exactly those. A shard
+document out and the shard unfinished (`docs_left` in the returned stats), so a resume does exactly those, until
+it has failed so in `llm.max_transient_runs` runs in a row: then it gets an `error` row naming the failures (the
+checkpoint's left record counts the runs), so a job whose endpoint fails one document for good can end. An
+unfinished shard still reports the rows it holds, so stats.json agrees with the checkpoint. A shard
 run again in the same job (its worker's node was lost) counts the replies its first run received but never wrote
 (`rebought_replies`, from the reply journal), as a resume does.
 """
@@ -28,11 +31,11 @@ from rise_batch.io import write_text_atomic
 from rise_batch.llm.errors import KeyRefused
 from rise_batch.llm.retry import is_transient
 from rise_batch.storage import AnyPath, ObjectPath, arrow_source, location
-from rise_batch.structure.backends import render_result
+from rise_batch.structure.backends import error_result, render_result
 from rise_batch.structuring.budget import BudgetExceeded
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.structuring.stats import OnDoc, ShardStats
-from rise_batch.types import DocResult
+from rise_batch.types import Doc, DocResult
 
 STOPS = (BudgetExceeded, KeyRefused)  # stop the job: no new documents, finished rows kept, the shard left unfinished
 RETAIN_CHARS = 100_000_000  # rendered text kept per shard for materialize; past it, docs are re-read and re-rendered
@@ -115,10 +118,13 @@ async def structure_shard(
     shard = ShardPass(cfg, spec, store, on_doc)
     await shard.run(backend, run_hash, done)
     if shard.left:  # not done: no marker, so a resume redoes exactly these documents
+        store.write_left(spec.shard_id, shard.failing)
+        rows = ShardStats.of_rows(store.read_rows(spec.shard_id))  # what the checkpoint holds, as stats.json says
+        rows.docs_resumed = shard.skipped
         left = ShardStats(
             docs_left=sum(shard.left.values()), left_kinds=dict(shard.left), left_example=shard.left_example
         )
-        return rebought + left
+        return rows + rebought + left
     stats = await finish_shard(
         out, spec, cfg.max_doc_chars, shard.rendered, lambda: (shard.skipped, time.monotonic() - t0)
     )
@@ -151,6 +157,10 @@ class ShardPass:
         self.left: Counter[str] = Counter()  # documents left for a resume, by the kind of their transient failure
         self.left_example = ""
         self.pending: set[asyncio.Task] = set()  # documents in flight
+        self.docs: dict[asyncio.Task, Doc] = {}  # each in-flight task's document (for the row of one given up on)
+        self.run_hash = ""
+        self.history = store.read_left(spec.shard_id)  # documents earlier runs left, and how many runs in a row
+        self.failing: dict[str, dict] = {}  # what this run leaves: the next run's history
         self.journal = -1  # the reply journal's descriptor, open while `run` runs
 
     def flush(self) -> None:
@@ -191,16 +201,32 @@ class ShardPass:
             if isinstance(e, STOPS):
                 stop = e
             elif e is not None and is_transient(e):
-                self.left[e.kind] += 1  # type: ignore[attr-defined]  # an LLMError
-                self.left_example = self.left_example or str(e)[:300]
+                self.transient(self.docs.pop(t), e)
             else:
+                self.docs.pop(t, None)
                 self.finished(t.result())
         if stop is not None:
             raise stop
 
+    def transient(self, doc: Doc, e: BaseException) -> None:
+        """A document whose requests failed for a transient reason: left for a resume, or, once that has happened
+        in `max_transient_runs` runs in a row, recorded as `error` naming each run's failure."""
+        before = self.history.get(doc.docid, {})
+        runs = int(before.get("runs", 0)) + 1 if isinstance(before.get("runs"), int) else 1
+        errors = [*(x for x in before.get("errors", []) if isinstance(x, str)), str(e)[:200]][-runs:]
+        if runs >= self.cfg.llm.max_transient_runs:
+            said = "; ".join(f"run {i + 1}: {x}" for i, x in enumerate(errors))
+            message = f"failed for a transient reason in {runs} runs in a row, given up ({said})"
+            self.finished(error_result(doc, self.run_hash, "llm", message))
+            return
+        self.left[e.kind] += 1  # type: ignore[attr-defined]  # an LLMError
+        self.left_example = self.left_example or str(e)[:300]
+        self.failing[doc.docid] = {"runs": runs, "errors": errors}
+
     async def run(self, backend, run_hash: str, done: set[str]) -> None:
         """Every document of the shard not in `done`, then the last part; on a stop, the finished rows are kept."""
         self.journal = self.store.open_journal(self.spec.shard_id)
+        self.run_hash = run_hash
         try:
             await self.submit_all(backend, run_hash, done)
             while self.pending:
@@ -225,7 +251,9 @@ class ShardPass:
             if backend.name != "llm":  # the heuristic: no waiting, rows in corpus order
                 self.finished(await backend.structure(doc, run_hash))
                 continue
-            self.pending.add(asyncio.create_task(backend.structure(doc, run_hash)))
+            task = asyncio.create_task(backend.structure(doc, run_hash))
+            self.pending.add(task)
+            self.docs[task] = doc
             while len(self.pending) >= concurrency:
                 await self.take_next()
 

@@ -7,8 +7,9 @@ A shard's figures come from its checkpoint rows (`ShardStats.of_rows`) or, for a
 its done marker (`ShardStats.from_marker`). Fields a run does not always produce are None (or 0) when absent and are
 left out of the JSON then, so a file keeps the keys it always had: the online loop's `resumed_docs` and
 `shard_seconds` (batch mode has neither), `rebought_*` (only after a kill), `docs_left` (only when documents were
-left for a resume), `resumed_done` (only on a resume). A shard that left documents undone reports only those (its
-rows are summed when it is finished), so a sum of such shards has no row figures (`counted` is False).
+left for a resume), `resumed_done` (only on a resume). A shard that left documents undone reports them beside the
+rows its checkpoint holds, so stats.json always agrees with the checkpoint (`counted` is False only for a sum of no
+counted shard).
 """
 
 from __future__ import annotations

@@ -189,3 +189,38 @@ def test_tool_events_split_each_call_into_phases(agent_world, fake_server):
         thread = e["thread"]  # the tool thread's time on a CPU and waiting for one, by the kernel's accounting
         assert set(thread) == {"cpu_ms", "runq_ms"} and min(thread.values()) >= 0, e
         assert thread["cpu_ms"] + thread["runq_ms"] <= e["seconds"] * 1000 + 1.0, e
+
+
+def test_a_query_failing_in_every_run_is_given_up_after_three(agent_world, fake_server):
+    """A transient failure leaves a query retryable (exit 75) until it has ended so in `llm.max_transient_runs` runs
+    in a row; then its trajectory is an `api_error` naming each run's failure, no longer retryable, and the run
+    ends."""
+    from rise_batch.errors import RunIncomplete
+
+    out = run_dir("transient-runs")
+    queries = _queries(agent_world, out, 2)
+    fake_server.configure(p500=1.0)
+    cfg = run_config(out / "run", queries, fake_server.base_url, llm_max_attempts=1)
+    for n in (1, 2):
+        with pytest.raises(RunIncomplete):
+            run_trajectories(cfg)
+        assert {t["transient_runs"] for t in read_trajectories(out / "run").values()} == {n}
+    stats = run_trajectories(cfg)
+    assert stats["stop_reasons"] == {"api_error": 2} and stats["retryable"] == 0
+    for t in read_trajectories(out / "run").values():
+        assert "retryable" not in t and t["transient_runs"] == 3
+        assert "in 3 runs in a row" in t["error"] and "run 1: " in t["error"] and "Error code: 500" in t["error"]
+
+
+def test_replies_with_a_lone_surrogate_escape_are_kept(agent_world, fake_server):
+    """Every reply's text ends in a `\\ud800` escape (valid JSON that orjson refuses): each is decoded, the lone
+    surrogate replaced, and the trajectory goes on to its answer, each reply bought once and paid."""
+    out = run_dir("surrogates")
+    queries = _queries(agent_world, out, 2)
+    fake_server.configure(p_surrogate=1.0)
+    stats = run_trajectories(run_config(out / "run", queries, fake_server.base_url))
+    assert stats["stop_reasons"] == {"answered": 2}
+    calls = sum(t["model_calls"] for t in read_trajectories(out / "run").values())
+    assert fake_server.stats()["requests"] == calls  # none retried
+    for t in read_trajectories(out / "run").values():
+        assert t["final_text"].endswith("\ufffd") and t["cost_usd"] > 0 and t["cancelled_calls"] == 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+import threading
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
@@ -19,6 +21,7 @@ from rise_batch.llm.client import LLMClient
 from rise_batch.prompts import load_prompt
 from rise_batch.space.sandbox import SandboxLimits
 from rise_batch.space.workspace import DocStore
+from tests.llm.test_foreign_faults import Handler, Script
 
 
 @pytest.mark.parametrize(
@@ -193,3 +196,22 @@ def test_bad_tool_arguments_come_back_to_the_model(agent_world, fake_server, raw
     assert [s["tool"] for s in run.steps[1:]] == ["search", "bash", "read", "read"]
     write_json_atomic(tmp_path / "trajectory.json", {"steps": run.steps})
     assert read_json(tmp_path / "trajectory.json")["steps"][0]["output"] == first["output"]
+
+
+def test_unusable_replies_are_paid_and_named_in_the_trajectory(agent_world):
+    """A server (a bare stdlib one) whose 2xx bodies break after their usage: the call stops after the same body
+    twice (not 8 tries), and the trajectory counts what both were billed and says why it ended."""
+    script = Script()
+    script.todo = ["cut-after-usage"] * 8
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), type("Scripted", (Handler,), {"script": script}))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+        run = _trajectory(agent_world, url, "What is it?", Budget(max_calls=5))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert script.seen == ["cut-after-usage"] * 2
+    assert run.stop_reason == "api_error" and "the response body is not JSON" in (run.error or "")
+    assert (run.input_tokens, run.output_tokens) == (20, 4) and run.cost_usd > 0 and not run.retryable

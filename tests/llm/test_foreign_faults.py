@@ -34,6 +34,11 @@ OK = json.dumps(
         "usage": {"prompt_tokens": 10, "completion_tokens": 2},
     }
 ).encode()
+# llama.cpp's answer when a slot's context fills while it generates: a 500 that the same request meets every time
+LLAMA_OVERFLOW = json.dumps(
+    {"error": {"code": 500, "message": "Context size has been exceeded.", "type": "server_error"}}
+)
+LLAMA_OVERFLOW = LLAMA_OVERFLOW.encode()
 ERROR = json.dumps({"error": {"message": "slow down", "type": "requests"}}).encode()
 
 
@@ -76,6 +81,9 @@ class Handler(BaseHTTPRequestHandler):
             "malformed": (200, b'{"id": "x", "choices": [', {}),
             "not-an-object": (200, b"[1, 2]", {}),
             "truncated": (200, OK, {"cut": "1"}),
+            "500-context": (500, LLAMA_OVERFLOW, {}),
+            "surrogate": (200, OK.replace(b'"fine"', b'"fine\\ud800"'), {}),
+            "cut-after-usage": (200, b'{"usage": {"prompt_tokens": 10, "completion_tokens": 2}, "choices": [', {}),
             "400": (400, json.dumps({"error": {"message": "bad request: max_tokens"}}).encode(), {}),
         }[step]
         self.send_response(status)
@@ -176,7 +184,7 @@ def test_a_fault_then_a_success_is_retried_and_counted_alike(foreign: tuple[str,
 
 KIND = {"rate_limited": "rate-limit", "server_errors": "server", "connection_errors": "connection"}
 KIND |= {"bad_replies": "bad-response", "timeouts": "timeout"}  # a stats counter -> the LLMError kind it ends in
-FINAL_KIND = {f: KIND[RECOVERED[f]] for f in ("429-bare", "503", "reset", "truncated", "malformed", "slow")}
+FINAL_KIND = {f: KIND[RECOVERED[f]] for f in ("429-bare", "503", "reset", "truncated", "slow")}
 
 
 @pytest.mark.parametrize("fault", sorted(FINAL_KIND))
@@ -201,3 +209,35 @@ def test_a_client_error_is_not_retried_and_reads_alike(foreign: tuple[str, Scrip
     assert seen["direct"] == seen["httpx"]
     message = "HTTP 400 client after 1 attempt(s): Error code: 400 - bad request: max_tokens"
     assert seen["direct"][0] == ("client", 400, 1, message)
+
+
+def test_a_context_overflow_is_not_retried_whatever_its_status(foreign: tuple[str, Script]) -> None:
+    seen = {}
+    for backend, (outcome, stats, waits, script_seen) in each_transport(*foreign, ["500-context"] * 3).items():
+        kind, status, attempts, message = outcome
+        assert script_seen == ["500-context"] and not waits, backend  # sent once: it would overflow again
+        assert (kind, status, attempts) == ("context-overflow", 500, 1), (backend, outcome)
+        assert "Context size has been exceeded" in message, backend
+        seen[backend] = (outcome, stats)
+    assert seen["direct"] == seen["httpx"]
+
+
+def test_a_lone_surrogate_escape_is_decoded_not_retried(foreign: tuple[str, Script]) -> None:
+    for backend, (outcome, stats, waits, script_seen) in each_transport(*foreign, ["surrogate"]).items():
+        assert outcome == "fine\ufffd" and script_seen == ["surrogate"] and not waits, (backend, outcome)
+        assert stats["bad_replies"] == 0 and stats["input_tokens"] == 10, backend
+
+
+@pytest.mark.parametrize("fault", ["malformed", "cut-after-usage"])
+def test_an_unusable_reply_twice_the_same_is_not_retried_again_and_is_paid(
+    foreign: tuple[str, Script], fault: str
+) -> None:
+    seen = {}
+    for backend, (outcome, stats, _waits, script_seen) in each_transport(*foreign, [fault] * 3).items():
+        kind, status, attempts, message = outcome
+        assert (kind, attempts) == ("bad-response", 2) and script_seen == [fault] * 2, (backend, outcome)
+        assert stats["bad_replies"] == 2 and stats["retries"] == 1, backend
+        seen[backend] = (outcome, stats)
+    assert seen["direct"] == seen["httpx"]
+    billed = seen["direct"][1]["input_tokens"], seen["direct"][1]["output_tokens"]
+    assert billed == ((20, 4) if fault == "cut-after-usage" else (0, 0))  # what the bodies said of usage
