@@ -22,6 +22,7 @@ import hashlib
 import sys
 import threading
 import time
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -139,6 +140,11 @@ class _Cells:
         stats.system, stats.model, stats.config_hash = plan.cfg.system, plan.cfg.llm.model, plan.config_hash
         stats.ran, stats.skipped = len(plan.pending), len(plan.queries) - len(plan.pending)
         stats.wall_seconds = time.monotonic() - self.t0
+        if run.nodes:  # on Ray: how many of the cell's queries each node ran
+            from rise_batch.executor.probe import node_labels  # lazy: loads ray (Ray runs only)
+
+            labels = node_labels()
+            stats.nodes = dict(sorted(Counter(labels.get(n, n) for n in run.nodes.values()).items()))
         out = stats.to_json()
         entry: dict[str, Any] = {"status": "incomplete", "run": out, "labels": run.cell.labels()}
         complete = out.get("missing", 0) == 0 and out.get("retryable", 0) == 0
