@@ -62,14 +62,18 @@ def timed(cfg_data: dict, cell_by_cell: bool) -> dict:
     return {"wall_s": round(wall, 2), "cells": result["cells"], "cost_usd": result["cost_usd"]}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.sweep_queue", description=__doc__.split("\n\n")[0])
     p.add_argument("--queries", type=int, default=8, help="queries per cell (one of them slow)")
     p.add_argument("--latency-ms", type=float, default=200.0, help="the fake server's latency per model call")
     p.add_argument("--slow-s", type=float, default=1.5, help="the slow query's extra seconds per model call")
     p.add_argument("--concurrency", type=int, default=4, help="trajectories in flight over the 2 workers")
-    p.add_argument("--out", default=str(REPO / "bench" / "results" / "sweep_queue.json"))
-    args = p.parse_args(argv)
+    p.add_argument("--out", default=str(REPO / "bench" / "results" / "sweep_queue.json"), help="the results file")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="bench-sweep-queue-"))
     root.chmod(0o755)  # the sandbox's uid reads the docs
     try:
