@@ -43,9 +43,10 @@ def estimate(costs: list[float], remaining: int) -> dict[str, float]:
     return {"estimate": total, "low": max(0.0, total - half), "high": total + half}
 
 
-def cell_plan(cid: str, run_dir: Any, n_queries: int, wall_clock_s: float) -> dict[str, Any]:
-    """A cell's plan from what its run directory holds: per query, the agent's and the judge's cost, the
-    trajectory's seconds (hours at the cell's concurrency are for the lead's run-level plan to refine)."""
+def cell_plan(cid: str, run_dir: Any, n_queries: int, wall_clock_s: float, concurrency: int) -> dict[str, Any]:
+    """A cell's plan from what its run directory holds: per query, the agent's and the judge's cost and the
+    trajectory's seconds; `hours` is the serial total over the trajectories in flight (`concurrency`), which holds
+    while the rate limits are not what binds (the run-level plan's estimator refines it)."""
     run = load_run(run_dir)
     per_query = []
     seconds = []
@@ -56,19 +57,21 @@ def cell_plan(cid: str, run_dir: Any, n_queries: int, wall_clock_s: float) -> di
         per_query.append((t.get("cost_usd") or 0.0) + (judged.get("cost_usd") or 0.0))
         seconds.append(min(t.get("elapsed_s") or 0.0, wall_clock_s))
     remaining = max(0, n_queries - len(per_query))
-    hours = {k: v / 3600 for k, v in estimate(seconds, remaining).items()}
+    serial = {k: v / 3600 for k, v in estimate(seconds, remaining).items()}
     return {
         "cell": cid,
         "pilot_queries": len(per_query),
         "remaining_queries": remaining,
         "spent_usd": sum(per_query),
         "cost_usd": estimate(per_query, remaining),
-        "trajectory_hours": hours,  # serial: divide by the trajectories in flight
+        "hours": {k: v / max(concurrency, 1) for k, v in serial.items()},
+        "trajectory_hours": serial,  # one after the other
     }
 
 
 def plan_total(cells: list[dict[str, Any]]) -> dict[str, Any]:
-    """The sweep's total: estimates add; the interval's half-widths add in quadrature (cells are independent)."""
+    """The sweep's total: estimates add; the interval's half-widths add in quadrature (cells are independent). Hours
+    add too: the cells share one pool of workers (one queue)."""
 
     def add(key: str) -> dict[str, float]:
         est = sum(c[key]["estimate"] for c in cells)
@@ -76,17 +79,18 @@ def plan_total(cells: list[dict[str, Any]]) -> dict[str, Any]:
         down = math.sqrt(sum((c[key]["estimate"] - c[key]["low"]) ** 2 for c in cells))
         return {"estimate": est, "low": max(0.0, est - down), "high": est + up}
 
-    return {"cost_usd": add("cost_usd"), "trajectory_hours": add("trajectory_hours")}
+    return {"cost_usd": add("cost_usd"), "hours": add("hours")}
 
 
 def plan_table(cells: list[dict[str, Any]], tot: dict[str, Any]) -> str:
-    rows = [f"{'cell':<48} {'pilot':>5} {'left':>6} {'USD estimate [95% interval]':>34}"]
-    for c in cells:
-        u = c["cost_usd"]
-        rows.append(
-            f"{c['cell']:<48} {c['pilot_queries']:>5} {c['remaining_queries']:>6} "
-            f"{u['estimate']:>12.4f} [{u['low']:.4f}, {u['high']:.4f}]"
+    def figures(c: dict[str, Any]) -> str:
+        u, h = c["cost_usd"], c["hours"]
+        return (
+            f"{u['estimate']:>12.4f} [{u['low']:.4f}, {u['high']:.4f}]  "
+            f"{h['estimate']:>8.2f} [{h['low']:.2f}, {h['high']:.2f}]"
         )
-    u = tot["cost_usd"]
-    rows.append(f"{'total':<48} {'':>5} {'':>6} {u['estimate']:>12.4f} [{u['low']:.4f}, {u['high']:.4f}]")
+
+    rows = [f"{'cell':<48} {'pilot':>5} {'left':>6} {'USD estimate [95% interval]':>34}  hours [95% interval]"]
+    rows += [f"{c['cell']:<48} {c['pilot_queries']:>5} {c['remaining_queries']:>6} {figures(c)}" for c in cells]
+    rows.append(f"{'total':<48} {'':>5} {'':>6} {figures(tot)}")
     return "\n".join(rows)

@@ -63,6 +63,7 @@ class CellsWorker:
         self.node = services.get("node")
         self.contexts: dict[str, WorkerContext] = {}
         self._shared: dict[str, Any] = {}  # in process: one limiter per limiter_key
+        self._locks: dict[str, asyncio.Lock] = {}
 
     def _limiter(self, cid: str, cfg: Any) -> Any:
         if self.names.get(cid):
@@ -90,9 +91,10 @@ class CellsWorker:
             await loop.run_in_executor(None, self._context, cid)
 
     async def run(self, item: CellQuery, attempt: int) -> dict[str, Any]:
-        ctx = self.contexts.get(item.cell) or await asyncio.get_running_loop().run_in_executor(
-            None, self._context, item.cell
-        )
+        ctx = self.contexts.get(item.cell)
+        if ctx is None:  # in process there is no warm-up: the cell's first items build it, one of them only
+            async with self._locks.setdefault(item.cell, asyncio.Lock()):
+                ctx = await asyncio.get_running_loop().run_in_executor(None, self._context, item.cell)
         return await run_query(ctx, item.query, attempt)
 
     async def close(self) -> dict[str, WorkerReport]:

@@ -31,6 +31,7 @@ from rise_batch.agent.run_stats import RunStats
 from rise_batch.errors import EXIT_BUDGET, CleanExit
 from rise_batch.eval.judging import judge_run_sync
 from rise_batch.eval.report import write_report
+from rise_batch.eval.rundir import load_run
 from rise_batch.eval.sweep import SweepConfig, SweepRun, cell_dir, cell_run_config, expand, judge_llm_config
 from rise_batch.eval.sweep_plan import cell_plan, pilot_sample, plan_total
 from rise_batch.eval.sweep_queue import CellRun, prepare_cells, run_queue
@@ -109,13 +110,22 @@ def plan_sweep(cfg: SweepConfig, only: list[str] | None = None) -> list[tuple[An
     return plan
 
 
-def spent_usd(state: SweepState) -> float:
-    """What the sweep's records say it has spent (agents and judge of every cell recorded in sweep.json): the
-    ledger a sweep-wide cap starts from on a resume."""
+def spent_usd(cfg: SweepConfig, state: SweepState) -> float:
+    """What the sweep's OUT records it has spent, agents and judge, every cell: a done cell's figures from
+    sweep.json, any other cell's from its trajectory and judgment files (a killed driver's too). The ledger a
+    sweep-wide cap starts from on a resume."""
     total = 0.0
-    for entry in state.cells.values():
-        total += (entry.get("run") or {}).get("cost_usd") or 0.0
-        total += (entry.get("judge") or {}).get("cost_usd") or 0.0
+    for cell in expand(cfg):
+        entry = state.cells.get(cell.cell_id) or {}
+        if entry.get("status") == "done":
+            total += (entry.get("run") or {}).get("cost_usd") or 0.0
+            total += (entry.get("judge") or {}).get("cost_usd") or 0.0
+            continue
+        where = cell_dir(cfg, cell)
+        if (where / "trajectories").is_dir():
+            run = load_run(where)
+            total += sum(t.get("cost_usd") or 0.0 for t in run.trajectories.values())
+            total += sum(j.get("cost_usd") or 0.0 for j in run.judgments.values())
     return total
 
 
@@ -187,9 +197,10 @@ def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
     plan = plan_sweep(cfg, run.only)
     out = make_output_dir(location(cfg.out))
     state = SweepState(out, cfg.name)
-    if cfg.max_cost_usd is not None and spent_usd(state) >= cfg.max_cost_usd:
+    spent = spent_usd(cfg, state) if cfg.max_cost_usd is not None else 0.0
+    if cfg.max_cost_usd is not None and spent >= cfg.max_cost_usd:
         raise SweepBudgetSpent(
-            f"sweep {cfg.name}: its records already show ${spent_usd(state):,.4f} spent, at or over --max-cost "
+            f"sweep {cfg.name}: its records already show ${spent:,.4f} spent, at or over --max-cost "
             f"${cfg.max_cost_usd:,.4f}; nothing started. Re-run with a higher --max-cost to continue."
         )
     todo = [(c, r) for c, r in plan if state.cells.get(c.cell_id, {}).get("status") != "done" or run.force_judge]
@@ -223,7 +234,8 @@ def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
     if run.plan:
         n_queries = {c.cell_id: len(read_queries(r.queries, r.limit)) for c, r in plan}
         per_cell = [
-            cell_plan(c.cell_id, cell_dir(cfg, c), n_queries[c.cell_id], r.budget().wall_clock_s) for c, r in plan
+            cell_plan(c.cell_id, cell_dir(cfg, c), n_queries[c.cell_id], r.budget().wall_clock_s, r.concurrency)
+            for c, r in plan
         ]
         return {"name": cfg.name, "pilot": cfg.pilot, "cells": per_cell, "total": plan_total(per_cell)}
     result: dict[str, Any] = {
@@ -232,7 +244,7 @@ def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
         "ran": len(todo),
         "skipped": len(plan) - len(todo),
         "incomplete": sorted(c.cell_id for c, _ in plan if state.cells.get(c.cell_id, {}).get("status") != "done"),
-        "cost_usd": round(spent_usd(state), 6),
+        "cost_usd": round(spent_usd(cfg, state), 6),
     }
     if cfg.report:
         dirs = [cell_dir(cfg, c) for c, _ in plan_sweep(cfg) if (cell_dir(cfg, c) / "trajectories").is_dir()]

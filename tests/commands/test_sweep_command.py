@@ -76,6 +76,7 @@ def test_plan_runs_pilots_then_the_sweep_resumes_past_them_under_a_cap(agent_wor
         for c in plan["cells"]:
             u = c["cost_usd"]
             assert 0 <= u["low"] <= u["estimate"] <= u["high"] and u["estimate"] > 0
+            assert 0 <= c["hours"]["low"] <= c["hours"]["estimate"] <= c["hours"]["high"]
         assert plan["total"]["cost_usd"]["estimate"] == pytest.approx(
             sum(c["cost_usd"]["estimate"] for c in plan["cells"])
         )
