@@ -20,9 +20,8 @@ import yaml
 
 from rise_batch.cli import main
 from rise_batch.fake_llm import FakeLLMServer
-from rise_batch.storage import location
-from tests.agent.helpers import N_DOCS, run_dir, title_query, world
-from tests.conftest import SAMPLE
+from tests.agent.helpers import N_DOCS, title_query, world
+from tests.cluster.helpers import keyed_bucket
 
 pytestmark = pytest.mark.slow
 N_QUERIES = 6
@@ -42,17 +41,11 @@ def test_sweep_on_s3_over_two_nodes_killed_and_resumed(s3, two_nodes, tmp_path) 
 
     if not probe().ok:
         pytest.skip(f"bubblewrap cannot run here: {probe().reason}")
-    root = location(s3.uri())
-    (root / "corpus.jsonl.gz").write_bytes(SAMPLE.read_bytes())
-    auth = f"{s3.env['AWS_ACCESS_KEY_ID']}:{s3.env['AWS_SECRET_ACCESS_KEY']}"
-    opts = f"?endpoint_override={s3.endpoint.removeprefix('http://')}&scheme=http"
-    keyed = str(root).replace("s3://", f"s3://{auth}@")
+    root, keyed, opts, env = keyed_bucket(s3, two_nodes, "sweep-cluster-cache")
     assert main(["structure", "--corpus", f"{keyed}/corpus.jsonl.gz{opts}", "--out", f"{keyed}/docs{opts}",
                  "--limit", str(N_DOCS), "--index", "--no-progress"]) == 0  # fmt: skip
     rows = [title_query(d, t) for d, t in list(world().titles.items())[:N_QUERIES]]
     (root / "q.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    env = {k: v for k, v in two_nodes.env.items() if not k.startswith("AWS_")} | {"OPENAI_API_KEY": "x"}
-    env["RISE_BATCH_CACHE"] = str(run_dir("sweep-cluster-cache"))
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     with FakeLLMServer(latency_ms=400) as server:
