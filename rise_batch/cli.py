@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "eval_retrieval",
     "run",
     "judge",
+    "sweep",
     "report",
     "export",
     "plan",

@@ -33,6 +33,7 @@ from typing import IO, Any, NamedTuple
 
 from rise_batch.io import RefusedFile, open_regular
 from rise_batch.names import safe_stem
+from rise_batch.storage import ObjectPath, location
 
 
 class Query(NamedTuple):
@@ -117,7 +118,7 @@ def _json_list(path: Path, ids_optional: bool) -> list[Query]:
 def read_queries(path: str | Path, limit: int | None = None, *, ids_optional: bool = False) -> list[Query]:
     """All queries of a .jsonl, .tsv or .json file (each maybe .gz), in file order; duplicate ids are refused
     unless `ids_optional`."""
-    path = Path(path)
+    path = location(path)  # a query file in object storage too (`s3://…`): read whole, as any object
     tsv = path.name.endswith((".tsv", ".tsv.gz"))
     if path.name.endswith((".json", ".json.gz")):
         out = _json_list(path, ids_optional)[:limit]
@@ -170,7 +171,7 @@ def _open_text(path: Path, what: str, flag: str) -> IO[str]:
     """`path` as UTF-8 text (gunzipped when it ends in .gz), if it is a regular file: a directory or a FIFO is a
     one-line QueryFileError naming it (a FIFO used to hang the reader, a directory to be a traceback)."""
     try:
-        raw = open_regular(path)
+        raw = path.open("rb") if isinstance(path, ObjectPath) else open_regular(path)
     except FileNotFoundError:
         raise QueryFileError(f"{what} {path} does not exist (check the {flag} path)") from None
     except RefusedFile as e:
@@ -208,7 +209,7 @@ def _loads(text: str, where: str | Path) -> Any:
 def answers_by_id(path: str | Path | None) -> dict[str, tuple[str, ...]]:
     """query_id -> gold answers from a query file; {} when there is no readable file (the trajectory's own
     `answer` is then the only gold answer)."""
-    if not path or not Path(path).is_file():
+    if not path or not location(path).is_file():
         return {}
     return {q.query_id: q.answers for q in read_queries(path) if q.answers}
 

@@ -91,6 +91,18 @@ def location(s: str | os.PathLike | ObjectPath) -> Path | ObjectPath:
     return ObjectPath(scheme, _filesystem(scheme, host, user, query), f"{host}{parts.path}")
 
 
+def child(base: str | os.PathLike, *parts: str) -> str:
+    """`base` joined with `parts`, as a string that still resolves the same way: a URI keeps its user-info and query
+    options (`s3://K:S@bucket/out?endpoint_override=…` -> `s3://K:S@bucket/out/cells/c?endpoint_override=…`), so a
+    config handed to a worker in another process names the same bucket; a path is joined as a path."""
+    text = os.fspath(base)
+    if not is_uri(text):
+        return str(Path(text).joinpath(*parts))
+    head, sep, query = text.partition("?")
+    tail = "/".join(p.strip("/") for p in parts if p)
+    return f"{head.rstrip('/')}/{tail}{sep}{query}"
+
+
 def known_options() -> dict[str, tuple[str, str]]:
     """The URI options (user-info, query) this process was given, per bucket: what a worker process needs to
     resolve the credential-free names a shard spec carries (`remember_options` there). In memory only."""

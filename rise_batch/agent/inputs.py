@@ -19,6 +19,7 @@ from rise_batch.cache import Cached, cache_dir, copy_objects, fetch_objects, key
 from rise_batch.corpus.scan import shards_from_json
 from rise_batch.errors import ConfigError
 from rise_batch.index.build import META_FILE
+from rise_batch.index.search import index_marker
 from rise_batch.io import read_json
 from rise_batch.storage import ObjectPath, location
 from rise_batch.structuring.job import MANIFEST
@@ -46,7 +47,7 @@ def check_sources(cfg: Any, uses_index: bool) -> None:
         if value and isinstance(location(value), ObjectPath):
             _docs_source(value)
     index = location(cfg.index) if uses_index and cfg.index else None
-    if isinstance(index, ObjectPath) and not (index / META_FILE).is_file():
+    if isinstance(index, ObjectPath) and not (index / index_marker(index)).is_file():
         raise FileNotFoundError(f"{index}: no {META_FILE} (not written, or not finished)")
 
 
@@ -81,7 +82,7 @@ def localize(cfg: Any, uses_index: bool) -> tuple[Any, dict[str, dict]]:
     changes: dict[str, str] = {}
     report: dict[str, dict] = {}
     if uses_index and cfg.index and isinstance(location(cfg.index), ObjectPath):
-        got = fetch_objects(location(cfg.index), root, "index", META_FILE)
+        got = fetch_objects(location(cfg.index), root, "index", index_marker(location(cfg.index)))
         changes["index"], report["index"] = str(got.path), got.report()
     for key in ("docs", "original_docs"):
         value = getattr(cfg, key)

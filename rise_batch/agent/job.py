@@ -37,7 +37,7 @@ from rise_batch.prompts import load_prompt, prompt_hash
 from rise_batch.queries import Query, gold_label, read_queries, select_gold
 from rise_batch.space.sandbox import probe
 from rise_batch.space.workspace import load_docmap
-from rise_batch.storage import AnyPath, ObjectPath, location
+from rise_batch.storage import AnyPath, ObjectPath, location, redact
 
 RUN_JSON = "run.json"
 SUPERSEDED = (RUN_JSON, TRAJECTORIES, "judgments", EVENTS, EVENT_PARTS)
@@ -96,7 +96,7 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
             "config_hash": ch,
             "prompt": system.prompt,  # the agent's system prompt file (prompts/) and the hash of its text
             "prompt_hash": prompt_hash(prompt_text),
-            "queries": str(cfg.queries),
+            "queries": redact(cfg.queries),
             "gold": gold_label(cfg.gold, cfg.qrels),
             "k": cfg.k,
             "created": created,

@@ -27,6 +27,7 @@ from rise_batch.commands.judge import JUDGE_OPTIONS
 from rise_batch.commands.report import REPORT_OPTIONS
 from rise_batch.commands.run import RUN_OPTIONS
 from rise_batch.commands.structure import STRUCTURE_OPTIONS
+from rise_batch.commands.sweep import SWEEP_OPTIONS
 from rise_batch.commands.workspace import BASH_OPTIONS, READ_OPTIONS, SEARCH_OPTIONS
 from rise_batch.fake_llm.faults import FAULT_OPTIONS
 from rise_batch.fake_llm.serve_options import LIMIT_OPTIONS, SERVE_OPTIONS
@@ -40,6 +41,7 @@ TABLES: dict[str, tuple[Layout, str | None]] = {
     "structure": (STRUCTURE_OPTIONS, ""),
     "run": (RUN_OPTIONS, ""),
     "judge": (JUDGE_OPTIONS, "judge."),  # a sweep's judge: section
+    "sweep": (SWEEP_OPTIONS, None),
     "output": (OUTPUT_OPTIONS, None),  # every command's --log-level and --progress-every
     "plan": (PLAN_OPTIONS._replace(sections=PLAN_OPTIONS.sections + PLAN_OUTPUT_OPTIONS.sections), None),
     "index": (INDEX_OPTIONS, None),

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--gpus must be a finite number >= 0, got {args.gpus}")
     t0 = time.perf_counter()
     if args.retriever != "bm25" and not is_local_path(args.out):
-        raise ValueError(f"--out {args.out}: a {args.retriever} index is written to a local directory only for now")
+        return publish_built(args)
     if args.passages is not None:
         from rise_batch.index.passages import parse_passages
 
@@ -74,6 +74,34 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.retriever == "hybrid":
         dense_part(args)
+    print_queries(args)
+    return 0
+
+
+def publish_built(args: argparse.Namespace) -> int:
+    """A dense or hybrid index into object storage: built whole on this machine's disk as for a local --out, then
+    published object by object with its done marker last (meta.json of the BM25 part for hybrid, dense/meta.json for
+    dense alone), so a reader that finds the marker finds every part; an existing one is refused unless
+    --overwrite, as on disk."""
+    import shutil
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from rise_batch.index.search import index_marker
+    from rise_batch.storage import location, publish_tree, redact
+
+    dest = location(args.out)
+    if dest.exists() and dest.list(recursive=True) and not args.overwrite:
+        raise FileExistsError(f"{redact(dest)}: exists and is not empty (pass --overwrite to replace it)")
+    tmp = Path(tempfile.mkdtemp(prefix="rise-index-"))
+    try:
+        built = argparse.Namespace(**{**vars(args), "out": str(tmp / "index"), "query": None})
+        run(built)
+        publish_tree(tmp / "index", dest, index_marker(tmp / "index"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"index {args.retriever} published out={redact(dest)}", file=sys.stderr)
     print_queries(args)
     return 0
 

@@ -14,7 +14,7 @@ sweep made before retrievers existed keep their ids.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -22,6 +22,7 @@ from rise_batch.agent.run_config import AGENT_LLM_DEFAULTS, RunConfig
 from rise_batch.config import ConfigError, LLMConfig, build_section, section_mapping
 from rise_batch.names import portable
 from rise_batch.options import option, same_as
+from rise_batch.storage import AnyPath, child, location, open_binary
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,32 @@ class SweepConfig:
     model_llm: dict[str, Any] = field(default_factory=dict)  # model -> llm overrides (reasoning_effort, ...)
     judge: JudgeSpec = field(default_factory=JudgeSpec)
     report: bool = True
+    pilot: int = 20  # queries each cell's pilot runs for `--plan` (SweepRun.pilot overrides it)
+    max_cost_usd: float | None = None  # one cap on the whole sweep: every cell's agents and the judge (--max-cost)
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """What one `rise-batch sweep` / `jobs/eval_sweep.py` invocation asks of a sweep config: the flags of both are
+    made from these fields (rise_batch/commands/sweep.py), so the command and the job cannot drift apart. `pilot`
+    and `max_cost_usd` override the config's keys of the same name when given."""
+
+    only: list[str] | None = option(
+        None, help="run only this cell (repeatable; ids as --dry-run lists them)", repeatable=True, metavar="CELL"
+    )
+    dry_run: bool = option(False, help="validate every cell and list them with their queries done; run nothing")
+    plan: bool = option(
+        False, help="run each cell's pilot (in its own run directory, so the sweep resumes past it), print the plan"
+    )
+    pilot: int | None = option(None, help="queries in each cell's pilot", shown="the config's `pilot`, else 20")
+    max_cost_usd: float | None = option(
+        None,
+        flag="--max-cost",
+        metavar="USD",
+        help="one cap on the whole sweep's spend (agents and judge, what OUT already records included); exit 3",
+        shown="the config's `max_cost_usd`, else none",
+    )
+    force_judge: bool = option(False, help="re-grade every cell's answers")
 
 
 class Cell(NamedTuple):
@@ -144,6 +171,10 @@ def validate(cfg: SweepConfig) -> None:
             raise ConfigError(f"sweep.{name} is required")
     if not cfg.systems or not cfg.models:
         raise ConfigError("sweep.systems and sweep.models must each list at least one value")
+    if cfg.pilot < 1:
+        raise ConfigError(f"sweep.pilot must be >= 1, got {cfg.pilot!r}")
+    if cfg.max_cost_usd is not None and not cfg.max_cost_usd > 0:
+        raise ConfigError(f"sweep.max_cost_usd must be > 0, got {cfg.max_cost_usd!r}")
     if cfg.repeats < 1 or any(k < 1 for k in cfg.k):
         raise ConfigError("sweep.repeats and every sweep.k must be >= 1")
     names = [c.name for c in cfg.corpora]
@@ -189,8 +220,25 @@ def expand(cfg: SweepConfig) -> list[Cell]:
     return cells
 
 
-def cell_dir(cfg: SweepConfig, cell: Cell) -> Path:
-    return Path(cfg.out) / "cells" / cell.cell_id
+def with_run(cfg: SweepConfig, run: SweepRun) -> SweepConfig:
+    """The config with what the invocation overrides (`--pilot`, `--max-cost`), validated again."""
+    changes = {k: getattr(run, k) for k in ("pilot", "max_cost_usd") if getattr(run, k) is not None}
+    if not changes:
+        return cfg
+    cfg = replace(cfg, **changes)
+    validate(cfg)
+    return cfg
+
+
+def cell_out(cfg: SweepConfig, cell: Cell) -> str:
+    """The cell's run directory as its RunConfig names it: a URI keeps the options of the sweep's `out` (endpoint,
+    keys), so each worker that is handed the cell's config reaches the same bucket."""
+    return child(cfg.out, "cells", cell.cell_id)
+
+
+def cell_dir(cfg: SweepConfig, cell: Cell) -> AnyPath:
+    """The cell's run directory: a Path, or an ObjectPath when the sweep's `out` is in object storage."""
+    return location(cell_out(cfg, cell))
 
 
 def cell_run_config(cfg: SweepConfig, cell: Cell) -> Any:
@@ -200,7 +248,7 @@ def cell_run_config(cfg: SweepConfig, cell: Cell) -> Any:
     data |= {
         "queries": cfg.queries,
         "system": cell.system,
-        "out": str(cell_dir(cfg, cell)),
+        "out": cell_out(cfg, cell),
         "docs": cell.corpus.docs,
         "index": cell.corpus.index,
         "original_docs": cell.corpus.original_docs,
@@ -238,14 +286,16 @@ def judge_llm_config(spec: JudgeSpec) -> Any:
 
 def corpus_size(docs: str) -> int | None:
     """Rows of docs/docmap.parquet from its footer (no data read); None when there is none."""
-    path = Path(docs) / "docmap.parquet"
-    if not path.exists():
-        return None
     import pyarrow.parquet as pq
 
+    def rows(p: AnyPath) -> int:
+        with open_binary(p) as f:
+            return pq.ParquetFile(f).metadata.num_rows
+
     try:
+        path = location(docs) / "docmap.parquet"
         if path.is_dir():
-            return sum(pq.ParquetFile(p).metadata.num_rows for p in sorted(path.glob("*.parquet")))
-        return pq.ParquetFile(path).metadata.num_rows
+            return sum(rows(p) for p in sorted(path.glob("*.parquet")))
+        return rows(path) if path.exists() else None
     except (OSError, ValueError):
         return None

@@ -1,38 +1,73 @@
-"""Running a sweep: every cell through the trajectory engine, then the judge, then one report; resumable per cell.
+"""Running a sweep: every unfinished cell's queries in one queue, each cell judged as soon as it is in, one report.
 
-Cells run one after another in this driver. A cell with Ray workers fans its queries out over the cluster (the
-engine's own dispatcher and rate-limiter actor); the first such cell attaches the driver to the cluster and every
-later cell reuses it. The judge runs in the driver between cells, against one limiter actor shared by all cells
-(or an in-process limiter when no cell uses Ray), so the judge's rate budget holds across the whole sweep. A cell
-is marked done in `OUT/sweep.json` only when every query has a trajectory and every judgeable one a judgment;
+Every cell is prepared as a run (eval/sweep_queue.py), then the pending queries of all of them go through one pool of
+workers, so no actor idles through one cell's slow tail while others have work. When a cell's last trajectory is
+back, a driver thread judges it (one cell at a time, against one limiter for the whole sweep: a Ray actor when the
+sweep uses Ray, else one in-process limiter) while the other cells' trajectories run, and records it in
+`OUT/sweep.json`: a cell is marked done only when every query has a trajectory and every judgeable one a judgment;
 anything less is simply run again (each layer resumes on its own, so nothing is paid twice).
+
+OUT may be object storage: each cell's run directory is a prefix there, sweep.json is put whole each time it
+changes (one writer: this driver, under a lock), the report is drawn locally and put there, and a resume reads it
+all back from the bucket.
+
+The hooks a plan and a cap plug into: `plan_sweep` (every cell's RunConfig, before anything runs: where a per-cell
+pilot plan is computed), `spent_usd` (what OUT already records: the sweep's ledger across resumes) and
+`sweep_queue.CellsWorker.run` (where a call's worst case would be reserved against a shared ledger).
 """
 
 from __future__ import annotations
 
 import hashlib
 import sys
+import threading
 import time
-from pathlib import Path
+from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from rise_batch.agent.job import run_trajectories
+from rise_batch.agent.job import Progress
+from rise_batch.agent.run_stats import RunStats
+from rise_batch.errors import EXIT_BUDGET, CleanExit
 from rise_batch.eval.judging import judge_run_sync
 from rise_batch.eval.report import write_report
-from rise_batch.eval.sweep import SweepConfig, cell_dir, cell_run_config, expand, judge_llm_config
-from rise_batch.io import read_json, write_json_atomic
+from rise_batch.eval.rundir import load_run
+from rise_batch.eval.sweep import SweepConfig, SweepRun, cell_dir, cell_run_config, expand, judge_llm_config
+from rise_batch.eval.sweep_plan import cell_plan, pilot_sample, plan_total
+from rise_batch.eval.sweep_queue import CellRun, prepare_cells, run_queue
+from rise_batch.io import make_output_dir, read_json, write_json_atomic
+from rise_batch.queries import read_queries
+from rise_batch.storage import AnyPath, child, location, redact
 
 STATE = "sweep.json"
 
 
-def _state(out: Path, name: str) -> dict[str, Any]:
-    path = out / STATE
-    if path.is_file():
-        state = read_json(path)
-        if state.get("name") not in (None, name):
-            raise ValueError(f"{out} holds sweep {state.get('name')!r}, not {name!r}: choose another out")
-        return state
-    return {"name": name, "cells": {}}
+class SweepBudgetSpent(CleanExit, Exception):
+    """The sweep's records already reach its --max-cost: nothing new starts; a higher cap resumes."""
+
+    exit_code = EXIT_BUDGET
+
+
+class SweepState:
+    """OUT/sweep.json: the finished cells, written whole (an object in object storage) by one writer at a time."""
+
+    def __init__(self, out: AnyPath, name: str) -> None:
+        self.path = out / STATE
+        self.lock = threading.Lock()
+        self.data: dict[str, Any] = {"name": name, "cells": {}}
+        if self.path.is_file():
+            self.data = read_json(self.path)
+            if self.data.get("name") not in (None, name):
+                raise ValueError(f"{out} holds sweep {self.data.get('name')!r}, not {name!r}: choose another out")
+
+    @property
+    def cells(self) -> dict[str, Any]:
+        return self.data["cells"]
+
+    def record(self, cid: str, entry: dict[str, Any]) -> None:
+        with self.lock:
+            self.cells[cid] = entry
+            write_json_atomic(self.path, self.data)
 
 
 def _log(msg: str) -> None:
@@ -41,7 +76,7 @@ def _log(msg: str) -> None:
 
 class _JudgeLimiter:
     """One judge rate budget for the whole sweep: a Ray limiter actor when the sweep uses Ray, else nothing (each
-    cell's judge then builds its own in-process limiter from the same settings; cells do not overlap)."""
+    cell's judge then builds its own in-process limiter from the same settings; judgings do not overlap)."""
 
     def __init__(self, cfg: SweepConfig, llm: Any, uses_ray: bool, env: tuple[str, ...] = ()) -> None:
         """`env`: the variables the cells' agents need (their key's), lent to every actor with the judge's own."""
@@ -53,7 +88,7 @@ class _JudgeLimiter:
             from rise_batch.llm.limiter_actor import start_limiter  # lazy: loads ray (Ray runs only)
 
             init_ray(cfg.run.get("ray_address"), env=(*env, llm.api_key_env))  # the process's first init decides
-            key = hashlib.sha256(f"judge\0{cfg.name}\0{cfg.out}\0{llm.model}".encode()).hexdigest()[:16]
+            key = hashlib.sha256(f"judge\0{cfg.name}\0{redact(cfg.out)}\0{llm.model}".encode()).hexdigest()[:16]
             self.name, self._handle = start_limiter(llm, key)
 
     def limiter(self) -> Any:
@@ -64,66 +99,167 @@ class _JudgeLimiter:
         return RemoteLimiter(self.name, self.concurrency)
 
 
-def plan_sweep(cfg: SweepConfig) -> list[tuple[Any, Any]]:
-    """(cell, RunConfig) for every cell, all validated before anything runs."""
-    return [(cell, cell_run_config(cfg, cell)) for cell in expand(cfg)]
-
-
-def run_sweep(cfg: SweepConfig, *, only: list[str] | None = None, force_judge: bool = False) -> dict[str, Any]:
-    t0 = time.monotonic()
-    plan = plan_sweep(cfg)
+def plan_sweep(cfg: SweepConfig, only: list[str] | None = None) -> list[tuple[Any, Any]]:
+    """(cell, RunConfig) for every cell (or the `only` ones), all validated before anything runs."""
+    plan = [(cell, cell_run_config(cfg, cell)) for cell in expand(cfg)]
     if only:
         unknown = set(only) - {c.cell_id for c, _ in plan}
         if unknown:
-            raise ValueError(f"unknown cell(s) {sorted(unknown)}; cells: {[c.cell_id for c, _ in plan]}")
+            raise ValueError(f"--only: unknown cell(s) {sorted(unknown)}; cells: {[c.cell_id for c, _ in plan]}")
         plan = [(c, r) for c, r in plan if c.cell_id in only]
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    state = _state(out, cfg.name)
-    judge_llm = judge_llm_config(cfg.judge) if cfg.judge.enabled else None
-    keys = tuple(dict.fromkeys(r.llm.api_key_env for _, r in plan))
-    judge_limiter = _JudgeLimiter(cfg, judge_llm, any(r.workers >= 1 for _, r in plan), keys) if judge_llm else None
-    ran = skipped = 0
-    for i, (cell, run_cfg) in enumerate(plan, 1):
-        cid = cell.cell_id
-        entry = state["cells"].get(cid, {})
-        if entry.get("status") == "done" and not force_judge:
-            skipped += 1
-            _log(f"[{i}/{len(plan)}] {cid}: done before, skipped")
+    return plan
+
+
+def spent_usd(cfg: SweepConfig, state: SweepState) -> float:
+    """What the sweep's OUT records it has spent, agents and judge, every cell: a done cell's figures from
+    sweep.json, any other cell's from its trajectory and judgment files (a killed driver's too). The ledger a
+    sweep-wide cap starts from on a resume."""
+    total = 0.0
+    for cell in expand(cfg):
+        entry = state.cells.get(cell.cell_id) or {}
+        if entry.get("status") == "done":
+            total += (entry.get("run") or {}).get("cost_usd") or 0.0
+            total += (entry.get("judge") or {}).get("cost_usd") or 0.0
             continue
-        _log(f"[{i}/{len(plan)}] {cid}: running")
-        write_json_atomic(cell_dir(cfg, cell) / "cell.json", cell.labels())
-        stats = run_trajectories(run_cfg, incomplete_ok=True)  # a cell left incomplete is run again by a re-run
-        entry = {"status": "incomplete", "run": stats, "labels": cell.labels()}
-        complete = stats.get("missing", 0) == 0 and stats.get("retryable", 0) == 0
-        if judge_llm is not None and judge_limiter is not None:
+        where = cell_dir(cfg, cell)
+        if (where / "trajectories").is_dir():
+            run = load_run(where)
+            total += sum(t.get("cost_usd") or 0.0 for t in run.trajectories.values())
+            total += sum(j.get("cost_usd") or 0.0 for j in run.judgments.values())
+    return total
+
+
+class _Cells:
+    """What happens to a cell once its trajectories are in: its stats, its judging, its line in sweep.json."""
+
+    def __init__(self, cfg: SweepConfig, state: SweepState, n: int, force_judge: bool, judge: Any) -> None:
+        self.cfg, self.state, self.n, self.force_judge = cfg, state, n, force_judge
+        self.judge_llm, self.judge_limiter = judge
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sweep-cell")  # judgings one at a time
+        self.futures: list[Future] = []
+        self.index: dict[str, int] = {}
+        self.t0 = time.monotonic()
+
+    def submit(self, run: CellRun) -> None:
+        self.futures.append(self.pool.submit(self.finish, run))
+
+    def finish(self, run: CellRun) -> None:
+        plan, cid = run.plan, run.cid
+        i = self.index.get(cid, 0)
+        stats = RunStats.of_files(plan.cfg.out, plan.queries, plan.config_hash)
+        stats.system, stats.model, stats.config_hash = plan.cfg.system, plan.cfg.llm.model, plan.config_hash
+        stats.ran, stats.skipped = len(plan.pending), len(plan.queries) - len(plan.pending)
+        stats.wall_seconds = time.monotonic() - self.t0
+        if run.nodes:  # on Ray: how many of the cell's queries each node ran
+            from rise_batch.executor.probe import node_labels  # lazy: loads ray (Ray runs only)
+
+            labels = node_labels()
+            stats.nodes = dict(sorted(Counter(labels.get(n, n) for n in run.nodes.values()).items()))
+        out = stats.to_json()
+        entry: dict[str, Any] = {"status": "incomplete", "run": out, "labels": run.cell.labels()}
+        complete = out.get("missing", 0) == 0 and out.get("retryable", 0) == 0
+        judge_cost = 0.0
+        if self.judge_llm is not None:
+            _log(f"[{i}/{self.n}] {cid}: trajectories in; judging")
             judged = judge_run_sync(
-                cell_dir(cfg, cell),
-                judge_llm,
-                mode=cfg.judge.mode,
-                poll_s=cfg.judge.poll_s,
-                force=force_judge,
-                limiter=judge_limiter.limiter(),
-                prompt=cfg.judge.prompt,
+                location(plan.cfg.out),
+                self.judge_llm,
+                mode=self.cfg.judge.mode,
+                poll_s=self.cfg.judge.poll_s,
+                force=self.force_judge,
+                limiter=self.judge_limiter.limiter() if self.judge_limiter else None,
+                prompt=self.cfg.judge.prompt,
             )
             entry["judge"] = judged.as_dict()
+            judge_cost = judged.cost_usd
             complete = complete and judged.failed == 0 and judged.unjudged_total == 0  # unjudged: graded again
         entry["status"] = "done" if complete else "incomplete"
-        state["cells"][cid] = entry
-        write_json_atomic(out / STATE, state)
-        ran += 1
-        _log(f"[{i}/{len(plan)}] {cid}: {entry['status']} (${stats.get('cost_usd', 0):.4f} agent)")
+        self.state.record(cid, entry)
+        acc = (entry.get("judge") or {}).get("accuracy")
+        _log(
+            f"[{i}/{self.n}] cell {cid} {entry['status']} queries={out['queries']} ran={out['ran']} "
+            f"skipped={out['skipped']} accuracy={'-' if acc is None else f'{100 * acc:.1f}%'} "
+            f"agent_usd={out['cost_usd']:.4f} judge_usd={judge_cost:.4f}"
+        )
+
+    def wait(self) -> None:
+        try:
+            for f in self.futures:
+                f.result()
+        finally:
+            self.pool.shutdown(wait=True)
+
+
+def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
+    """The sweep (or its `--only` cells); returns its summary. Unfinished cells are resumed, finished ones skipped."""
+    run = run or SweepRun()
+    t0 = time.monotonic()
+    plan = plan_sweep(cfg, run.only)
+    out = make_output_dir(location(cfg.out))
+    state = SweepState(out, cfg.name)
+    spent = spent_usd(cfg, state) if cfg.max_cost_usd is not None else 0.0
+    if cfg.max_cost_usd is not None and spent >= cfg.max_cost_usd:
+        raise SweepBudgetSpent(
+            f"sweep {cfg.name}: its records already show ${spent:,.4f} spent, at or over --max-cost "
+            f"${cfg.max_cost_usd:,.4f}; nothing started. Re-run with a higher --max-cost to continue."
+        )
+    todo = [(c, r) for c, r in plan if state.cells.get(c.cell_id, {}).get("status") != "done" or run.force_judge]
+    waiting = {c.cell_id for c, _ in todo}
+    for i, (c, _) in enumerate(plan, 1):
+        if c.cell_id not in waiting:
+            _log(f"[{i}/{len(plan)}] {c.cell_id}: done before, skipped")
+    judge_llm = judge_llm_config(cfg.judge) if cfg.judge.enabled else None
+    keys = tuple(dict.fromkeys(r.llm.api_key_env for _, r in todo))
+    uses_ray = any(r.workers >= 1 for _, r in todo)
+    judge_limiter = _JudgeLimiter(cfg, judge_llm, uses_ray, keys) if judge_llm and todo else None
+    cells = _Cells(cfg, state, len(plan), run.force_judge, (judge_llm, judge_limiter))
+    cells.index = {c.cell_id: i for i, (c, _) in enumerate(plan, 1)}
+    if todo:
+        for c, _ in todo:
+            write_json_atomic(cell_dir(cfg, c) / "cell.json", c.labels())
+        runs = prepare_cells(todo)
+        if run.plan:  # only each cell's pilot runs: the rest is what the plan prices
+            for r in runs:
+                r.plan = r.plan._replace(pending=pilot_sample(r.cid, r.plan.queries, r.plan.pending, cfg.pilot))
+        pending = sum(len(r.plan.pending) for r in runs)
+        total = sum(len(r.plan.queries) for r in runs)
+        _log(f"{len(runs)} cell(s) to run, {pending} of their {total} queries pending, in one queue")
+        progress = Progress(total, total - pending, runs[0].plan.cfg.progress)
+        env = (*keys, judge_llm.api_key_env) if judge_llm else keys
+        try:
+            run_queue(runs, progress, cells.submit, env)
+        finally:
+            progress.close()
+            cells.wait()
+    if run.plan:
+        n_queries = {c.cell_id: len(read_queries(r.queries, r.limit)) for c, r in plan}
+        per_cell = [
+            cell_plan(c.cell_id, cell_dir(cfg, c), n_queries[c.cell_id], r.budget().wall_clock_s, r.concurrency)
+            for c, r in plan
+        ]
+        return {"name": cfg.name, "pilot": cfg.pilot, "cells": per_cell, "total": plan_total(per_cell)}
     result: dict[str, Any] = {
         "name": cfg.name,
         "cells": len(plan),
-        "ran": ran,
-        "skipped": skipped,
-        "incomplete": sorted(c for c, e in state["cells"].items() if e.get("status") != "done"),
+        "ran": len(todo),
+        "skipped": len(plan) - len(todo),
+        "incomplete": sorted(c.cell_id for c, _ in plan if state.cells.get(c.cell_id, {}).get("status") != "done"),
+        "cost_usd": round(spent_usd(cfg, state), 6),
     }
     if cfg.report:
         dirs = [cell_dir(cfg, c) for c, _ in plan_sweep(cfg) if (cell_dir(cfg, c) / "trajectories").is_dir()]
-        report = write_report(dirs, out / "report")
-        result["report"] = str(out / "report" / "report.md")
-        result["plots"] = report["plots"]
+        if dirs:
+            report = write_report(dirs, location(child(cfg.out, "report")))
+            result["report"] = str(location(child(cfg.out, "report", "report.md")))
+            result["plots"] = report["plots"]
     result["wall_seconds"] = round(time.monotonic() - t0, 3)
     return result
+
+
+def summary_line(result: dict[str, Any], out: str) -> str:
+    """The sweep's one line: cells run, skipped and left incomplete, what it has spent, where it is."""
+    return (
+        f"sweep name={result['name']} cells={result['cells']} ran={result['ran']} skipped={result['skipped']} "
+        f"incomplete={len(result['incomplete'])} cost_usd={result.get('cost_usd', 0)} "
+        f"wall_seconds={result['wall_seconds']} out={redact(out)}"
+    )

@@ -24,7 +24,6 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from rise_batch.corpus.docmap import check_relpath
@@ -39,6 +38,7 @@ from rise_batch.llm.batch import (
     pack_lines,
     parse_results,
 )
+from rise_batch.storage import AnyPath, location
 
 log = logging.getLogger(__name__)
 TERMINAL = ("completed", "failed", "expired", "cancelled")
@@ -51,7 +51,7 @@ class BatchRunner:
     def __init__(
         self,
         client: Any,  # openai.AsyncOpenAI (or anything with the same files/batches methods)
-        work_dir: str | Path,
+        work_dir: str | AnyPath,
         *,
         endpoint: str = ENDPOINT,
         completion_window: str = "24h",
@@ -63,7 +63,7 @@ class BatchRunner:
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:
         self.client = client
-        self.root = Path(work_dir)
+        self.root = location(work_dir)  # in object storage too: batches.json and every file is then a whole object
         self.dir = self.root / "batches"
         self.manifest_path = self.root / "batches.json"
         self.endpoint, self.completion_window, self.poll_s = endpoint, completion_window, poll_s
@@ -140,7 +140,7 @@ class BatchRunner:
         if entry.get("batch_id"):
             return
         if not entry.get("input_file_id"):
-            with open(self.dir / f"{entry['name']}.jsonl", "rb") as fh:
+            with (self.dir / f"{entry['name']}.jsonl").open("rb") as fh:
                 uploaded = await self.client.files.create(file=(f"{entry['name']}.jsonl", fh), purpose="batch")
             entry.update(input_file_id=uploaded.id, status="uploaded")
             self._save()

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from tests.conftest import sample_rows, write_jsonl
 
@@ -133,3 +134,27 @@ def grep_everywhere(value: str, texts: list[str], *dirs: Path) -> list[str]:
 
 def stats_of(out: Path) -> dict:
     return json.loads((out / "stats.json").read_text())
+
+
+class KeyedBucket(NamedTuple):
+    root: Any  # the test's prefix on the S3 server (an ObjectPath), the sample corpus at root/corpus.jsonl.gz
+    keyed: str  # its URI with the keys in it: what a driver without AWS_* variables is given
+    opts: str  # the endpoint options every keyed URI ends with
+    env: dict[str, str]  # the cluster's driver environment without AWS_*, with a key and a world-readable cache
+
+
+def keyed_bucket(s3: Any, two_nodes: Any, cache: str) -> KeyedBucket:
+    """The S3 server as a cluster driver that holds no storage credentials sees it: keys only in the URIs (they
+    reach the actors on both nodes with their configs, in memory)."""
+    from rise_batch.storage import location
+    from tests.agent.helpers import run_dir
+    from tests.conftest import SAMPLE
+
+    root = location(s3.uri())
+    (root / "corpus.jsonl.gz").write_bytes(SAMPLE.read_bytes())
+    auth = f"{s3.env['AWS_ACCESS_KEY_ID']}:{s3.env['AWS_SECRET_ACCESS_KEY']}"
+    opts = f"?endpoint_override={s3.endpoint.removeprefix('http://')}&scheme=http"
+    keyed = str(root).replace("s3://", f"s3://{auth}@")
+    env = {k: v for k, v in two_nodes.env.items() if not k.startswith("AWS_")} | {"OPENAI_API_KEY": "x"}
+    env["RISE_BATCH_CACHE"] = str(run_dir(cache))
+    return KeyedBucket(root, keyed, opts, env)

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from rise_batch.storage import location
 from tests.agent.helpers import N_DOCS, run_dir, title_query, write_queries
+from tests.cluster.helpers import keyed_bucket
 from tests.conftest import SAMPLE
 from tests.real_parts import require_bwrap
 from tests.structuring.test_s3 import rows_of
@@ -36,13 +36,7 @@ def test_pipeline_on_s3_over_two_nodes(s3, two_nodes, tmp_path):
     from rise_batch.fake_llm.chat import FallbackResponder
 
     require_bwrap()
-    root = location(s3.uri())
-    (root / "corpus.jsonl.gz").write_bytes(SAMPLE.read_bytes())
-    auth = f"{s3.env['AWS_ACCESS_KEY_ID']}:{s3.env['AWS_SECRET_ACCESS_KEY']}"
-    opts = f"?endpoint_override={s3.endpoint.removeprefix('http://')}&scheme=http"
-    keyed = str(root).replace("s3://", f"s3://{auth}@")
-    env = {k: v for k, v in two_nodes.env.items() if not k.startswith("AWS_")} | {"OPENAI_API_KEY": "x"}
-    env["RISE_BATCH_CACHE"] = str(run_dir("cluster-cache"))
+    root, keyed, opts, env = keyed_bucket(s3, two_nodes, "cluster-cache")
     corpus, docs = f"{keyed}/corpus.jsonl.gz{opts}", f"{keyed}/docs{opts}"
     r = two_nodes.cli("structure", "--corpus", corpus, "--out", docs, "--limit", N_DOCS, "--shard-docs", 5,
                       "--workers", 2, "--index", "--no-progress", env=env)  # fmt: skip

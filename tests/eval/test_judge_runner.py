@@ -172,3 +172,29 @@ def test_a_judgment_gone_from_the_run_directory_is_an_error(tmp_path: Path, serv
                        r"explain only 2 \(missing among: nogold, squad, wrong\)"):  # fmt: skip
         judge_run_sync(run, llm, on_judged=vanish)
     assert sorted(read_judgments(run)) == ["budget", "exact", "para", "prose"]
+
+
+def test_batch_mode_on_a_run_in_object_storage_resumes_from_the_bucket(tmp_path: Path, s3) -> None:
+    """The batch manifest and files live in the run directory, in the bucket too: a driver stopped while its batch
+    is in progress is resumed by another that finds the batch there and adopts it (none created twice)."""
+    from rise_batch.storage import location
+
+    local, ref = make_run(tmp_path / "local"), make_run(tmp_path / "ref")
+    remote = location(s3.uri()) / "run"
+    for f in local.rglob("*.json"):
+        (remote / f.relative_to(local).as_posix()).write_bytes(f.read_bytes())
+    with FakeLLMServer() as s:
+        base = ["--model", "gpt-5.4-mini", "--base-url", s.base_url, "--mode", "batch", "--poll-s", "0.01"]
+        assert main(["judge", str(ref), *base]) == 0
+        s.batch_api.configure(hold=True)
+        llm = LLMConfig(base_url=s.base_url, model="gpt-5.4-mini")
+        with pytest.raises(TimeoutError):
+            asyncio.run(asyncio.wait_for(judge_run_batch(str(remote), llm, poll_s=0.01), timeout=1.0))
+        assert (remote / "judge_batches" / "batches.json").is_file()
+        s.batch_api.configure(hold=False)
+        assert main(["judge", str(remote), *base]) == 0
+        assert s.batch_api.stats()["batches_created"] == 2  # the reference's and the bucket's, adopted on resume
+    got = {p.stem: json.loads(p.read_text()) for p in (remote / "judgments").glob("*.json")}
+    want = read_judgments(ref)
+    assert {k: v["correct"] for k, v in got.items()} == {k: v["correct"] for k, v in want.items()} and len(got) == 5
+    assert not any(p.name.startswith("s3") for p in Path.cwd().iterdir())

@@ -64,7 +64,7 @@ def test_sweep_end_to_end_then_resumed(agent_world, ray_local, capsys) -> None: 
         }
         config = out / "sweep.yaml"
         config.write_text(yaml.safe_dump({"sweep": sweep}))
-        assert eval_sweep_main(["--config", str(config)]) == 0
+        assert eval_sweep_main(["--config", str(config), "--json"]) == 0
         result = json.loads(capsys.readouterr().out)
         assert (result["cells"], result["ran"], result["skipped"], result["incomplete"]) == (4, 4, 0, [])
         cells = sorted((out / "sweep" / "cells").iterdir())
@@ -101,7 +101,7 @@ def test_sweep_end_to_end_then_resumed(agent_world, ray_local, capsys) -> None: 
         assert sent_agent > 0 and 0 < sent_judge <= 4 * 3
 
         # resumed: every cell is skipped and nothing reaches the server
-        assert eval_sweep_main(["--config", str(config)]) == 0
+        assert eval_sweep_main(["--config", str(config), "--json"]) == 0
         again = json.loads(capsys.readouterr().out)
         assert (again["ran"], again["skipped"], again["incomplete"]) == (0, 4, [])
         assert len(server.log()) == sent_agent + sent_judge
@@ -115,7 +115,7 @@ def test_sweep_end_to_end_then_resumed(agent_world, ray_local, capsys) -> None: 
         del state["cells"][damaged.name]
         (out / "sweep" / "sweep.json").write_text(json.dumps(state))
         before = len(server.log())
-        assert eval_sweep_main(["--config", str(config)]) == 0
+        assert eval_sweep_main(["--config", str(config), "--json"]) == 0
         third = json.loads(capsys.readouterr().out)
         assert (third["ran"], third["skipped"], third["incomplete"]) == (1, 3, [])
         new = server.log(before)

@@ -38,3 +38,27 @@ def test_index_built_into_s3_searches_as_a_local_one(tmp_path, s3, monkeypatch, 
         local_index(f"{root}/half")
     assert main(["index", "--corpus", f"{root}/c.jsonl", "--out", f"{root}/idx", "--workers", "1"]) == 2
     assert "exists and is not empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("retriever", ["hybrid", "dense"])
+def test_dense_and_hybrid_indexes_in_s3_search_as_local_ones(retriever, tmp_path, s3, monkeypatch, capsys):
+    """A dense or hybrid index is published to the bucket with its done marker last (it was refused before) and
+    opened from a verified local copy; its hits equal the same index built on disk."""
+    pytest.importorskip("wordllama")
+    monkeypatch.setenv("RISE_BATCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.jsonl").write_bytes("".join(json.dumps(r) + "\n" for r in sample_rows(30)).encode())
+    root = location(s3.uri())
+    common = ["--corpus", str(tmp_path / "c.jsonl"), "--workers", "1", "--retriever", retriever]
+    assert main(["index", *common, "--out", str(tmp_path / "idx")]) == 0
+    assert main(["index", *common, "--out", f"{root}/idx"]) == 0
+    assert f"published out={root}/idx" in capsys.readouterr().err
+    assert (root / "idx" / "dense" / "meta.json").is_file()
+    assert (root / "idx" / "meta.json").is_file() == (retriever == "hybrid")
+    queries = ["anarchism", "albedo light", "alabama river"]
+    want = open_retriever(tmp_path / "idx", retriever, backend="numpy").search(queries, 5)
+    got = open_retriever(f"{root}/idx", retriever, backend="numpy").search(queries, 5)
+    assert [h.docids for h in got] == [h.docids for h in want]
+    assert not any(p.name.startswith("s3") for p in tmp_path.iterdir())
+    assert main(["index", *common, "--out", f"{root}/idx"]) == 2  # an existing one, as on disk
+    assert "exists and is not empty" in capsys.readouterr().err

@@ -1,0 +1,96 @@
+"""`rise-batch sweep CONFIG`: a whole evaluation sweep (systems x models x K x retrievers x corpora x repeats).
+
+The same function as `jobs/eval_sweep.py` (the entry for `ray job submit`), with flags made from the same fields
+(`eval.sweep.SweepRun`), so the command and the job take the same options and exit the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from rise_batch.eval.sweep import SweepRun
+from rise_batch.options import Layout, Section, add_layout
+
+# docs/agents.md's table is made from this too (rise_batch/commands/doc_options.py)
+SWEEP_OPTIONS = Layout(
+    SweepRun,
+    (Section(None, ("only", "dry_run", "plan", "pilot", "max_cost_usd", "force_judge")),),
+    from_file=False,
+)
+
+
+def add_sweep_flags(p: argparse.ArgumentParser) -> None:
+    """The flags `rise-batch sweep` and jobs/eval_sweep.py share (the config is each one's own: a positional here,
+    `--config` in the job, as the other jobs take it)."""
+    groups = add_layout(p, SWEEP_OPTIONS)
+    groups[None].add_argument("--json", action="store_true", help="print the summary (or the plan) as JSON")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "sweep",
+        help="run an evaluation sweep (a grid of systems, models, K, retrievers, corpora) from a YAML config",
+        description=(
+            "Run every cell of a sweep config (see jobs/sweep_*.yaml): one run directory per cell under "
+            "OUT/cells/<cell>/, the queries of all unfinished cells in one queue over one pool of workers, each "
+            "cell judged as soon as its trajectories are in and recorded in OUT/sweep.json, then OUT/report/. OUT, "
+            "docs, index and queries may be object storage (s3://...). Re-run the same command to resume: finished "
+            "cells are skipped, unfinished ones continue where they stopped. Exits 75 when cells are left "
+            "incomplete, 3 at --max-cost."
+        ),
+    )
+    p.add_argument("config", metavar="CONFIG", help="sweep YAML (its `sweep:` mapping or the mapping itself)")
+    add_sweep_flags(p)
+    p.set_defaults(func=run)
+
+
+def sweep_run(args: argparse.Namespace) -> SweepRun:
+    return SweepRun(**{k: getattr(args, k) for k in SweepRun.__dataclass_fields__})
+
+
+def run(args: argparse.Namespace, base: str | None = None, name: str = "rise-batch sweep") -> int:
+    """The command's work, also the job's (`base`: the job's --base; `name` starts its lines)."""
+    from rise_batch.commands.job_paths import anchor_paths
+    from rise_batch.errors import RunIncomplete
+    from rise_batch.eval.sweep import load_sweep_config, with_run
+
+    opts = sweep_run(args)
+    cfg = with_run(anchor_paths(load_sweep_config(args.config), base, "sweep"), opts)
+    if opts.dry_run:
+        return dry_run(cfg, opts, args.json)
+    from rise_batch.eval.sweep_plan import plan_table
+    from rise_batch.eval.sweep_runner import run_sweep, summary_line
+
+    result = run_sweep(cfg, opts)
+    if opts.plan:
+        print(json.dumps(result, indent=2) if args.json else plan_table(result["cells"], result["total"]))
+        return 0
+    print(json.dumps(result, indent=2) if args.json else summary_line(result, cfg.out))
+    if result["incomplete"]:
+        raise RunIncomplete(
+            f"{len(result['incomplete'])} of {result['cells']} cells are incomplete (first: {result['incomplete'][0]}"
+            "; see OUT/sweep.json); re-run the same command to resume them"
+        )
+    return 0
+
+
+def dry_run(cfg: Any, opts: SweepRun, as_json: bool) -> int:
+    """Every cell validated and listed with its run directory and its queries already done; nothing runs."""
+    from rise_batch.eval.sweep import cell_dir
+    from rise_batch.eval.sweep_runner import plan_sweep
+
+    rows = []
+    for cell, run in plan_sweep(cfg, opts.only):
+        where = cell_dir(cfg, cell) / "trajectories"
+        done = sum(1 for p in where.glob("*.json")) if where.is_dir() else 0
+        rows.append({"cell": cell.cell_id, "workers": run.workers, "done": done, "out": str(cell_dir(cfg, cell))})
+    if as_json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            print(f"{r['cell']}\tworkers={r['workers']}\tdone={r['done']}\t{r['out']}")
+    print(f"sweep {cfg.name}: {len(rows)} cells, nothing run (--dry-run)", file=sys.stderr)
+    return 0

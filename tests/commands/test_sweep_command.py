@@ -1,0 +1,133 @@
+"""`rise-batch sweep`: the command a user runs (in process here, on the fake server, `workers: 0`): --dry-run,
+--only, --plan resumed past by the sweep, --max-cost against what OUT records, and a sweep whose OUT, docs, index
+and queries are all in object storage (it used to exit 0 having written a local directory named `s3:`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rise_batch.cli import main
+from rise_batch.fake_llm import FakeLLMServer
+from rise_batch.storage import location
+from tests.agent.conftest import agent_world  # noqa: F401 - the shared docs + index world
+from tests.agent.helpers import N_DOCS, run_dir, title_query, write_queries
+from tests.conftest import SAMPLE
+
+
+def sweep_config(path: Path, out: str, queries: str, docs: str, index: str, base_url: str, **extra: Any) -> Path:
+    sweep = {
+        "name": "cmd",
+        "out": out,
+        "queries": queries,
+        "systems": ["rise", "rise-bm25"],
+        "models": ["gpt-5.4-mini"],
+        "k": [5],
+        "corpora": [{"name": "sample", "docs": docs, "index": index}],
+        "run": {
+            "workers": 0,
+            "concurrency": 4,
+            "max_calls": 8,
+            "index_backend": "numpy",
+            "progress": False,
+            "llm": {"base_url": base_url, "rpm": 600000},
+        },  # fmt: skip
+        "judge": {"model": "gpt-5.4-mini", "base_url": base_url, "concurrency": 4},
+        **extra,
+    }
+    path.write_text(yaml.safe_dump({"sweep": sweep}))
+    return path
+
+
+def queries_of(world: Any, path: Path, n: int) -> Path:
+    return write_queries(path, [title_query(d, t) for d, t in list(world.titles.items())[:n]])
+
+
+def test_dry_run_lists_cells_and_only_refuses_an_unknown_cell(agent_world, capsys) -> None:  # noqa: F811
+    d = run_dir("sweep-cmd-dry")
+    q = queries_of(agent_world, d / "q.jsonl", 2)
+    cfg = sweep_config(d / "s.yaml", str(d / "out"), str(q), str(agent_world.docs), str(agent_world.index),
+                       "http://127.0.0.1:9")  # fmt: skip
+    assert main(["sweep", str(cfg), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [x.split("\t")[0] for x in lines] == [
+        "rise__gpt-5.4-mini__k5__sample",
+        "rise-bm25__gpt-5.4-mini__k5__sample",
+    ]
+    assert all("done=0" in x for x in lines) and not (d / "out" / "cells").exists()
+    assert main(["sweep", str(cfg), "--only", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "--only: unknown cell(s) ['nope']" in err and "Traceback" not in err
+
+
+def test_plan_runs_pilots_then_the_sweep_resumes_past_them_under_a_cap(agent_world, capsys) -> None:  # noqa: F811
+    d = run_dir("sweep-cmd-plan")
+    q = queries_of(agent_world, d / "q.jsonl", 4)
+    with FakeLLMServer() as server:
+        cfg = sweep_config(d / "s.yaml", str(d / "out"), str(q), str(agent_world.docs), str(agent_world.index),
+                           server.base_url, pilot=2)  # fmt: skip
+        assert main(["sweep", str(cfg), "--plan", "--json"]) == 0
+        plan = json.loads(capsys.readouterr().out)
+        assert [(c["pilot_queries"], c["remaining_queries"]) for c in plan["cells"]] == [(2, 2), (2, 2)]
+        for c in plan["cells"]:
+            u = c["cost_usd"]
+            assert 0 <= u["low"] <= u["estimate"] <= u["high"] and u["estimate"] > 0
+            assert 0 <= c["hours"]["low"] <= c["hours"]["estimate"] <= c["hours"]["high"]
+        assert plan["total"]["cost_usd"]["estimate"] == pytest.approx(
+            sum(c["cost_usd"]["estimate"] for c in plan["cells"])
+        )
+        piloted = {p: p.read_text() for p in (d / "out" / "cells").rglob("trajectories/*.json")}
+        assert len(piloted) == 4
+        assert not (d / "out" / "report").exists()  # a plan runs nothing else
+
+        assert main(["sweep", str(cfg), "--json"]) == 0
+        result = json.loads(capsys.readouterr().out)
+        assert (result["ran"], result["incomplete"]) == (2, [])
+        assert all(p.read_text() == text for p, text in piloted.items())  # the pilots are not run again
+        assert len(list((d / "out" / "cells").rglob("trajectories/*.json"))) == 8
+        assert (d / "out" / "report" / "report.md").is_file()
+
+        # the records already reach the cap: nothing starts, exit 3 with one line
+        assert main(["sweep", str(cfg), "--max-cost", str(result["cost_usd"] / 2), "--force-judge"]) == 3
+        err = capsys.readouterr().err
+        assert "at or over --max-cost" in err and "Traceback" not in err
+
+
+def test_a_sweep_in_object_storage_writes_the_bucket_not_a_local_dir(
+    agent_world,  # noqa: F811
+    s3,
+    tmp_path,
+    monkeypatch,
+    capsys,  # noqa: F811
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where the old code made ./s3:/...
+    monkeypatch.setenv("RISE_BATCH_CACHE", str(run_dir("sweep-cmd-cache")))  # world-traversable: the sandbox reads it
+    root = location(s3.uri())
+    (root / "corpus.jsonl.gz").write_bytes(SAMPLE.read_bytes())
+    docs = root / "docs"
+    assert main(["structure", "--corpus", str(root / "corpus.jsonl.gz"), "--out", str(docs), "--limit",
+                 str(N_DOCS), "--index", "--no-progress"]) == 0  # fmt: skip
+    local_q = queries_of(agent_world, tmp_path / "q.jsonl", 3)
+    (root / "q.jsonl").write_bytes(local_q.read_bytes())
+    with FakeLLMServer() as server:
+        cfg = sweep_config(tmp_path / "s.yaml", str(root / "sw"), str(root / "q.jsonl"), str(docs),
+                           str(docs / "index"), server.base_url)  # fmt: skip
+        assert main(["sweep", str(cfg)]) == 0
+        line = capsys.readouterr().out
+        assert f"out={root}/sw" in line and "incomplete=0" in line
+        assert not any(p.name.startswith("s3") for p in tmp_path.iterdir())
+        state = json.loads((root / "sw" / "sweep.json").read_text())
+        assert {e["status"] for e in state["cells"].values()} == {"done"} and len(state["cells"]) == 2
+        for cell in state["cells"]:
+            where = root / "sw" / "cells" / cell
+            assert len((where / "trajectories").glob("*.json")) == 3 and len((where / "judgments").glob("*.json")) == 3
+        assert (root / "sw" / "report" / "report.md").is_file()
+        assert (root / "sw" / "report" / "accuracy_vs_cost.png").is_file()
+        sent = len(server.log())
+        # resumed from the bucket: every cell skipped, nothing sent
+        assert main(["sweep", str(cfg), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["skipped"] == 2 and len(server.log()) == sent
