@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rise_batch.io import write_parts_atomic
+from rise_batch.strtable_batch import Arrays, find_many, take_many
 from rise_batch.strtable_check import MIX, check_column, hash_bits
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class StrColumn(Sequence[str]):
         at, size = spec["offsets"]
         self._off = view[base + at : base + at + size].cast("Q")
         self._hashed = "hash" in spec
+        self._np: Arrays | None = None
         if self._hashed:
             self._shift = 32 - int(spec["hash"]["bits"])
             at, size = spec["hash"]["starts"]
@@ -73,6 +75,29 @@ class StrColumn(Sequence[str]):
 
     def __len__(self) -> int:
         return self.n
+
+    def _arrays(self) -> Arrays:
+        """numpy views of this column (made once; no copy of the mapping)."""
+        if self._np is None:
+            import numpy as np
+
+            data = np.frombuffer(self._buf, np.uint8)
+            off = np.frombuffer(self._off, np.uint64)
+            if self._hashed:
+                starts, rows = np.frombuffer(self._starts, np.uint32), np.frombuffer(self._rows, np.uint32)
+                self._np = Arrays(data, off, starts, rows, self._shift)
+            else:
+                self._np = Arrays(data, off, None, None, 0)
+        return self._np
+
+    def take_many(self, rows: Any) -> list[str]:
+        """`take` in numpy (rows a sequence or an integer array, each in range): one gather and one decode for a
+        search's thousands of hits, where `take` pays a slice and a decode each."""
+        return take_many(self._arrays(), rows)
+
+    def find_many(self, keys: Sequence[str]) -> Any:
+        """`find` of every key at once (numpy int64 rows, -1 for a key not held); only on a hashed column."""
+        return find_many(self._arrays(), keys, self.find)
 
     @property
     def parts(self) -> tuple[Any, memoryview]:

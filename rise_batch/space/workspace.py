@@ -86,6 +86,12 @@ class DocStore:
             self._docid = {rel: d for d, rel in self.relpath.items()}
         return self._docid.get(relpath)
 
+    def relpaths_of(self, docids: list[str]) -> list[str | None]:
+        """The relpath of each docid (None where there is none): the mapped docmap's batch lookup, in numpy."""
+        if isinstance(self.relpath, docmap_table.MappedDocmap):
+            return self.relpath.get_many(docids)
+        return [self.relpath.get(d) for d in docids]
+
     def path(self, docid: str) -> Path | None:
         rel = self.relpath.get(docid)
         return None if rel is None else self.corpus_dir / rel
@@ -249,17 +255,20 @@ class Workspace:
         missing: list[str] = []
         refused: dict[str, str] = {}
         present = 0
-        arrivals, by_relpath, relpath_of = self.arrivals, self.by_relpath, self.store.relpath
+        arrivals, by_relpath = self.arrivals, self.by_relpath
+        asked = list(docids)
+        fresh = [d for d in asked if d not in arrivals]
+        rel_of = dict(zip(fresh, self.store.relpaths_of(fresh), strict=True))  # one batch, not a lookup each
         root_fd, opener, fstat, close, is_regular = self.store.docs.fd(), open_path, os.fstat, os.close, stat.S_ISREG
         link, dir_of = link_from, self._dir_of
         lines: list[bytes] = []
         # The loop runs ~3,000 times per search; it is written for speed (locals; open, fstat, link, close inline).
         try:
-            for docid in docids:
+            for docid in asked:
                 if docid in arrivals:
                     present += 1
                     continue
-                rel = relpath_of.get(docid)
+                rel = rel_of[docid]
                 if rel is None:
                     missing.append(docid)
                     continue
