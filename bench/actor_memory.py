@@ -134,8 +134,8 @@ def child(root: Path, actor: int, searches: int, threads: int) -> None:
     queries = json.loads((root / "queries.json").read_text())
     say = lambda **kw: print(json.dumps(kw), flush=True)  # noqa: E731
     heap = os.environ.get("RISE_BENCH_HEAP", "small")
-    if heap == "small":  # as a trajectory worker sets it when it starts (rise_batch/heap.py)
-        keep_heap_small()
+    if heap != "default":  # as a trajectory worker sets it when it starts (rise_batch/heap.py)
+        keep_heap_small(fixed_mmap_threshold=heap == "small")
     t0 = time.perf_counter()
     index = open_retriever(root / "index", "bm25", backend="numba")
     store = DocStore(root / "docs")
@@ -244,11 +244,11 @@ def measure(pid: int) -> dict:
     return {k: round(v / MB, 1) for k, v in out.items()}
 
 
-def run_actors(code: Path, root: Path, n: int, searches: int, threads: int, every: float, ab: bool) -> dict:
+def run_actors(code: Path, root: Path, n: int, searches: int, threads: int, every: float, heaps: list[str]) -> dict:
     # PWD too: a site hook may put the checkout named by the working directory first on the import path
     env = dict(os.environ, PYTHONPATH=str(code), PWD=str(code), DISABLE_TQDM="1")
     cmd = [sys.executable, "-m", "bench.actor_memory", CHILD, str(root)]
-    heap = lambda i: "default" if ab and i % 2 == 0 else "small"  # noqa: E731
+    heap = lambda i: heaps[i % len(heaps)]  # noqa: E731
     procs = [
         subprocess.Popen(
             [*cmd, str(i), str(searches), str(threads)],
@@ -292,7 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--searches", type=int, default=200, help="search calls per thread")
     ap.add_argument("--threads", type=int, default=4, help="threads searching at once in each actor")
     ap.add_argument("--every", type=float, default=3.0, help="seconds between smaps_rollup samples")
-    ap.add_argument("--ab", action="store_true", help="even actors keep glibc's malloc defaults (the heap before)")
+    ap.add_argument(
+        "--heaps",
+        default="small",
+        help="malloc settings of the actors, in turn: default (glibc's, the heap before), small (the worker's: "
+        "fixed mmap threshold, two arenas), arenas (two arenas only); e.g. default,small",
+    )
     ap.add_argument("--scratch", type=Path, default=SCRATCH / "actor_memory")
     ap.add_argument("--out", type=Path, help="the results file (default bench/results/actor_memory.json)")
     return ap
@@ -313,7 +318,7 @@ def main(argv: list[str] | None = None) -> None:
 
     DocStore(root / "docs")  # the docs' table, derived once, as the first actor of a node derives it
     res = {"made": json.loads(made_file.read_text())}
-    res["run"] = run_actors(REPO, root, a.actors, a.searches, a.threads, a.every, a.ab)
+    res["run"] = run_actors(REPO, root, a.actors, a.searches, a.threads, a.every, a.heaps.split(","))
     print(json.dumps(res["run"]["actors"]), flush=True)
     res["same_answers"] = len(set(res["run"]["digests"])) == 1
     print(json.dumps({"same_answers": res["same_answers"]}))

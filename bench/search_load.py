@@ -29,6 +29,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench.actor_memory import rollup
 from bench.common import REPO, SCRATCH, SQUAD, WIKI, Run, pct
 from bench.pipeline_prep import squad_queries
 from bench.pipeline_probe import start_fake_llm
@@ -158,6 +159,7 @@ def actor_memory(root_pid: int, index_dir: Path) -> list[dict]:
             if "TrajectoryWorker" not in " ".join(p.cmdline()):
                 continue
             row = {"pid": p.pid, "rss_mb": 0.0, "pss_mb": 0.0, "index_rss_mb": 0.0, "index_pss_mb": 0.0}
+            row["private_dirty_mb"] = (rollup(p.pid) or {}).get("private_dirty_mb", 0.0)  # what the issue samples
             for m in p.memory_maps(grouped=True):
                 row["rss_mb"] += m.rss / MB
                 row["pss_mb"] += m.pss / MB
@@ -264,7 +266,13 @@ def main(argv: list[str] | None = None) -> None:
             for row in actor_memory(proc.pid, args.index):
                 best = mem.get(row["pid"])
                 if best is None or row["pss_mb"] > best["pss_mb"]:
-                    mem[row["pid"]] = row
+                    mem[row["pid"]] = row | {
+                        "private_dirty_mb_max": max(
+                            row["private_dirty_mb"], (best or {}).get("private_dirty_mb_max", 0)
+                        )
+                    }
+                else:
+                    best["private_dirty_mb_max"] = max(best.get("private_dirty_mb_max", 0), row["private_dirty_mb"])
 
     sampler = threading.Thread(target=sample_memory, daemon=True)
     sampler.start()

@@ -37,14 +37,17 @@ def _glibc() -> ctypes.CDLL | None:
     return _libc or None
 
 
-def keep_heap_small() -> bool:
-    """Set the process's malloc parameters (best before its threads allocate); False where they cannot be set."""
+def keep_heap_small(fixed_mmap_threshold: bool = True) -> bool:
+    """Set the process's malloc parameters (best before its threads allocate); False where they cannot be set.
+    Without `fixed_mmap_threshold` only the arenas are bounded (no mmap and page faults per large block)."""
     libc = _glibc()
     if libc is None:
         return False
     mallopt = libc.mallopt
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    settings = ((_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD), (_M_ARENA_MAX, ARENA_MAX))
+    settings = [(_M_ARENA_MAX, ARENA_MAX)]
+    if fixed_mmap_threshold:
+        settings += [(_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD)]
     ok = all([mallopt(param, value) == 1 for param, value in settings])
     if not ok:
         log.debug("mallopt refused a setting; the heap keeps glibc's defaults")
