@@ -294,9 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--every", type=float, default=3.0, help="seconds between smaps_rollup samples")
     ap.add_argument(
         "--heaps",
-        default="small",
-        help="malloc settings of the actors, in turn: default (glibc's, the heap before), small (the worker's: "
-        "fixed mmap threshold, two arenas), arenas (two arenas only); e.g. default,small",
+        default="arenas",
+        help="malloc settings of the actors, in turn: default (glibc's, the heap before), arenas (the worker's: two "
+        "arenas), small (two arenas and a fixed mmap threshold); e.g. default,arenas",
     )
     ap.add_argument("--scratch", type=Path, default=SCRATCH / "actor_memory")
     ap.add_argument("--out", type=Path, help="the results file (default bench/results/actor_memory.json)")

@@ -1,13 +1,14 @@
-"""Keep a long-lived worker's C heap from holding memory it freed: a fixed mmap threshold and few malloc arenas.
+"""Keep a long-lived worker's C heap from holding memory it freed: at most two malloc arenas.
 
 A trajectory actor searches from several threads at once (its trajectories' tool calls, the BM25 threads), and each
 search allocates and frees large arrays (the scorer's per-document scores, 4 MB at 1M documents, its top-k
-buffers, the hits' lists). glibc's malloc serves a thread from its own arena (up to 8 per core) and, after the
-first large block is freed, raises its mmap threshold (up to 32 MB), so the next large blocks come from the arenas'
-heaps instead of fresh mappings; freed, they stay in each arena as private dirty memory the process never gives
-back. A fixed threshold (a block of 256 KiB or more is its own mapping, returned to the kernel when freed) and at
-most two arenas keep that memory at what the searches hold at the moment, not at the peak of every thread's past.
-Nothing here changes an answer; on a libc other than glibc it does nothing.
+buffers, the hits' lists). glibc's malloc serves each thread from an arena of its own (up to 8 per core), and a
+block freed in an arena stays there as private dirty memory, so the worker keeps the peak of every thread's past.
+Two arenas bound that (bench/actor_memory.py at 1M, 4 searching threads: 107 -> 100 MB private dirty at the same
+CPU per search). A fixed mmap threshold as well (every block of 256 KiB or more its own mapping, returned when freed)
+gives 91 MB but costs ~4 ms of CPU per search call (a mapping and its page faults per large block), so it is left
+to `keep_heap_small(fixed_mmap_threshold=True)`. Nothing here changes an answer; on a libc other than glibc it does
+nothing.
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ def _glibc() -> ctypes.CDLL | None:
     return _libc or None
 
 
-def keep_heap_small(fixed_mmap_threshold: bool = True) -> bool:
+def keep_heap_small(fixed_mmap_threshold: bool = False) -> bool:
     """Set the process's malloc parameters (best before its threads allocate); False where they cannot be set.
-    Without `fixed_mmap_threshold` only the arenas are bounded (no mmap and page faults per large block)."""
+    With `fixed_mmap_threshold` large blocks are mapped and unmapped each time as well (less memory, more CPU)."""
     libc = _glibc()
     if libc is None:
         return False
