@@ -208,7 +208,12 @@ class Workspace:
     def _create(self) -> None:
         """Make the workspace: its directory, the marker (a new file, never through a link), files/, the manifest."""
         self.path.mkdir(parents=True, exist_ok=True)
-        ws_fd = os.open(self.path, _DIR_FLAGS)
+        try:
+            ws_fd = os.open(self.path, _DIR_FLAGS)
+        except OSError as e:
+            if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            raise UnsafeDirectory(f"{self.path} is a symbolic link; give the workspace's own directory") from None
         try:
             os.fchmod(ws_fd, _DIR_MODE)
             fd = os.open(
