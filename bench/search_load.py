@@ -200,8 +200,9 @@ def start_run(args, queries: Path, base_url: str, out: Path, log: Path, pythonpa
         config = out.parent / f"{out.name}.bash_nice.yaml"
         config.write_text(f"run:\n  bash_nice: {args.bash_nice}\n")
         cmd += ["--config", str(config)]
-    env = os.environ | {"PYTHONPATH": pythonpath}
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    code = args.run_code or REPO  # another checkout runs the trajectories: its actors' memory before a change
+    env = os.environ | {"PYTHONPATH": str(args.run_code) if args.run_code else pythonpath}
+    return subprocess.Popen(cmd, cwd=code, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)  # noqa: SIM115
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -221,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--subqueries", type=int, default=3, help="sub-queries per probed search call (at most 3)")
     ap.add_argument("--ab", action="store_true", help="alternate rounds of one-by-one and batched lookups")
     ap.add_argument("--no-run", action="store_true", help="idle rounds only: no trajectory run")
+    ap.add_argument("--run-code", type=Path, help="run the trajectories with this checkout (e.g. the code before)")
     ap.add_argument("--py-spy", type=int, default=0, help="record each trajectory actor this many seconds (raw)")
     ap.add_argument("--scratch", type=Path, default=SCRATCH / "search_load")
     ap.add_argument("--out", type=Path, help="the results file (default bench/results/search_load.json)")
