@@ -3,13 +3,14 @@
 A trajectory actor loads the index (`open_retriever`) and the docs' map (`DocStore`), then every search call maps its
 hits to relpaths (`Workspace.add`) and paths shown to the agent back to docids. This bench synthesizes a 1M-document
 index-like set of files once (no text: only what those loads read), then starts N such processes at once, each
-loading both and
-running its own searches (3 sub-queries x top-1000, the union's relpaths, the top-10's reverse lookups), and, while
-all N are alive, reads each one's /proc/PID/smaps: USS (Private_Clean + Private_Dirty), PSS, RSS, split into
-anonymous memory (the Python heap) and file mappings (the index's arrays, the string tables). Every process answers
-the same searches, and their answers are compared by digest. Each search call (search + mapping its hits) is timed
-by the wall clock and by the process's CPU time (all threads), p50; on a busy machine the CPU figure is the one to
-compare.
+loading both and running its own searches from `--threads` threads at once, as an actor runs its trajectories'
+tool calls (3 sub-queries x top-1000, the union's relpaths, the top-10's reverse lookups). WHILE they search, each
+process's /proc/PID/smaps_rollup is sampled every `--every` seconds (Rss, Pss, Private_Dirty: the figures of a
+real run's actors, peak and median); after the searches, /proc/PID/smaps splits USS (Private_Clean +
+Private_Dirty) into anonymous memory (the Python heap) and file mappings (the index's arrays, the string tables).
+Every process answers the same searches, and their answers are compared by digest. Each search call (search +
+mapping its hits) is timed by the wall clock and by its thread's CPU time, p50; on a busy machine the CPU figure is
+the one to compare.
 
 What is synthesized (printed in the output): docids 10% BrowseComp-Plus-like numbers, 90% FineWeb-like
 `<urn:uuid:...>`; relpaths `host/Title_words.txt`; a vocabulary of `--terms` random lowercase words (3-16 letters,
@@ -18,7 +19,7 @@ a CSC score matrix with Zipf-distributed document frequencies (`--postings` in a
 2-4 words drawn from the 20,000 most frequent terms. The string tables of the index are written as the build writes
 them, the docs' table is derived by one process first, as the first actor of a node would.
 
-    python -m bench.actor_memory [--docs 1000000 --terms 2500000 --actors 2 --searches 200]
+    python -m bench.actor_memory [--docs 1000000 --terms 2500000 --actors 2 --threads 4 --searches 50]
 
 Writes bench/results/actor_memory.json.
 """
@@ -121,35 +122,107 @@ def _stem_stable(terms: list[str]) -> list[str]:
     return [t for t in terms if tok(t) == [t]]
 
 
-def child(root: Path, actor: int, searches: int) -> None:
-    """One actor-like process: load, search, map hits; report; then wait (alive) until the parent says so."""
+def child(root: Path, actor: int, searches: int, threads: int) -> None:
+    """One actor-like process: load; then search and map hits from `threads` threads at once (an actor runs its
+    trajectories' tool calls on several threads); report; then wait (alive) until the parent says so."""
+    import threading
+
+    from rise_batch.heap import keep_heap_small
     from rise_batch.index.retriever import open_retriever
     from rise_batch.space.workspace import DocStore
 
-    rng = __import__("random").Random(actor)
     queries = json.loads((root / "queries.json").read_text())
     say = lambda **kw: print(json.dumps(kw), flush=True)  # noqa: E731
+    heap = os.environ.get("RISE_BENCH_HEAP", "small")
+    if heap != "default":  # as a trajectory worker sets it when it starts (rise_batch/heap.py)
+        keep_heap_small(fixed_mmap_threshold=heap == "small")
     t0 = time.perf_counter()
     index = open_retriever(root / "index", "bm25", backend="numba")
     store = DocStore(root / "docs")
     loaded = time.perf_counter() - t0
-    digest, ms, cpu_ms, found, back = hashlib.sha256(), [], [], 0, 0
-    for _ in range(searches):
-        subs = [queries[rng.randrange(len(queries))] for _ in range(3)]
-        t, c = time.perf_counter(), time.process_time()
-        hits = index.search(subs, 1000)
-        union = dict.fromkeys(d for h in hits for d in h.docids)
-        rels = [store.relpath.get(d) for d in union]
-        found += sum(r is not None for r in rels)
-        back += sum(store.docid(r) is not None for h in hits for r in map(store.relpath.get, h.docids[:10]))
-        ms.append((time.perf_counter() - t) * 1000)
-        cpu_ms.append((time.process_time() - c) * 1000)
-        digest.update(json.dumps([[h.docids, h.scores] for h in hits]).encode())
+    say(loaded=True)
+    results: list[tuple] = []
+
+    def work(t: int) -> None:
+        rng = __import__("random").Random(t)  # every actor runs the same searches: answers compared by digest
+        digest, ms, cpu_ms, found, back = hashlib.sha256(), [], [], 0, 0
+        for _ in range(searches):
+            subs = [queries[rng.randrange(len(queries))] for _ in range(3)]
+            t1, c = time.perf_counter(), time.thread_time()
+            hits = index.search(subs, 1000)
+            union = list(dict.fromkeys(d for h in hits for d in h.docids))
+            rels = store.relpaths_of(union)
+            found += sum(r is not None for r in rels)
+            back += sum(store.docid(r) is not None for h in hits for r in store.relpaths_of(h.docids[:10]) if r)
+            ms.append((time.perf_counter() - t1) * 1000)
+            cpu_ms.append((time.thread_time() - c) * 1000)
+            digest.update(json.dumps([[h.docids, h.scores] for h in hits]).encode())
+        results.append((t, digest.hexdigest(), ms, cpu_ms, found, back))
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    results.sort()
+    ms, cpu = [x for r in results for x in r[2]], [x for r in results for x in r[3]]
     p50 = lambda xs: round(sorted(xs)[len(xs) // 2], 2)  # noqa: E731
-    say(ready=True, load_s=round(loaded, 2), search_map_p50_ms=p50(ms), search_map_cpu_p50_ms=p50(cpu_ms))
-    say(hits=found, reverse=back)
-    say(digest=digest.hexdigest())
+    say(ready=True, heap=heap, load_s=round(loaded, 2), search_map_p50_ms=p50(ms), search_map_cpu_p50_ms=p50(cpu))
+    say(hits=sum(r[4] for r in results), reverse=sum(r[5] for r in results))
+    say(digest=hashlib.sha256("".join(r[1] for r in results).encode()).hexdigest())
     sys.stdin.readline()
+
+
+def rollup(pid: int) -> dict | None:
+    """MB of /proc/PID/smaps_rollup (Rss, Pss, Private_Dirty, Private_Clean): what the issue's figures sample."""
+    want = {
+        "Rss:": "rss_mb",
+        "Pss:": "pss_mb",
+        "Private_Dirty:": "private_dirty_mb",
+        "Private_Clean:": "private_clean_mb",
+    }
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return None
+    out = {}
+    for line in text.splitlines():
+        key, *rest = line.split()
+        if key in want:
+            out[want[key]] = round(int(rest[0]) / 1024, 1)
+    return out
+
+
+class Sampler:
+    """smaps_rollup of each process every `every` seconds while the searches run: the peak and the median."""
+
+    def __init__(self, pids: list[int], every: float) -> None:
+        import threading
+
+        self.samples: dict[int, list[dict]] = {p: [] for p in pids}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(every,), daemon=True)
+        self._thread.start()
+
+    def _run(self, every: float) -> None:
+        while not self._stop.wait(every):
+            for pid, rows in self.samples.items():
+                row = rollup(pid)
+                if row:
+                    rows.append(row)
+
+    def stop(self) -> list[dict]:
+        self._stop.set()
+        self._thread.join()
+        out = []
+        for rows in self.samples.values():
+            keys = rows[0].keys() if rows else ()
+            out.append(
+                {"samples": len(rows)}
+                | {f"{k}_max": max(r[k] for r in rows) for k in keys}
+                | {f"{k}_p50": sorted(r[k] for r in rows)[len(rows) // 2] for k in keys}
+            )
+        return out
 
 
 def measure(pid: int) -> dict:
@@ -171,31 +244,43 @@ def measure(pid: int) -> dict:
     return {k: round(v / MB, 1) for k, v in out.items()}
 
 
-def run_actors(code: Path, root: Path, n: int, searches: int) -> dict:
+def run_actors(code: Path, root: Path, n: int, searches: int, threads: int, every: float, heaps: list[str]) -> dict:
     # PWD too: a site hook may put the checkout named by the working directory first on the import path
     env = dict(os.environ, PYTHONPATH=str(code), PWD=str(code), DISABLE_TQDM="1")
     cmd = [sys.executable, "-m", "bench.actor_memory", CHILD, str(root)]
+    heap = lambda i: heaps[i % len(heaps)]  # noqa: E731
     procs = [
         subprocess.Popen(
-            [*cmd, str(i), str(searches)], cwd=code, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            [*cmd, str(i), str(searches), str(threads)],
+            cwd=code,
+            env=env | {"RISE_BENCH_HEAP": heap(i)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for i in range(n)
     ]
+    for p in procs:
+        if not p.stdout.readline():
+            raise SystemExit(f"an actor of {code} failed to load (exit {p.wait()})")
+    during = Sampler([p.pid for p in procs], every)  # from the moment every actor has loaded: while they search
     reports = []
     for p in procs:
         lines = [p.stdout.readline(), p.stdout.readline()]
         if not all(lines):
             raise SystemExit(f"an actor of {code} failed (exit {p.wait()})")
         reports.append(json.loads(lines[0]) | json.loads(lines[1]))
+    searching = during.stop()
     time.sleep(1.0)
-    mem = [measure(p.pid) for p in procs]
+    mem = [measure(p.pid) | {"after": rollup(p.pid)} for p in procs]
     for p in procs:
         p.stdin.write("exit\n")
         p.stdin.flush()
     digests = [json.loads(p.stdout.readline())["digest"] for p in procs]
     for p in procs:
         p.wait()
-    return {"code": str(code), "actors": [r | m for r, m in zip(reports, mem, strict=True)], "digests": digests}
+    actors = [r | {"while_searching": s} | m for r, s, m in zip(reports, searching, mem, strict=True)]
+    return {"code": str(code), "actors": actors, "digests": digests}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -204,7 +289,15 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--terms", type=int, default=2_500_000)
     ap.add_argument("--postings", type=int, default=30_000_000)
     ap.add_argument("--actors", type=int, default=2)
-    ap.add_argument("--searches", type=int, default=200)
+    ap.add_argument("--searches", type=int, default=200, help="search calls per thread")
+    ap.add_argument("--threads", type=int, default=4, help="threads searching at once in each actor")
+    ap.add_argument("--every", type=float, default=3.0, help="seconds between smaps_rollup samples")
+    ap.add_argument(
+        "--heaps",
+        default="arenas",
+        help="malloc settings of the actors, in turn: default (glibc's, the heap before), arenas (the worker's: two "
+        "arenas), small (two arenas and a fixed mmap threshold); e.g. default,arenas",
+    )
     ap.add_argument("--scratch", type=Path, default=SCRATCH / "actor_memory")
     ap.add_argument("--out", type=Path, help="the results file (default bench/results/actor_memory.json)")
     return ap
@@ -213,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == [CHILD]:  # one of the actor-like processes run_actors starts
-        return child(Path(argv[1]), int(argv[2]), int(argv[3]))
+        return child(Path(argv[1]), int(argv[2]), int(argv[3]), int(argv[4]))
     a = build_parser().parse_args(argv)
     run = Run("actor_memory", a)
     root = a.scratch / f"d{a.docs}-t{a.terms}-p{a.postings}"
@@ -225,7 +318,7 @@ def main(argv: list[str] | None = None) -> None:
 
     DocStore(root / "docs")  # the docs' table, derived once, as the first actor of a node derives it
     res = {"made": json.loads(made_file.read_text())}
-    res["run"] = run_actors(REPO, root, a.actors, a.searches)
+    res["run"] = run_actors(REPO, root, a.actors, a.searches, a.threads, a.every, a.heaps.split(","))
     print(json.dumps(res["run"]["actors"]), flush=True)
     res["same_answers"] = len(set(res["run"]["digests"])) == 1
     print(json.dumps({"same_answers": res["same_answers"]}))

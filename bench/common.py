@@ -30,7 +30,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"  # git-ignored
 SCRATCH = REPO / "bench" / "scratch"  # git-ignored: derived corpora, indexes, structured docs
-DATA = REPO.parent / "shared" / "data"  # the shared data sets beside the checkout
+# the shared data sets beside the checkout (RISE_BENCH_DATA names them where the checkout is elsewhere)
+DATA = Path(os.environ.get("RISE_BENCH_DATA") or REPO.parent / "shared" / "data")
 WIKI = DATA / "wiki2015"
 SQUAD = DATA / "squad_wiki"
 

@@ -29,6 +29,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench.actor_memory import rollup
 from bench.common import REPO, SCRATCH, SQUAD, WIKI, Run, pct
 from bench.pipeline_prep import squad_queries
 from bench.pipeline_probe import start_fake_llm
@@ -50,12 +51,27 @@ def pcts(xs: list[float]) -> dict:
     return {"n": len(xs), **{f"p{p}_ms": round(pct(xs, p), 2) for p in (50, 90, 99)}}
 
 
-class SpaceProbe:
-    """Rounds of: search alone, the search tool call into a fresh workspace, `true` in the long-lived sandbox."""
+def one_by_one(index, store: DocStore):
+    """The search path as it was before batched string-table lookups (`--ab`): every hit's docid and relpath looked
+    up from Python one at a time, as `take` and `get` do; set on these two objects only."""
+    docids = index.docids
+    docids.take_many = lambda rows: docids.take(rows.tolist())
+    store.relpaths_of = lambda ids: [store.relpath.get(d) for d in ids]
 
-    def __init__(self, index, store: DocStore, scratch: Path, seed: int) -> None:
-        self.index, self.store, self.scratch = index, store, scratch
-        self.triples = query_triples(2000, seed)
+
+def batched(index, store: DocStore) -> None:
+    """Today's search path: undo `one_by_one`."""
+    for obj, name in ((index.docids, "take_many"), (store, "relpaths_of")):
+        obj.__dict__.pop(name, None)
+
+
+class SpaceProbe:
+    """Rounds of: search alone, the search tool call into a fresh workspace, `true` in the long-lived sandbox.
+    With `ab`, rounds alternate the search path before batched lookups and today's, each summarised apart."""
+
+    def __init__(self, index, store: DocStore, scratch: Path, seed: int, subqueries: int, ab: bool) -> None:
+        self.index, self.store, self.scratch, self.ab = index, store, scratch, ab
+        self.triples = [t[:subqueries] for t in query_triples(2000, seed)]
         self.n = 0
         bash_ws = Workspace(scratch / "bash3000", store)
         bash_ws.add(list(store.relpath)[:3000])
@@ -65,6 +81,8 @@ class SpaceProbe:
         """One round: the three probes, each timed, with the load average after them."""
         q = self.triples[self.n % len(self.triples)]
         self.n += 1
+        before = self.ab and self.n % 2 == 1
+        (one_by_one if before else batched)(self.index, self.store)
         t0 = time.perf_counter()
         self.index.search(q, 1000)
         search_ms = (time.perf_counter() - t0) * 1000
@@ -79,6 +97,7 @@ class SpaceProbe:
         true_ms = (time.perf_counter() - t0) * 1000
         assert run.exit_code == 0, run
         return {
+            "variant": "before" if before else "after",
             "load": os.getloadavg()[0],
             "search_ms": search_ms,
             "search_link_ms": call_ms,
@@ -92,6 +111,14 @@ class SpaceProbe:
     def close(self) -> None:
         self.sandbox.close()
         self.bash_ws.close()
+
+
+def summarise(rounds: list[dict]) -> dict:
+    """Every round together, or with `--ab` each variant apart (rounds alternate, so both saw the same load)."""
+    variants = sorted({r.get("variant", "after") for r in rounds})
+    if len(variants) < 2:
+        return summarise_rounds(rounds)
+    return {v: summarise_rounds([r for r in rounds if r.get("variant") == v]) for v in variants}
 
 
 def summarise_rounds(rounds: list[dict]) -> dict:
@@ -132,6 +159,7 @@ def actor_memory(root_pid: int, index_dir: Path) -> list[dict]:
             if "TrajectoryWorker" not in " ".join(p.cmdline()):
                 continue
             row = {"pid": p.pid, "rss_mb": 0.0, "pss_mb": 0.0, "index_rss_mb": 0.0, "index_pss_mb": 0.0}
+            row["private_dirty_mb"] = (rollup(p.pid) or {}).get("private_dirty_mb", 0.0)  # what the issue samples
             for m in p.memory_maps(grouped=True):
                 row["rss_mb"] += m.rss / MB
                 row["pss_mb"] += m.pss / MB
@@ -172,8 +200,9 @@ def start_run(args, queries: Path, base_url: str, out: Path, log: Path, pythonpa
         config = out.parent / f"{out.name}.bash_nice.yaml"
         config.write_text(f"run:\n  bash_nice: {args.bash_nice}\n")
         cmd += ["--config", str(config)]
-    env = os.environ | {"PYTHONPATH": pythonpath}
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    code = args.run_code or REPO  # another checkout runs the trajectories: its actors' memory before a change
+    env = os.environ | {"PYTHONPATH": str(args.run_code) if args.run_code else pythonpath}
+    return subprocess.Popen(cmd, cwd=code, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)  # noqa: SIM115
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -190,6 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--latency-ms", type=int, default=300)
     ap.add_argument("--idle-rounds", type=int, default=60)
+    ap.add_argument("--subqueries", type=int, default=3, help="sub-queries per probed search call (at most 3)")
+    ap.add_argument("--ab", action="store_true", help="alternate rounds of one-by-one and batched lookups")
+    ap.add_argument("--no-run", action="store_true", help="idle rounds only: no trajectory run")
+    ap.add_argument("--run-code", type=Path, help="run the trajectories with this checkout (e.g. the code before)")
     ap.add_argument("--py-spy", type=int, default=0, help="record each trajectory actor this many seconds (raw)")
     ap.add_argument("--scratch", type=Path, default=SCRATCH / "search_load")
     ap.add_argument("--out", type=Path, help="the results file (default bench/results/search_load.json)")
@@ -211,13 +244,17 @@ def main(argv: list[str] | None = None) -> None:
     index, store = open_retriever(args.index), DocStore(args.docs)
     res: dict = {"queries": qinfo, "open_s": 0.0}
     res["open_s"] = round(time.perf_counter() - t, 1)
-    probe = SpaceProbe(index, store, args.scratch / "ws", seed=1)
+    probe = SpaceProbe(index, store, args.scratch / "ws", seed=1, subqueries=args.subqueries, ab=args.ab)
     for _ in range(3):
         probe.round()  # warm: numba, the index pages the queries touch
     idle = [probe.round() for _ in range(args.idle_rounds)]
-    res["probe_idle"] = summarise_rounds(idle)
+    res["probe_idle"] = summarise(idle)
     print("idle:", json.dumps(res["probe_idle"]), flush=True)
 
+    if args.no_run:
+        probe.close()
+        run.write(res, args.out)
+        return
     res["index_page_cache_mb_before"] = page_cache_mb(args.index)
     fake, base_url = start_fake_llm(args.latency_ms, args.scratch / "fake_llm.log")
     run_dir = args.scratch / "run"
@@ -231,7 +268,13 @@ def main(argv: list[str] | None = None) -> None:
             for row in actor_memory(proc.pid, args.index):
                 best = mem.get(row["pid"])
                 if best is None or row["pss_mb"] > best["pss_mb"]:
-                    mem[row["pid"]] = row
+                    mem[row["pid"]] = row | {
+                        "private_dirty_mb_max": max(
+                            row["private_dirty_mb"], (best or {}).get("private_dirty_mb_max", 0)
+                        )
+                    }
+                else:
+                    best["private_dirty_mb_max"] = max(best.get("private_dirty_mb_max", 0), row["private_dirty_mb"])
 
     sampler = threading.Thread(target=sample_memory, daemon=True)
     sampler.start()
@@ -254,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
     fake.terminate()
     fake.wait()
     probe.close()
-    res["probe_loaded"] = summarise_rounds(loaded)
+    res["probe_loaded"] = summarise(loaded)
     res["trajectory_tools"] = tool_phases(run_dir / "events.jsonl")
     res["trajectories"] = len(list((run_dir / "trajectories").glob("*.json")))
     res["actor_memory_peak"] = sorted(mem.values(), key=lambda r: r["pid"])
@@ -265,8 +308,12 @@ def main(argv: list[str] | None = None) -> None:
     print("actors:", json.dumps(res["actor_memory_peak"]))
     for name, (t50, t99) in TARGETS.items():
         for when in ("probe_idle", "probe_loaded"):
-            row = res[when].get(f"{name}_ms", {})
-            print(f"{name:>13} {when:>13}: p50 {row.get('p50_ms')} (<= {t50}) p99 {row.get('p99_ms')} (<= {t99}) ms")
+            for variant, figures in res[when].items() if args.ab else [("", res[when])]:
+                row = figures.get(f"{name}_ms", {})
+                print(
+                    f"{name:>13} {when:>13} {variant:>6}: p50 {row.get('p50_ms')} (<= {t50}) p90 {row.get('p90_ms')} "
+                    f"p99 {row.get('p99_ms')} (<= {t99}) ms"
+                )
     run.write(res, args.out)
 
 

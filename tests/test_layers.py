@@ -64,6 +64,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "rise_batch.registry",
         "rise_batch.tier_rule",
         "rise_batch.strtable",  # memory-mapped string tables (index docids, vocabulary, docmap)
+        "rise_batch.strtable_batch",  # many string-table lookups at once, in numpy
+        "rise_batch.heap",  # malloc settings of a long-lived worker (a fixed mmap threshold, few arenas)
+        "rise_batch.strtable_check",  # a string table's numbers checked before any lookup trusts them
         "rise_batch.counters",  # transport counters summed across workers
         "rise_batch.cache",  # node-local copies of object storage (index, docs tree), made once per node
         "rise_batch.options",  # config fields as options: their flags and the docs' option tables

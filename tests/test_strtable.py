@@ -130,3 +130,21 @@ def test_processes_opening_a_missing_table_at_once_derive_it_once(tmp_path):
     assert (tmp_path / "derivations").read_text() == "x"
     assert {o[1] for o in outs} == {"d199999"}
     assert {o[0] for o in outs} == {str((tmp_path / "d.strtab").stat().st_ino)}  # one file, mapped by all three
+
+
+def test_batch_lookups_give_the_answers_of_the_one_by_one_calls(tmp_path):
+    """`find_many` and `take_many` (numpy, a search's union at once) answer exactly as `find` and `take` do: odd
+    strings (NUL, non-ASCII, lone surrogates, empty), keys held twice in a query, keys not held, no keys."""
+    import random
+
+    values = strings(3000)
+    write_table(tmp_path / "t.strtab", {"k": (values, True)})
+    k = StrTable.open(tmp_path / "t.strtab").columns["k"]
+    rng = random.Random(7)
+    keys = values + ["nope", "", "doc-9999999", "\udcff"] + rng.choices(values, k=2000)
+    assert k.find_many(keys).tolist() == [-1 if k.find(s) is None else k.find(s) for s in keys]
+    assert k.find_many([]).tolist() == []
+    for rows in ([], [len(values) - 1], rng.choices(range(len(values)), k=3000)):
+        assert k.take_many(rows) == k.take(rows)
+    plain = [r for r, s in enumerate(values) if "\x00" not in s]
+    assert k.take_many(plain) == k.take(plain)

@@ -28,6 +28,7 @@ from rise_batch.agent.runner import (
     summary_of,
     trajectory_path,
 )
+from rise_batch.heap import keep_heap_small
 from rise_batch.io import read_json, write_json_atomic
 from rise_batch.queries import Query
 from rise_batch.storage import location
@@ -39,6 +40,7 @@ class QueryWorker:
     """config: {"cfg": RunConfig, "config_hash"}; services: {"limiter": actor name} on Ray (the job's limiter)."""
 
     def __init__(self, config: Mapping[str, Any], services: Mapping[str, Any]) -> None:
+        keep_heap_small()  # before the tool threads allocate: what a search frees goes back to the kernel
         cfg: RunConfig = config["cfg"]
         limiter = None
         if services.get("limiter"):

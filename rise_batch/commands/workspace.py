@@ -105,17 +105,18 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from rise_batch.space.workspace import FILES, MANIFEST
+    from rise_batch.space.workspace import FILES, MANIFEST, check_workspace
 
     ws_dir = Path(args.workspace)
     if args.ws_command == "search":
         return _search(args, ws_dir)
-    if not (ws_dir / MANIFEST).exists() or not (ws_dir / FILES).is_dir():
+    if not (ws_dir / MANIFEST).exists():
         print(
             f"rise-batch workspace: {ws_dir} is not a workspace (no {MANIFEST}); create one with search",
             file=sys.stderr,
         )
         return 2
+    check_workspace(ws_dir)  # made by the engine, files/ no link (bash would bind what a link names): else exit 2
     if args.ws_command == "bash":
         from rise_batch.space.sandbox import Sandbox, SandboxLimits, check_limit
 

@@ -42,6 +42,22 @@ class MappedDocmap(KeyedColumn[str]):
         rel = self._rel_buf[off[row] : off[row + 1]].decode("utf-8", "surrogatepass")
         return rel if _plainly_safe(rel) else self.value(row)
 
+    def get_many(self, docids: list[str]) -> list[str | None]:
+        """`get` of every docid at once (rise_batch.strtable_batch): a search's union in one numpy pass."""
+        if not all(isinstance(d, str) for d in docids):
+            return [self.get(d) for d in docids]
+        rows = self.docids.find_many(docids)
+        held = (rows >= 0).nonzero()[0]
+        rels = self.relpaths.take_many(rows[held])
+        if not _all_plainly_safe(rels):
+            rels = [rel if _plainly_safe(rel) else self.value(int(r)) for rel, r in zip(rels, rows[held], strict=True)]
+        if len(rels) == len(docids):
+            return rels  # type: ignore[return-value]
+        out: list[str | None] = [None] * len(docids)
+        for i, rel in zip(held.tolist(), rels, strict=True):
+            out[i] = rel
+        return out
+
     def items(self) -> ItemsView[str, str]:
         return _Items(self)
 
@@ -66,6 +82,23 @@ def _plainly_safe(rel: str) -> bool:
         and "/." not in rel
         and "//" not in rel
         and "\\" not in rel
+    )
+
+
+def _all_plainly_safe(rels: list[str]) -> bool:
+    """`_plainly_safe` of every relpath, tested on them joined by spaces (a few C scans, not a call each). A space
+    inside a relpath can only make it say False (then each is tested alone), never pass a relpath that is not."""
+    if not rels:
+        return True
+    text = " ".join(rels)
+    return (
+        text.isascii()
+        and text.isprintable()
+        and 0 < min(map(len, rels))
+        and max(map(len, rels)) <= 255
+        and text[0] not in "./"
+        and text[-1] != "/"
+        and not any(bad in text for bad in (" .", " /", "/ ", "/.", "//", "\\"))
     )
 
 

@@ -104,8 +104,7 @@ class BM25Index:
         docs, scores = self._retrieve([ids[i] for i in todo], k)
         for j, i in enumerate(todo):
             keep = scores[j] > 0
-            rows = docs[j][keep].tolist()
-            out[i] = Hits(self.docids.take(rows), scores[j][keep].tolist())
+            out[i] = Hits(self.docids.take_many(docs[j][keep]), scores[j][keep].tolist())
         return out
 
     def _retrieve(self, ids: list[list[int]], k: int):

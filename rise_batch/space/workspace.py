@@ -8,6 +8,12 @@ a hardlink is impossible (workspace on another file system, the kernel's protect
 not own, a file at the hardlink limit) we copy from the open file instead, and say so once.
 The manifest (docid -> which search call and when) lives next to the files, not among them, so the agent never
 greps it; every file placed gets its line, even when the call fails half-way.
+
+A workspace is the engine's own: it is created with a marker file, and a directory without one is refused, never
+written into. Inside it nothing is resolved by path: each parent directory below files/ is opened one component at
+a time with O_NOFOLLOW|O_DIRECTORY (created with mkdirat where missing), and links, copies and unlinks are made by
+name relative to that descriptor, so a component swapped for a symlink (to a directory outside) is refused and
+nothing outside the workspace is ever linked into, replaced or unlinked.
 """
 
 from __future__ import annotations
@@ -27,13 +33,26 @@ import orjson
 
 from rise_batch.corpus import docmap_table
 from rise_batch.corpus.docmap import check_relpath, check_relpaths, checked_columns
-from rise_batch.space.safe_open import THROUGH_LINK, Below, NotADocument, copy_from, kind_of, link_from, open_path
+from rise_batch.space.safe_open import (
+    THROUGH_LINK,
+    Below,
+    NotADocument,
+    UnsafeDirectory,
+    copy_from,
+    kind_of,
+    link_from,
+    open_path,
+)
 from rise_batch.storage import arrow_source, location
 
 log = logging.getLogger(__name__)
 
 FILES = "files"
 MANIFEST = "manifest.jsonl"
+MARKER = ".rise-batch-workspace"  # written when the engine creates a workspace: only such a directory is used
+_MARKER_TEXT = b'{"made_by": "rise-batch", "version": 1}\n'
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_MAX_DIR_FDS = 256  # parent directories held open per workspace (a search's union spans a few hundred hosts)
 _DIR_MODE = 0o755  # readable by the unprivileged uid the sandbox runs as
 _FALLBACK_NOTICES: set[tuple[int, int, int]] = set()
 _REFUSAL_NOTICES: set[str] = set()  # paths already logged as refused in this process
@@ -66,6 +85,12 @@ class DocStore:
         if self._docid is None:
             self._docid = {rel: d for d, rel in self.relpath.items()}
         return self._docid.get(relpath)
+
+    def relpaths_of(self, docids: list[str]) -> list[str | None]:
+        """The relpath of each docid (None where there is none): the mapped docmap's batch lookup, in numpy."""
+        if isinstance(self.relpath, docmap_table.MappedDocmap):
+            return self.relpath.get_many(docids)
+        return [self.relpath.get(d) for d in docids]
 
     def path(self, docid: str) -> Path | None:
         rel = self.relpath.get(docid)
@@ -130,6 +155,31 @@ def read_manifest(ws_dir: str | Path) -> list[Arrival]:
     return out
 
 
+def check_workspace(ws_dir: str | Path) -> None:
+    """Refuse (one line naming it) a directory the engine did not make as a workspace: no marker file, or a marker,
+    manifest or files/ that is a link or not what it should be. Search, bash and read all ask this."""
+    ws = Path(ws_dir)
+    for name, want, what in (
+        (MARKER, stat.S_ISREG, "file"),
+        (MANIFEST, stat.S_ISREG, "file"),
+        (FILES, stat.S_ISDIR, "directory"),
+    ):
+        try:
+            mode = os.lstat(ws / name).st_mode
+        except FileNotFoundError:
+            if name == MARKER:
+                raise UnsafeDirectory(
+                    f"{ws} is not a workspace made by rise-batch (no {MARKER}); delete it, or give a new "
+                    "path to `workspace search`, which creates one"
+                ) from None
+            raise UnsafeDirectory(f"{ws} is not a whole workspace (no {name}); delete it and search again") from None
+        if not want(mode):
+            raise UnsafeDirectory(
+                f"{ws / name} {kind_of(mode)}, not a {what} the engine made; refusing this workspace (delete it and "
+                "search again)"
+            )
+
+
 class Workspace:
     """One query's directory: WS/files/<relpath> (what the agent sees) and WS/manifest.jsonl (arrivals)."""
 
@@ -145,15 +195,47 @@ class Workspace:
         self._link_ok = True
         self._dst = f"{self.files_dir}/"
         self.files = Below(self.files_dir)  # what previews and `read` open: only regular files, no links
-        if (self.path / MANIFEST).exists():
+        self._dirs: dict[str, int] = {}  # parent relpath below files/ -> its descriptor, opened without links
+        self._dirs_pid = os.getpid()
+        if (self.path / MANIFEST).exists() or (self.path / MARKER).exists():
+            check_workspace(self.path)
             self._reopen()
         else:
             if self.path.exists() and any(self.path.iterdir()):
                 raise FileExistsError(f"{self.path} exists and is not a workspace (no {MANIFEST}); refusing to use it")
-            self.files_dir.mkdir(parents=True, exist_ok=True)
-            for d in (self.path, self.files_dir):
-                os.chmod(d, _DIR_MODE)
-            (self.path / MANIFEST).touch()
+            self._create()
+
+    def _create(self) -> None:
+        """Make the workspace: its directory, the marker (a new file, never through a link), files/, the manifest."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            ws_fd = os.open(self.path, _DIR_FLAGS)
+        except OSError as e:
+            if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            raise UnsafeDirectory(f"{self.path} is a symbolic link; give the workspace's own directory") from None
+        try:
+            os.fchmod(ws_fd, _DIR_MODE)
+            fd = os.open(
+                MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444, dir_fd=ws_fd
+            )
+            try:
+                os.write(fd, _MARKER_TEXT)
+            finally:
+                os.close(fd)
+            os.mkdir(FILES, _DIR_MODE, dir_fd=ws_fd)
+            files_fd = os.open(FILES, _DIR_FLAGS, dir_fd=ws_fd)
+            try:
+                os.fchmod(files_fd, _DIR_MODE)
+            finally:
+                os.close(files_fd)
+            os.close(
+                os.open(
+                    MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=ws_fd
+                )
+            )
+        finally:
+            os.close(ws_fd)
 
     def _reopen(self) -> None:
         for a in read_manifest(self.path):
@@ -178,17 +260,20 @@ class Workspace:
         missing: list[str] = []
         refused: dict[str, str] = {}
         present = 0
-        arrivals, by_relpath, relpath_of = self.arrivals, self.by_relpath, self.store.relpath
+        arrivals, by_relpath = self.arrivals, self.by_relpath
+        asked = list(docids)
+        fresh = [d for d in asked if d not in arrivals]
+        rel_of = dict(zip(fresh, self.store.relpaths_of(fresh), strict=True))  # one batch, not a lookup each
         root_fd, opener, fstat, close, is_regular = self.store.docs.fd(), open_path, os.fstat, os.close, stat.S_ISREG
-        files_fd, link = self.files.fd(), link_from
+        link, dir_of = link_from, self._dir_of
         lines: list[bytes] = []
         # The loop runs ~3,000 times per search; it is written for speed (locals; open, fstat, link, close inline).
         try:
-            for docid in docids:
+            for docid in asked:
                 if docid in arrivals:
                     present += 1
                     continue
-                rel = relpath_of.get(docid)
+                rel = rel_of[docid]
                 if rel is None:
                     missing.append(docid)
                     continue
@@ -210,9 +295,10 @@ class Workspace:
                     placed = False
                     if self._link_ok:
                         try:
-                            link(fd, st, rel, files_fd)
+                            parent, name = dir_of(rel)
+                            link(fd, st, name, parent)
                             placed = True
-                        except OSError:  # a new parent directory, another file system, the link limit
+                        except OSError:  # another file system, the link limit, a name taken
                             pass
                     if not placed:
                         self._place(fd, st, rel)  # the careful path
@@ -245,7 +331,7 @@ class Workspace:
                     rel = self.arrivals.pop(docid).relpath
                     self.by_relpath.pop(rel, None)
                     try:
-                        os.unlink(rel, dir_fd=self.files.fd())
+                        os.unlink(self._name(rel), dir_fd=self._dir_of(rel)[0])
                     except FileNotFoundError:
                         pass
                 raise
@@ -253,26 +339,24 @@ class Workspace:
             os.close(fd)
 
     def _place(self, fd: int, st: os.stat_result, rel: str) -> None:
-        # Plain strings: pathlib's joins cost as much as the link syscall itself at 3,000 links per search.
-        for attempt in range(3):
+        for attempt in range(2):
+            dir_fd, name = self._dir_of(rel)
             try:
-                self._put(fd, st, rel)
+                self._put(fd, st, dir_fd, name)
                 return
-            except FileNotFoundError:  # the parent directory is new
-                if attempt:
-                    raise
-                self._make_parents(rel)
             except FileExistsError:  # left by a run that died before writing its manifest line
-                if self._is_placed(rel, st):
+                if self._is_placed(dir_fd, name, st):
                     return
-                os.unlink(rel, dir_fd=self.files.fd())  # ours, not this file (a copy cut short, an older version)
+                if attempt:
+                    break
+                os.unlink(name, dir_fd=dir_fd)  # ours, not this file (a copy cut short, an older version)
         raise FileExistsError(errno.EEXIST, "cannot place the document", self._dst + rel)
 
-    def _put(self, fd: int, st: os.stat_result, rel: str) -> None:
-        # relative to the workspace's files/ held open: no walk from / for each of ~3,000 links
+    def _put(self, fd: int, st: os.stat_result, dir_fd: int, name: str) -> None:
+        # by name relative to the parent directory held open: no walk from / (nor through a link) for each link
         if self._link_ok:
             try:
-                link_from(fd, st, rel, self.files.fd())
+                link_from(fd, st, name, dir_fd)
                 return
             except OSError as e:
                 if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
@@ -280,12 +364,13 @@ class Workspace:
                 self._notice(e)
                 if e.errno != errno.EMLINK:  # at the link limit only this file is copied; the others still link
                     self._link_ok = False
-        copy_from(fd, st, rel, self.files.fd())  # to a new name only (an existing one may be a corpus hardlink)
+        copy_from(fd, st, name, dir_fd)  # to a new name only (an existing one may be a corpus hardlink)
         self.copied += 1
 
-    def _is_placed(self, rel: str, st: os.stat_result) -> bool:
-        """Is the file at `rel` this document: its hardlink, or a whole copy (copies are made 0444 at the end)?"""
-        have = os.lstat(rel, dir_fd=self.files.fd())
+    @staticmethod
+    def _is_placed(dir_fd: int, name: str, st: os.stat_result) -> bool:
+        """Is the file `name` this document: its hardlink, or a whole copy (copies are made 0444 at the end)?"""
+        have = os.lstat(name, dir_fd=dir_fd)
         if (have.st_ino, have.st_dev) == (st.st_ino, st.st_dev):
             return True
         return (
@@ -295,6 +380,61 @@ class Workspace:
             and have.st_size == st.st_size
         )
 
+    @staticmethod
+    def _name(rel: str) -> str:
+        return rel.rpartition("/")[2]
+
+    def _dir_of(self, rel: str) -> tuple[int, str]:
+        """(descriptor of rel's parent below files/, rel's last component): each directory opened one component at a
+        time without following a link (made where missing), held open for the next documents of the same parent."""
+        head, _, name = rel.rpartition("/")
+        if not head:
+            return self.files.fd(), name
+        if self._dirs_pid != os.getpid():  # a copy of this object in another process: its descriptors are not ours
+            self._dirs, self._dirs_pid = {}, os.getpid()
+        fd = self._dirs.get(head)
+        if fd is None:
+            if len(self._dirs) >= _MAX_DIR_FDS:
+                self._close_dirs()
+            fd = self._dirs[head] = self._open_dirs(head)
+        return fd, name
+
+    def _open_dirs(self, head: str) -> int:
+        fd = os.dup(self.files.fd())  # O_PATH: a base for the *at calls below
+        try:
+            for part in head.split("/"):
+                try:
+                    nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    try:
+                        os.mkdir(part, _DIR_MODE, dir_fd=fd)
+                    except FileExistsError:  # made meanwhile by another search of this workspace
+                        pass
+                    nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                    os.fchmod(nxt, _DIR_MODE)  # readable by the sandbox's uid whatever the umask
+                except OSError as e:
+                    if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise self._swapped(head) from None
+                    raise
+                os.close(fd)
+                fd = nxt
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _swapped(self, rel: str) -> UnsafeDirectory:
+        return UnsafeDirectory(
+            f"{self._dst}{rel}: a directory of this workspace was replaced by a link or a file; nothing was placed "
+            "through it; delete the workspace and search again"
+        )
+
+    def _close_dirs(self) -> None:
+        if self._dirs_pid == os.getpid():
+            for fd in self._dirs.values():
+                os.close(fd)
+        self._dirs = {}
+
     def _refuse(self, rel: str, what: str) -> str:
         """Log a refused document once per process, one line naming the path and the remedy; `what` (no host
         path) is for the agent's listing."""
@@ -302,16 +442,6 @@ class Workspace:
             _REFUSAL_NOTICES.add(rel)
             log.warning("%s", NotADocument(str(self.store.corpus_dir), rel, what))
         return what
-
-    def _make_parents(self, rel: str) -> None:
-        d = self.files_dir
-        for part in rel.split("/")[:-1]:
-            d = d / part
-            try:
-                d.mkdir()
-                os.chmod(d, _DIR_MODE)
-            except FileExistsError:
-                pass
 
     def _notice(self, e: OSError) -> None:
         key = (os.stat(self.store.corpus_dir).st_dev, os.stat(self.files_dir).st_dev, e.errno or 0)
@@ -345,6 +475,7 @@ class Workspace:
 
     def close(self) -> None:
         """Remove the workspace (unlinks the hardlinks; corpus files are untouched) unless it is kept."""
+        self._close_dirs()
         if self.keep or not (self.path / MANIFEST).exists():
             return
         shutil.rmtree(self.path)

@@ -70,7 +70,8 @@ def test_an_unsafe_or_repeated_docmap_row_refuses_the_docs_dir(docs):
 
 def test_a_table_altered_after_it_was_derived_is_refused_where_a_relpath_is_read(docs, tmp_path):
     """A table whose bytes were changed (here: a relpath turned into `..`) while its source stayed the same is
-    not trusted: the relpath is checked as it is handed out."""
+    not trusted: the relpath is checked as it is handed out (or the table is derived again when its check on open
+    sees the change)."""
     root, relpaths = docs
     DocStore(root)
     table = root / DOCMAP_TABLE
@@ -80,5 +81,7 @@ def test_a_table_altered_after_it_was_derived_is_refused_where_a_relpath_is_read
     assert data.count(first_rel.encode()) >= 1
     table.write_bytes(data.replace(first_rel.encode(), bad, 1))
     store = DocStore(root)
-    with pytest.raises(UnsafePathError, match="unsafe path"):
-        store.relpath[next(iter(relpaths))]
+    try:  # the check on open (a sample of each hash) may catch it first: then the table is derived again
+        assert store.relpath[next(iter(relpaths))] == first_rel
+    except UnsafePathError as e:
+        assert "unsafe path" in str(e)
