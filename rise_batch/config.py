@@ -18,9 +18,9 @@ from typing import Any, get_type_hints
 
 from rise_batch.corpus.readers import COLUMNS_HELP, canonical_columns
 from rise_batch.errors import ConfigError as ConfigError  # re-exported: callers import it from here too
-from rise_batch.options import option
+from rise_batch.options import URI, option, refuse_uri
 from rise_batch.registry import BACKENDS, TRANSPORTS, one_of
-from rise_batch.storage import is_uri, redact
+from rise_batch.storage import is_uri, location, redact
 from rise_batch.tier_rule import parse_tier
 
 HEURISTIC_VERSION = "1"
@@ -56,6 +56,7 @@ class LLMConfig:
     prices_file: str | None = option(
         None,
         metavar="YAML",
+        path=URI,
         help="prices of models not in the packaged table (or overriding it): `models: {NAME: {input: USD, "
         "cached_input: USD, output: USD}}` per 1M tokens; --max-cost refuses to start on a model without a price",
     )
@@ -149,14 +150,16 @@ class BatchConfig:
 class StructureConfig:
     """`rise-batch structure`'s settings: the YAML keys (nested `llm:` and `batch:`) and the flags are these fields."""
 
-    corpus: str = option("", help="Parquet file, directory of Parquet files, or JSONL[.gz] (docid, text, url?, title?)")
-    out: str = option("", help="output directory (created; re-running the same command resumes)")
+    corpus: str = option(
+        "", path=URI, help="Parquet file, directory of Parquet files, or JSONL[.gz] (docid, text, url?, title?)"
+    )
+    out: str = option("", path=URI, help="output directory (created; re-running the same command resumes)")
     backend: str = option(
         "heuristic",
         choices=lambda: list(BACKENDS),
         help="heuristic: free, offline; llm: any OpenAI-compatible endpoint",
     )
-    prompt: str = option("structure_toc.txt", help="structuring prompt: a name in prompts/ or a file path")
+    prompt: str = option("structure_toc.txt", path=URI, help="structuring prompt: a name in prompts/ or a file path")
     limit: int | None = option(None, help="structure only the first N valid documents")
     on_bad_row: str = option(
         "error",
@@ -194,6 +197,7 @@ class StructureConfig:
         None,
         flag="--llm-tier",
         metavar="RULE",
+        path=URI,
         help="only these documents go to the LLM, the rest get the heuristic TOC: 'chars>=N' or a docid list file",
         shown="all",
     )
@@ -289,6 +293,7 @@ def build_section(cls: type, data: dict[str, Any], where: str) -> Any:
     if unknown:
         raise ConfigError(f"unknown key(s) {sorted(unknown)} in {where or 'config'}; known: {sorted(known)}")
     kwargs: dict[str, Any] = {}
+    paths = {f.name: f.metadata.get("path") for f in fields(cls)}
     for name, value in data.items():
         hint = hints[name]
         key = f"{where}.{name}" if where else name
@@ -296,6 +301,7 @@ def build_section(cls: type, data: dict[str, Any], where: str) -> Any:
             kwargs[name] = build_section(hint, value or {}, key)
             continue
         kwargs[name] = _coerce(value, hint, key)
+        refuse_uri(key, kwargs[name], paths.get(name))  # a URI where a local path must be: one line naming the key
     return cls(**kwargs)
 
 
@@ -344,7 +350,7 @@ def read_yaml_section(path: str | Path | None, section: str) -> dict[str, Any]:
     import yaml
 
     try:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        loaded = yaml.safe_load(location(path).read_text()) or {}  # a path or a URI
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"cannot read config {path}: {e}") from e
     if not isinstance(loaded, dict):

@@ -18,7 +18,41 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, get_type_hints
 
+from rise_batch.storage import is_local_path, redact
+
 _MISSING: Any = dataclasses.MISSING
+
+
+class PathKind(NamedTuple):
+    """What a path option takes: `URI`, a local path or a storage URI (`s3://…`, any pyarrow/fsspec filesystem,
+    read and written through rise_batch/storage.py); or `local(why)`, a path of this machine only (a tree that must
+    be POSIX: hardlinks, a sandbox's bind mount, a lock), whose URI is refused in one line naming the option and
+    `why`, so that no `s3://b/x` is ever taken for the relative directory `s3:/b/x`."""
+
+    kind: str  # "uri" or "local"
+    why: str = ""
+
+
+URI = PathKind("uri")
+
+
+class URIRefused(ValueError):
+    """A storage URI where only a local path is taken: a user error (exit 2, rise_batch/errors.py), one line naming
+    the option. (A ValueError rather than errors.ConfigError: errors.py's imports reach this module.)"""
+
+
+def local(why: str) -> PathKind:
+    return PathKind("local", why)
+
+
+def refuse_uri(name: str, value: Any, kind: PathKind | None) -> None:
+    """URIRefused (exit 2) naming `name` (a flag, a positional or a config key) when `value` is a storage URI and
+    `kind` takes local paths only; nothing otherwise."""
+    if kind is None or kind.kind != "local":
+        return
+    for v in value if isinstance(value, (list, tuple)) else [value]:
+        if isinstance(v, str) and v and not is_local_path(v):
+            raise URIRefused(f"{name} {redact(v)}: a local path only, not a storage URI ({kind.why})")
 
 
 def option(
@@ -32,6 +66,7 @@ def option(
     default_factory: Callable[[], Any] = _MISSING,
     repeatable: bool = False,
     parse: Callable[[str], Any] | None = None,
+    path: PathKind | None = None,
 ) -> Any:
     """A dataclass field documented as an option.
 
@@ -39,8 +74,9 @@ def option(
     function giving one when the parser is built (a registry that may grow); shown: the default as --help and the docs
     say it when the value alone does not (None meaning "the model's", a default that depends on another key);
     repeatable: a list field given once per value (`--query A --query B`); parse: the function argparse converts the
-    value with, where it is not the field's int or float. A field no command offers as a flag is a
-    config-file key; the docs list it all the same."""
+    value with, where it is not the field's int or float; path: what a path option takes (`URI`, or `local(why)`:
+    a storage URI refused, for the CLI's flags and the config files alike, see `refuse_uri`). A field no command
+    offers as a flag is a config-file key; the docs list it all the same."""
     meta = {
         "help": help,
         "flag": flag,
@@ -49,6 +85,7 @@ def option(
         "shown": shown,
         "repeatable": repeatable,
         "parse": parse,
+        "path": path,
     }
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
@@ -77,6 +114,7 @@ class Option(NamedTuple):
     shown: str | None
     repeatable: bool = False
     parse: Any = None
+    path: PathKind | None = None
 
 
 def _base(hint: Any) -> Any:
@@ -111,6 +149,7 @@ def options(cls: type, prefix: str = "", defaults: Any = None) -> dict[str, Opti
             m["shown"],
             m.get("repeatable", False),
             m.get("parse"),
+            m.get("path"),
         )
     return found
 
@@ -192,7 +231,42 @@ def add_option(container: argparse._ActionsContainer, opt: Option, entry: Entry,
             kwargs["metavar"] = opt.metavar
     if entry.required:
         kwargs["required"] = True
-    container.add_argument(entry.flag or opt.flag, **kwargs)
+    path_argument(container, entry.flag or opt.flag, path=opt.path, **kwargs)
+
+
+def path_argument(container: argparse._ActionsContainer, *names: str, path: PathKind | None, **kwargs: Any) -> Any:
+    """`container.add_argument(*names, **kwargs)`, the action remembering what path it takes (`check_path_args`
+    reads it): how a command's own path arguments (positionals, --config) declare their kind."""
+    action = container.add_argument(*names, **kwargs)
+    action.path_kind = path
+    return action
+
+
+def path_actions(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[argparse.Action]:
+    """The actions of the parser `args` came from and of each subcommand on the way (`rise-batch workspace
+    search`): the options this invocation offered."""
+    found: list[argparse.Action] = []
+    todo = [parser]
+    while todo:
+        p = todo.pop()
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(args, action.dest, None) or "")
+                if chosen is not None:
+                    todo.append(chosen)
+            else:
+                found.append(action)
+    return found
+
+
+def check_path_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse, naming the flag or positional, a storage URI given where only a local path is taken; every command
+    and job script calls it once its arguments are parsed (rise_batch/cli.py, jobs/*.py)."""
+    for action in path_actions(parser, args):
+        kind = getattr(action, "path_kind", None)
+        if kind is not None:
+            name = action.option_strings[0] if action.option_strings else (action.metavar or action.dest.upper())
+            refuse_uri(name, getattr(args, action.dest, None), kind)
 
 
 def add_layout(
@@ -243,9 +317,16 @@ def _row(opt: Option, flag: str, key_prefix: str | None, help: str | None, shown
     else:
         default = f"`{value}`" if (value := shown_default(opt)) else ""
     choices = opt.choices() if callable(opt.choices) else opt.choices
-    kind = r" \| ".join(f"`{c}`" for c in choices) if choices else opt.type.__name__
+    kind = r" \| ".join(f"`{c}`" for c in choices) if choices else _kind_name(opt)
     if opt.repeatable:
         kind += ", repeatable"
     key = [] if key_prefix is None else [f"`{key_prefix}{opt.key}`"]
     cells = [flag, *key, kind, default, (help or opt.help).replace("|", "\\|")]
     return "| " + " | ".join(cells) + " |"
+
+
+def _kind_name(opt: Option) -> str:
+    """The type column: a path option says whether it takes a storage URI."""
+    if opt.path is None:
+        return opt.type.__name__
+    return "path or URI" if opt.path.kind == "uri" else "local path"

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from rise_batch.agent.run_config import RunConfig
-from rise_batch.options import Entry, Layout, Section, add_layout
+from rise_batch.options import URI, Entry, Layout, Section, add_layout, path_argument
 
 # What `run` (and jobs/run_trajectories.py) offers of RunConfig, by --help section; each field's default, type, help
 # and flag are on the field (rise_batch/agent/run_config.py, rise_batch/config.py's LLMConfig), and docs/agents.md's
@@ -42,7 +42,9 @@ RUN_OPTIONS = Layout(
 
 def add_run_flags(p: argparse.ArgumentParser) -> None:
     """Flags shared by `run` and jobs/run_trajectories.py; None means 'take the config file's value'."""
-    p.add_argument("--config", help="YAML config (keys of RunConfig, optionally under `run:`; flags override it)")
+    path_argument(
+        p, "--config", path=URI, help="YAML config (keys of RunConfig, optionally under `run:`; flags override it)"
+    )
     add_layout(p, RUN_OPTIONS)
 
 

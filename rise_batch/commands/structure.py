@@ -6,7 +6,7 @@ import argparse
 import json
 
 from rise_batch.config import StructureConfig
-from rise_batch.options import Layout, Section, add_layout
+from rise_batch.options import URI, Layout, Section, add_layout, path_argument
 
 # What `structure` (and jobs/structure_corpus.py) offers of StructureConfig, by --help section; each field's
 # default, type, help and flag are on the field (rise_batch/config.py), and docs/structuring.md's table is made
@@ -49,7 +49,7 @@ def add_columns_flag(p: argparse.ArgumentParser) -> None:
 
 def add_structure_flags(p: argparse.ArgumentParser) -> None:
     """Flags shared by `structure` and jobs/structure_corpus.py; None means 'take the config file's value'."""
-    p.add_argument("--config", help="YAML config (keys of StructureConfig; flags override it)")
+    path_argument(p, "--config", path=URI, help="YAML config (keys of StructureConfig; flags override it)")
     add_layout(p, STRUCTURE_OPTIONS)
 
 

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 from rise_batch.config import StructureConfig
 from rise_batch.index.passages import DEFAULT_PASSAGES
-from rise_batch.options import Entry, Layout, Section, option, same_as
+from rise_batch.options import URI, Entry, Layout, Section, option, same_as
 
 
 @dataclass(frozen=True)
 class IndexOptions:
-    corpus: str = option("", help="Parquet file, directory of Parquet, or JSONL(.gz)")
-    out: str = option("", help="index directory to create")
+    corpus: str = same_as(StructureConfig, "corpus", help="Parquet file, directory of Parquet, or JSONL(.gz)")
+    out: str = option("", path=URI, help="index directory to create (bm25: a path or a URI; dense, hybrid: a path)")
     workers: int = option(2, help="tokenizer processes")
     shard_docs: int = option(2000, help="documents per shard")
     on_bad_row: str = same_as(StructureConfig, "on_bad_row", help="bad rows/duplicates policy")
