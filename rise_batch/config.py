@@ -20,7 +20,7 @@ from rise_batch.corpus.readers import COLUMNS_HELP, canonical_columns
 from rise_batch.errors import ConfigError as ConfigError  # re-exported: callers import it from here too
 from rise_batch.options import URI, option, refuse_uri
 from rise_batch.registry import BACKENDS, TRANSPORTS, one_of
-from rise_batch.storage import is_uri, location, redact
+from rise_batch.storage import is_uri, location, redact, storage_failure
 from rise_batch.tier_rule import parse_tier
 
 HEURISTIC_VERSION = "1"
@@ -352,6 +352,8 @@ def read_yaml_section(path: str | Path | None, section: str) -> dict[str, Any]:
     try:
         loaded = yaml.safe_load(location(path).read_text()) or {}  # a path or a URI
     except (OSError, yaml.YAMLError) as e:
+        if storage_failure(e):  # storage unreachable: its own one line, maybe exit 75 (errors.as_user_error)
+            raise
         raise ConfigError(f"cannot read config {path}: {e}") from e
     if not isinstance(loaded, dict):
         raise ConfigError(f"{path}: expected a mapping of settings, got {type(loaded).__name__}")

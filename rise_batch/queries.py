@@ -178,6 +178,8 @@ def _open_text(path: AnyPath, what: str, flag: str) -> IO[str]:
     except RefusedFile as e:
         raise QueryFileError(f"{what} {e}") from None
     except OSError as e:
+        if isinstance(path, ObjectPath):  # storage unreachable: its own one line (errors.as_user_error)
+            raise
         raise QueryFileError(f"{what} {path} cannot be read: {e.strerror}") from None
     binary: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if path.suffix == ".gz" else raw
     return io.TextIOWrapper(binary, encoding="utf-8")
