@@ -22,11 +22,12 @@ from rise_batch.errors import run_main  # noqa: E402
 from rise_batch.eval.sweep import cell_dir, load_sweep_config  # noqa: E402
 from rise_batch.eval.sweep_runner import plan_sweep, run_sweep  # noqa: E402
 from rise_batch.logs import add_output_flags, pop_output_flags  # noqa: E402
+from rise_batch.options import URI, check_path_args, path_argument  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="sweep YAML (see jobs/sweep_*.yaml)")
+    path_argument(parser, "--config", path=URI, required=True, help="sweep YAML (see jobs/sweep_*.yaml)")
     parser.add_argument("--only", action="append", metavar="CELL", help="run only this cell (repeatable)")
     parser.add_argument("--dry-run", action="store_true", help="validate and list the cells, run nothing")
     parser.add_argument("--force-judge", action="store_true", help="re-grade every cell's answers")
@@ -35,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     log_level, every = pop_output_flags(args)
     # the CLI's exit codes (rise_batch.errors)
-    return run_main(lambda: _run(args), "eval_sweep", log_level=log_level, progress_every=every)
+    return run_main(
+        lambda: check_path_args(parser, args) or _run(args), "eval_sweep", log_level=log_level, progress_every=every
+    )
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     from rise_batch.logs import pop_output_flags
     from rise_batch.options import check_path_args
 
-    # command_name: a subcommand whose own positional is called `command` (workspace bash) names itself
+    # command_name: a subcommand that names itself in full (workspace bash)
     name = f"rise-batch {getattr(args, 'command_name', None) or args.command}"
     log_level, every = pop_output_flags(args)
 

@@ -265,8 +265,12 @@ def check_path_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     for action in path_actions(parser, args):
         kind = getattr(action, "path_kind", None)
         if kind is not None:
-            name = action.option_strings[0] if action.option_strings else (action.metavar or action.dest.upper())
-            refuse_uri(name, getattr(args, action.dest, None), kind)
+            refuse_uri(shown_name(action), getattr(args, action.dest, None), kind)
+
+
+def shown_name(action: argparse.Action) -> str:
+    """How --help names the argument: its flag, else its metavar (`WS`) or upper-cased dest."""
+    return action.option_strings[0] if action.option_strings else (action.metavar or action.dest.upper())
 
 
 def add_layout(

@@ -138,8 +138,8 @@ class RunConfig:
             raise ConfigError("grace_s and kill_grace_s must be >= 0")
         if self.gold not in GOLD_SETS:
             raise ConfigError(f"gold must be one of {', '.join(GOLD_SETS)}, got {self.gold!r}")
-        if self.qrels and not Path(self.qrels).is_file():
-            what = "is not a regular file" if Path(self.qrels).exists() else "does not exist"
+        if self.qrels and not location(self.qrels).is_file():  # a path or a URI
+            what = "is not a regular file" if location(self.qrels).exists() else "does not exist"
             raise ConfigError(f"qrels file {self.qrels} {what} (check the --qrels path)")
         self.check_retriever(system.uses_index)
         if self.index_backend not in ("auto", "numpy", "numba"):

@@ -92,7 +92,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     b = wsub.add_parser("bash", help="run a shell command in the sandbox, WS read-only as the working directory")
     _ws_argument(b)
-    b.add_argument("command", help='e.g. "rg -l Lyon | head"')
+    b.add_argument("shell_command", metavar="command", help='e.g. "rg -l Lyon | head"')
     add_layout(b, BASH_OPTIONS)
     b.set_defaults(func=run, command_name="workspace bash")
 
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         check_limit("--max-output", args.max_output, integer=True)
         limits = SandboxLimits(timeout_s=args.timeout, max_output_chars=args.max_output)
         box = Sandbox(ws_dir / FILES, limits, allow_unsandboxed=args.unsandboxed)  # SandboxUnavailable: exit 2
-        res = box.run(args.command)
+        res = box.run(args.shell_command)
         print(res.render(limits.timeout_s))
         return 0 if res.exit_code == 0 else 1
     if args.ws_command == "read":

@@ -22,6 +22,7 @@ from rise_batch.agent.run_config import AGENT_LLM_DEFAULTS, RunConfig
 from rise_batch.config import ConfigError, LLMConfig, build_section, section_mapping
 from rise_batch.names import portable
 from rise_batch.options import URI, option, same_as
+from rise_batch.storage import location
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
     import yaml
 
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        data = yaml.safe_load(location(path).read_text()) or {}  # a path or a URI
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"cannot read sweep config {path}: {e}") from e
     return parse_sweep(data)
