@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -258,3 +260,23 @@ def test_each_path_option_takes_a_uri_or_refuses_it_in_one_line(command, world, 
             failures.append(f"{name} {values[name]}: exit {code}, want 2 and one line naming it: {err[-3:]}")
         assert not s3_dirs(tmp_path, world.root), f"{command} {name}: a directory named s3: appeared"
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize(
+    ("argv", "yaml", "key"),
+    [
+        (["run", "--queries", "q.jsonl", "--out", "o", "--docs", "d"], "workspace_root: s3://b/ws\n", "workspace_root"),
+        (["run", "--queries", "q.jsonl", "--out", "o", "--docs", "d"], "run:\n  cache_dir: gs://b/c\n", "cache_dir"),
+    ],
+)
+def test_a_config_file_key_that_takes_a_local_path_refuses_a_uri_in_one_line(argv, yaml, key, tmp_path, monkeypatch):
+    """The same check as the flags', on the keys of a config file (config.build_section reads every one)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.yaml").write_text(yaml)
+    r = subprocess.run(
+        [sys.executable, "-m", "rise_batch.cli", *argv, "--config", "c.yaml"], capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and f"{key} " in lines[0] and "not a storage URI" in lines[0], r.stderr
+    assert not s3_dirs(tmp_path)
