@@ -22,7 +22,7 @@ from rise_batch.errors import run_main  # noqa: E402
 from rise_batch.eval.sweep import cell_dir, load_sweep_config  # noqa: E402
 from rise_batch.eval.sweep_runner import plan_sweep, run_sweep  # noqa: E402
 from rise_batch.logs import add_output_flags, pop_output_flags  # noqa: E402
-from rise_batch.options import URI, check_path_args, path_argument  # noqa: E402
+from rise_batch.option_paths import URI, check_path_args, path_argument  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ from rise_batch.commands.job_paths import add_base_flag, anchor_paths  # noqa: E
 from rise_batch.commands.run import add_run_flags, config_from_args  # noqa: E402
 from rise_batch.errors import run_main  # noqa: E402
 from rise_batch.logs import add_output_flags, pop_output_flags  # noqa: E402
-from rise_batch.options import check_path_args  # noqa: E402
+from rise_batch.option_paths import check_path_args  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

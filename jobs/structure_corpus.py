@@ -18,7 +18,7 @@ from rise_batch.commands.job_paths import add_base_flag, anchor_paths  # noqa: E
 from rise_batch.commands.structure import add_structure_flags, config_from_args  # noqa: E402
 from rise_batch.errors import run_main  # noqa: E402
 from rise_batch.logs import add_output_flags, pop_output_flags  # noqa: E402
-from rise_batch.options import check_path_args  # noqa: E402
+from rise_batch.option_paths import check_path_args  # noqa: E402
 from rise_batch.structuring.job import next_commands, run_structure, summary_line  # noqa: E402
 
 

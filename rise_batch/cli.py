@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from rise_batch.errors import run_main
     from rise_batch.logs import pop_output_flags
-    from rise_batch.options import check_path_args
+    from rise_batch.option_paths import check_path_args
 
     # command_name: a subcommand that names itself in full (workspace bash)
     name = f"rise-batch {getattr(args, 'command_name', None) or args.command}"

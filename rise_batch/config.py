@@ -18,9 +18,11 @@ from typing import Any, get_type_hints
 
 from rise_batch.corpus.readers import COLUMNS_HELP, canonical_columns
 from rise_batch.errors import ConfigError as ConfigError  # re-exported: callers import it from here too
-from rise_batch.options import URI, option, refuse_uri
+from rise_batch.option_paths import URI, refuse_uri
+from rise_batch.options import option
 from rise_batch.registry import BACKENDS, TRANSPORTS, one_of
-from rise_batch.storage import is_uri, location, redact, storage_failure
+from rise_batch.storage import is_uri, location, redact
+from rise_batch.storage_errors import storage_failure
 from rise_batch.tier_rule import parse_tier
 
 HEURISTIC_VERSION = "1"

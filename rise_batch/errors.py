@@ -29,7 +29,8 @@ from collections.abc import Callable
 
 from rise_batch.io import remove_unused_outputs
 from rise_batch.logs import setup_logging
-from rise_batch.storage import redact_text, storage_failure  # a URI's credentials never reach a message
+from rise_batch.storage import redact_text  # a URI's credentials never reach a message
+from rise_batch.storage_errors import storage_failure
 
 EXIT_USAGE = 2
 EXIT_BUDGET = 3

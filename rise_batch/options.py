@@ -18,41 +18,9 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, get_type_hints
 
-from rise_batch.storage import is_local_path, redact
+from rise_batch.option_paths import PathKind, path_argument
 
 _MISSING: Any = dataclasses.MISSING
-
-
-class PathKind(NamedTuple):
-    """What a path option takes: `URI`, a local path or a storage URI (`s3://…`, any pyarrow/fsspec filesystem,
-    read and written through rise_batch/storage.py); or `local(why)`, a path of this machine only (a tree that must
-    be POSIX: hardlinks, a sandbox's bind mount, a lock), whose URI is refused in one line naming the option and
-    `why`, so that no `s3://b/x` is ever taken for the relative directory `s3:/b/x`."""
-
-    kind: str  # "uri" or "local"
-    why: str = ""
-
-
-URI = PathKind("uri")
-
-
-class URIRefused(ValueError):
-    """A storage URI where only a local path is taken: a user error (exit 2, rise_batch/errors.py), one line naming
-    the option. (A ValueError rather than errors.ConfigError: errors.py's imports reach this module.)"""
-
-
-def local(why: str) -> PathKind:
-    return PathKind("local", why)
-
-
-def refuse_uri(name: str, value: Any, kind: PathKind | None) -> None:
-    """URIRefused (exit 2) naming `name` (a flag, a positional or a config key) when `value` is a storage URI and
-    `kind` takes local paths only; nothing otherwise."""
-    if kind is None or kind.kind != "local":
-        return
-    for v in value if isinstance(value, (list, tuple)) else [value]:
-        if isinstance(v, str) and v and not is_local_path(v):
-            raise URIRefused(f"{name} {redact(v)}: a local path only, not a storage URI ({kind.why})")
 
 
 def option(
@@ -232,45 +200,6 @@ def add_option(container: argparse._ActionsContainer, opt: Option, entry: Entry,
     if entry.required:
         kwargs["required"] = True
     path_argument(container, entry.flag or opt.flag, path=opt.path, **kwargs)
-
-
-def path_argument(container: argparse._ActionsContainer, *names: str, path: PathKind | None, **kwargs: Any) -> Any:
-    """`container.add_argument(*names, **kwargs)`, the action remembering what path it takes (`check_path_args`
-    reads it): how a command's own path arguments (positionals, --config) declare their kind."""
-    action = container.add_argument(*names, **kwargs)
-    action.path_kind = path
-    return action
-
-
-def path_actions(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[argparse.Action]:
-    """The actions of the parser `args` came from and of each subcommand on the way (`rise-batch workspace
-    search`): the options this invocation offered."""
-    found: list[argparse.Action] = []
-    todo = [parser]
-    while todo:
-        p = todo.pop()
-        for action in p._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                chosen = action.choices.get(getattr(args, action.dest, None) or "")
-                if chosen is not None:
-                    todo.append(chosen)
-            else:
-                found.append(action)
-    return found
-
-
-def check_path_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse, naming the flag or positional, a storage URI given where only a local path is taken; every command
-    and job script calls it once its arguments are parsed (rise_batch/cli.py, jobs/*.py)."""
-    for action in path_actions(parser, args):
-        kind = getattr(action, "path_kind", None)
-        if kind is not None:
-            refuse_uri(shown_name(action), getattr(args, action.dest, None), kind)
-
-
-def shown_name(action: argparse.Action) -> str:
-    """How --help names the argument: its flag, else its metavar (`WS`) or upper-cased dest."""
-    return action.option_strings[0] if action.option_strings else (action.metavar or action.dest.upper())
 
 
 def add_layout(

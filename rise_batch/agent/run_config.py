@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from rise_batch.config import ConfigError, LLMConfig, build_section, read_yaml_section, section_mapping
 from rise_batch.llm.transport import APIS  # chat completions, or the Responses API
-from rise_batch.options import URI, local, option
+from rise_batch.option_paths import URI, local
+from rise_batch.options import option
 from rise_batch.queries import GOLD_SETS
 from rise_batch.storage import ObjectPath, location, redact, staging_path
 

@@ -14,7 +14,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rise_batch.options import Layout, Section, add_layout, local, option
+from rise_batch.option_paths import local
+from rise_batch.options import Layout, Section, add_layout, option
 
 ENABLE_BWRAP = "sudo apt-get install bubblewrap"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rise_batch.options import URI, path_argument
+from rise_batch.option_paths import URI, path_argument
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rise_batch.errors import ConfigError
-from rise_batch.options import local, path_argument
+from rise_batch.option_paths import local, path_argument
 from rise_batch.storage import is_uri
 
 OUTPUT_KEYS = frozenset({"out", "workspace_root"})

@@ -6,7 +6,8 @@ import argparse
 from typing import TYPE_CHECKING
 
 from rise_batch.eval.sweep import JudgeSpec
-from rise_batch.options import URI, Entry, Layout, Section, add_layout, path_argument
+from rise_batch.option_paths import URI, path_argument
+from rise_batch.options import Entry, Layout, Section, add_layout
 
 if TYPE_CHECKING:
     from rise_batch.eval.judge_runner import JudgeSummary

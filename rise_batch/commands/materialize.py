@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from rise_batch.options import URI, local, path_argument
+from rise_batch.option_paths import URI, local, path_argument
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

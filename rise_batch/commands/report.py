@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from rise_batch.options import URI, Entry, Layout, Section, add_layout, option, path_argument
+from rise_batch.option_paths import URI, path_argument
+from rise_batch.options import Entry, Layout, Section, add_layout, option
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,10 @@ import argparse
 import json
 
 from rise_batch.agent.run_config import RunConfig
-from rise_batch.options import URI, Entry, Layout, Section, add_layout, path_argument
+
+# What `run` (and jobs/run_trajectories.py) offers of RunConfig, by --help section; each field's default, type, help
+from rise_batch.option_paths import URI, path_argument
+from rise_batch.options import Entry, Layout, Section, add_layout
 
 # What `run` (and jobs/run_trajectories.py) offers of RunConfig, by --help section; each field's default, type, help
 # and flag are on the field (rise_batch/agent/run_config.py, rise_batch/config.py's LLMConfig), and docs/agents.md's

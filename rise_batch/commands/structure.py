@@ -6,7 +6,10 @@ import argparse
 import json
 
 from rise_batch.config import StructureConfig
-from rise_batch.options import URI, Layout, Section, add_layout, path_argument
+
+# What `structure` (and jobs/structure_corpus.py) offers of StructureConfig, by --help section; each field's
+from rise_batch.option_paths import URI, path_argument
+from rise_batch.options import Layout, Section, add_layout
 
 # What `structure` (and jobs/structure_corpus.py) offers of StructureConfig, by --help section; each field's
 # default, type, help and flag are on the field (rise_batch/config.py), and docs/structuring.md's table is made

@@ -10,7 +10,8 @@ import argparse
 from dataclasses import dataclass
 
 from rise_batch.agent.run_config import RunConfig
-from rise_batch.options import URI, Entry, Layout, Section, add_layout, local, option, path_argument, same_as
+from rise_batch.option_paths import URI, local, path_argument
+from rise_batch.options import Entry, Layout, Section, add_layout, option, same_as
 
 WS_LOCAL = local("a workspace is a local directory of hardlinks into the corpus, read through the sandbox")
 

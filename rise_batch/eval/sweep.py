@@ -21,7 +21,8 @@ from typing import Any, NamedTuple
 from rise_batch.agent.run_config import AGENT_LLM_DEFAULTS, RunConfig
 from rise_batch.config import ConfigError, LLMConfig, build_section, section_mapping
 from rise_batch.names import portable
-from rise_batch.options import URI, option, same_as
+from rise_batch.option_paths import URI
+from rise_batch.options import option, same_as
 from rise_batch.storage import location
 
 

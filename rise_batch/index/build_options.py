@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from rise_batch.config import StructureConfig
 from rise_batch.index.passages import DEFAULT_PASSAGES
-from rise_batch.options import URI, Entry, Layout, Section, option, same_as
+from rise_batch.option_paths import URI
+from rise_batch.options import Entry, Layout, Section, option, same_as
 
 
 @dataclass(frozen=True)

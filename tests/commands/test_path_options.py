@@ -25,7 +25,7 @@ import pytest
 
 from rise_batch.cli import main
 from rise_batch.fake_llm import FakeLLMServer
-from rise_batch.options import shown_name
+from rise_batch.option_paths import shown_name
 from rise_batch.storage import location
 from tests.commands.test_help import ROOT, parsers
 from tests.conftest import SAMPLE

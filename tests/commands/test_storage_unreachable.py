@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rise_batch.cli import main
-from rise_batch.storage import storage_failure
+from rise_batch.storage_errors import storage_failure
 from tests.commands.test_help import ROOT
 from tests.conftest import SAMPLE
 
