@@ -18,7 +18,7 @@ from typing import Any, get_type_hints
 
 from rise_batch.corpus.readers import COLUMNS_HELP, canonical_columns
 from rise_batch.errors import ConfigError as ConfigError  # re-exported: callers import it from here too
-from rise_batch.option_paths import URI, refuse_uri
+from rise_batch.option_paths import URI, checked_path
 from rise_batch.options import option
 from rise_batch.registry import BACKENDS, TRANSPORTS, one_of
 from rise_batch.storage import is_uri, location, redact
@@ -302,8 +302,8 @@ def build_section(cls: type, data: dict[str, Any], where: str) -> Any:
         if dataclasses.is_dataclass(hint):
             kwargs[name] = build_section(hint, value or {}, key)
             continue
-        kwargs[name] = _coerce(value, hint, key)
-        refuse_uri(key, kwargs[name], paths.get(name))  # a URI where a local path must be: one line naming the key
+        # a URI where a local path must be: one line naming the key; file:// as the path it names
+        kwargs[name] = checked_path(key, _coerce(value, hint, key), paths.get(name))
     return cls(**kwargs)
 
 

@@ -3,9 +3,10 @@
 Every path option says it (`option(..., path=URI)` or `path=local("why")`, and `path_argument` for a command's own
 arguments): `URI` takes a POSIX path or a storage URI, read and written through rise_batch/storage.py; `local(why)`
 takes a path of this machine only (a tree that must be POSIX: hardlinks, a sandbox's bind mount, a lock). A URI
-given to a local-only option is refused in one line naming it, by `check_path_args` for the flags and positionals
-of every command and job script and by config.build_section for the keys of every config file, so that no
-`s3://b/x` is ever taken for the relative directory `s3:/b/x`. The guides' option tables say which is which.
+given to a local-only option is refused in one line naming it, and a `file://` URI is read as the path it names,
+by `check_path_args` for the flags and positionals of every command and job script and by config.build_section for
+the keys of every config file, so that no `s3://b/x` (or `file:///x`) is ever taken for a relative directory
+`s3:/b/x`. The guides' option tables say which is which.
 
 Pure stdlib (and storage, which is too).
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, NamedTuple
 
-from rise_batch.storage import is_local_path, redact
+from rise_batch.storage import is_local_path, is_uri, location, redact
 
 
 class PathKind(NamedTuple):
@@ -40,14 +41,21 @@ def local(why: str) -> PathKind:
     return PathKind("local", why)
 
 
-def refuse_uri(name: str, value: Any, kind: PathKind | None) -> None:
-    """URIRefused (exit 2) naming `name` (a flag, a positional or a config key) when `value` is a storage URI and
-    `kind` takes local paths only; nothing otherwise."""
-    if kind is None or kind.kind != "local":
-        return
-    for v in value if isinstance(value, (list, tuple)) else [value]:
-        if isinstance(v, str) and v and not is_local_path(v):
-            raise URIRefused(f"{name} {redact(v)}: a local path only, not a storage URI ({kind.why})")
+def checked_path(name: str, value: Any, kind: PathKind | None) -> Any:
+    """`value` of the path option `name` (a flag, a positional or a config key) as the code takes it: a `file://`
+    URI as the plain path it names (code that takes a path would read `file:///x` as the relative `file:/x`), a
+    list item by item; a storage URI where `kind` takes local paths only is URIRefused (exit 2) naming `name`."""
+    if kind is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(checked_path(name, v, kind) for v in value)
+    if not isinstance(value, str) or not is_uri(value):
+        return value
+    if is_local_path(value):
+        return str(location(value))
+    if kind.kind == "local":
+        raise URIRefused(f"{name} {redact(value)}: a local path only, not a storage URI ({kind.why})")
+    return value
 
 
 def path_argument(container: argparse._ActionsContainer, *names: str, path: PathKind | None, **kwargs: Any) -> Any:
@@ -76,12 +84,13 @@ def path_actions(parser: argparse.ArgumentParser, args: argparse.Namespace) -> l
 
 
 def check_path_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse, naming the flag or positional, a storage URI given where only a local path is taken; every command
-    and job script calls it once its arguments are parsed (rise_batch/cli.py, jobs/*.py)."""
+    """`checked_path` on every path argument of `args` (in place): a storage URI given where only a local path is
+    taken is refused naming the flag or positional, a `file://` URI becomes its path. Every command and job script
+    calls it once its arguments are parsed (rise_batch/cli.py, jobs/*.py)."""
     for action in path_actions(parser, args):
         kind = getattr(action, "path_kind", None)
-        if kind is not None:
-            refuse_uri(shown_name(action), getattr(args, action.dest, None), kind)
+        if kind is not None and hasattr(args, action.dest):
+            setattr(args, action.dest, checked_path(shown_name(action), getattr(args, action.dest), kind))
 
 
 def shown_name(action: argparse.Action) -> str:

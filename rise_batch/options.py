@@ -43,7 +43,7 @@ def option(
     say it when the value alone does not (None meaning "the model's", a default that depends on another key);
     repeatable: a list field given once per value (`--query A --query B`); parse: the function argparse converts the
     value with, where it is not the field's int or float; path: what a path option takes (`URI`, or `local(why)`:
-    a storage URI refused, for the CLI's flags and the config files alike, see `refuse_uri`). A field no command
+    a storage URI refused, for the CLI's flags and the config files alike, see option_paths.py). A field no command
     offers as a flag is a config-file key; the docs list it all the same."""
     meta = {
         "help": help,

@@ -145,10 +145,13 @@ class World(NamedTuple):
     remote: str  # its copy in the bucket
     url: str  # the fake LLM server
 
-    def value(self, rel: str, remote: bool) -> str:
+    def value(self, rel: str, remote: bool, scheme: str = "s3") -> str:
+        """`rel` of the world: a local path, or as a URI (its copy in the bucket, or a file:// URI of it)."""
         if rel == NEW:
             rel = f"new/{uuid.uuid4().hex[:8]}"
-        return f"{self.remote}/{rel}" if remote else str(self.root / rel)
+        if not remote:
+            return str(self.root / rel)
+        return f"{self.remote}/{rel}" if scheme == "s3" else (self.root / rel).resolve().as_uri()
 
 
 def write_world(root: Path, url: str) -> None:
@@ -230,19 +233,22 @@ def test_every_command_with_path_options_has_a_scenario_naming_each() -> None:
 
 
 def s3_dirs(*roots: Path) -> list[Path]:
-    return [p for r in roots for p in r.rglob("*") if p.name.startswith("s3:")]
+    """Directories a URI was taken for: `s3:` (or `file:`) below the working directory or the world."""
+    return [p for r in roots for p in r.rglob("*") if p.name.startswith(("s3:", "file:"))]
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["s3", "file"])
 @pytest.mark.parametrize("command", sorted(scenarios("http://x")))
-def test_each_path_option_takes_a_uri_or_refuses_it_in_one_line(command, world, tmp_path, monkeypatch, capsys):
+def test_each_path_option_takes_a_uri_or_refuses_it_in_one_line(command, scheme, world, tmp_path, monkeypatch, capsys):
+    """s3:// (the copy in the bucket) and file:// (the local world itself, as a URI: read as the path it names)."""
     scenario = scenarios(world.url)[command]
     parser = all_parsers()[command]
     run = job_main(command) if command.startswith("jobs/") else main
     monkeypatch.chdir(tmp_path)
     failures = []
     for name, action in path_options(parser).items():
-        values = {k: world.value(v, remote=k == name) for k, v in scenario.paths.items()}
+        values = {k: world.value(v, remote=k == name, scheme=scheme) for k, v in scenario.paths.items()}
         argv = [values[a[1:-1]] if a.startswith("{") and a[1:-1] in values else a for a in scenario.argv]
         if "{" + name + "}" not in scenario.argv:
             argv += [name, values[name]] if name.startswith("-") else [values[name]]
@@ -254,11 +260,14 @@ def test_each_path_option_takes_a_uri_or_refuses_it_in_one_line(command, world, 
             )
             if code != 0 or not written:
                 failures.append(f"{name} {values[name]}: exit {code}, written={bool(written)}: {err[-3:]}")
+        elif scheme == "file":  # the path it names, taken as given
+            if any("a local path only" in line for line in err):
+                failures.append(f"{name} {values[name]}: refused: {err[-3:]}")
         elif not (
-            code == 2 and len(err) == 1 and f"{shown_name(action)} s3://" in err[0] and "not a storage URI" in err[0]
+            code == 2 and len(err) == 1 and f"{shown_name(action)} s3://" in err[0] and "a local path only" in err[0]
         ):
             failures.append(f"{name} {values[name]}: exit {code}, want 2 and one line naming it: {err[-3:]}")
-        assert not s3_dirs(tmp_path, world.root), f"{command} {name}: a directory named s3: appeared"
+        assert not s3_dirs(tmp_path, world.root), f"{command} {name}: a directory named {scheme}: appeared"
     assert not failures, "\n".join(failures)
 
 
@@ -278,5 +287,5 @@ def test_a_config_file_key_that_takes_a_local_path_refuses_a_uri_in_one_line(arg
         timeout=120,
     )  # fmt: skip
     lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and len(lines) == 1 and f"{key} " in lines[0] and "not a storage URI" in lines[0], r.stderr
+    assert r.returncode == 2 and len(lines) == 1 and f"{key} " in lines[0] and "a local path only" in lines[0], r.stderr
     assert not s3_dirs(tmp_path)
