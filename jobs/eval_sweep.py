@@ -20,19 +20,20 @@ from rise_batch.commands import sweep  # noqa: E402
 from rise_batch.commands.job_paths import add_base_flag  # noqa: E402
 from rise_batch.errors import run_main  # noqa: E402
 from rise_batch.logs import add_output_flags, pop_output_flags  # noqa: E402
+from rise_batch.option_paths import URI, check_path_args, path_argument  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="sweep YAML (see jobs/sweep_*.yaml)")
+    path_argument(parser, "--config", path=URI, required=True, help="sweep YAML (see jobs/sweep_*.yaml)")
     sweep.add_sweep_flags(parser)
     add_base_flag(parser)
     add_output_flags(parser)  # --log-level, --progress-every: as in `rise-batch`
     args = parser.parse_args(argv)
     log_level, every = pop_output_flags(args)
     # the CLI's exit codes (rise_batch.errors)
-    return run_main(lambda: sweep.run(args, args.base, "eval_sweep"), "eval_sweep", log_level=log_level,
-                    progress_every=every)  # fmt: skip
+    return run_main(lambda: check_path_args(parser, args) or sweep.run(args, args.base, "eval_sweep"), "eval_sweep",
+                    log_level=log_level, progress_every=every)  # fmt: skip
 
 
 if __name__ == "__main__":

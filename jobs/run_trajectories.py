@@ -19,6 +19,7 @@ from rise_batch.commands.job_paths import add_base_flag, anchor_paths  # noqa: E
 from rise_batch.commands.run import add_run_flags, config_from_args  # noqa: E402
 from rise_batch.errors import run_main  # noqa: E402
 from rise_batch.logs import add_output_flags, pop_output_flags  # noqa: E402
+from rise_batch.option_paths import check_path_args  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     log_level, every = pop_output_flags(args)
     # the CLI's exit codes (rise_batch.errors)
-    return run_main(lambda: _run(args), "run_trajectories", log_level=log_level, progress_every=every)
+    return run_main(
+        lambda: check_path_args(parser, args) or _run(args),
+        "run_trajectories",
+        log_level=log_level,
+        progress_every=every,
+    )
 
 
 def _run(args: argparse.Namespace) -> int:

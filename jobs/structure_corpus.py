@@ -18,6 +18,7 @@ from rise_batch.commands.job_paths import add_base_flag, anchor_paths  # noqa: E
 from rise_batch.commands.structure import add_structure_flags, config_from_args  # noqa: E402
 from rise_batch.errors import run_main  # noqa: E402
 from rise_batch.logs import add_output_flags, pop_output_flags  # noqa: E402
+from rise_batch.option_paths import check_path_args  # noqa: E402
 from rise_batch.structuring.job import next_commands, run_structure, summary_line  # noqa: E402
 
 
@@ -29,7 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     log_level, every = pop_output_flags(args)
     # the CLI's exit codes: 2 bad input, 3 --max-cost
-    return run_main(lambda: _run(args), "structure_corpus", log_level=log_level, progress_every=every)
+    return run_main(
+        lambda: check_path_args(parser, args) or _run(args),
+        "structure_corpus",
+        log_level=log_level,
+        progress_every=every,
+    )
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -64,11 +64,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from rise_batch.errors import run_main
     from rise_batch.logs import pop_output_flags
+    from rise_batch.option_paths import check_path_args
 
-    # command_name: a subcommand whose own positional is called `command` (workspace bash) names itself
+    # command_name: a subcommand that names itself in full (workspace bash)
     name = f"rise-batch {getattr(args, 'command_name', None) or args.command}"
     log_level, every = pop_output_flags(args)
-    return run_main(lambda: args.func(args), name, program="rise-batch", log_level=log_level, progress_every=every)
+
+    def command() -> int:
+        check_path_args(parser, args)  # a URI where only a local path is taken: one line naming the option
+        return args.func(args)
+
+    return run_main(command, name, program="rise-batch", log_level=log_level, progress_every=every)
 
 
 if __name__ == "__main__":

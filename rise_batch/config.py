@@ -18,9 +18,11 @@ from typing import Any, get_type_hints
 
 from rise_batch.corpus.readers import COLUMNS_HELP, canonical_columns, corpus_help
 from rise_batch.errors import ConfigError as ConfigError  # re-exported: callers import it from here too
+from rise_batch.option_paths import URI, checked_path
 from rise_batch.options import option
 from rise_batch.registry import BACKENDS, TRANSPORTS, one_of
-from rise_batch.storage import is_uri, redact
+from rise_batch.storage import is_uri, location, redact
+from rise_batch.storage_errors import storage_failure
 from rise_batch.tier_rule import parse_tier
 
 HEURISTIC_VERSION = "1"
@@ -63,6 +65,7 @@ class LLMConfig:
     prices_file: str | None = option(
         None,
         metavar="YAML",
+        path=URI,
         help="prices of models not in the packaged table (or overriding it): `models: {NAME: {input: USD, "
         "cached_input: USD, output: USD}}` per 1M tokens; --max-cost refuses to start on a model without a price",
     )
@@ -158,14 +161,14 @@ class BatchConfig:
 class StructureConfig:
     """`rise-batch structure`'s settings: the YAML keys (nested `llm:` and `batch:`) and the flags are these fields."""
 
-    corpus: str = option("", help=corpus_help)
-    out: str = option("", help="output directory (created; re-running the same command resumes)")
+    corpus: str = option("", path=URI, help=corpus_help)
+    out: str = option("", path=URI, help="output directory (created; re-running the same command resumes)")
     backend: str = option(
         "heuristic",
         choices=lambda: list(BACKENDS),
         help=lambda: "; ".join(f"{b.name}: {b.help}" for b in BACKENDS.values()),
     )
-    prompt: str = option("structure_toc.txt", help="structuring prompt: a name in prompts/ or a file path")
+    prompt: str = option("structure_toc.txt", path=URI, help="structuring prompt: a name in prompts/ or a file path")
     limit: int | None = option(None, help="structure only the first N valid documents")
     on_bad_row: str = option(
         "error",
@@ -209,6 +212,7 @@ class StructureConfig:
         None,
         flag="--llm-tier",
         metavar="RULE",
+        path=URI,
         help="only these documents go to the LLM, the rest get the heuristic TOC: 'chars>=N' or a docid list file",
         shown="all",
     )
@@ -305,13 +309,15 @@ def build_section(cls: type, data: dict[str, Any], where: str) -> Any:
     if unknown:
         raise ConfigError(f"unknown key(s) {sorted(unknown)} in {where or 'config'}; known: {sorted(known)}")
     kwargs: dict[str, Any] = {}
+    paths = {f.name: f.metadata.get("path") for f in fields(cls)}
     for name, value in data.items():
         hint = hints[name]
         key = f"{where}.{name}" if where else name
         if dataclasses.is_dataclass(hint):
             kwargs[name] = build_section(hint, value or {}, key)
             continue
-        kwargs[name] = _coerce(value, hint, key)
+        # a URI where a local path must be: one line naming the key; file:// as the path it names
+        kwargs[name] = checked_path(key, _coerce(value, hint, key), paths.get(name))
     return cls(**kwargs)
 
 
@@ -360,8 +366,10 @@ def read_yaml_section(path: str | Path | None, section: str) -> dict[str, Any]:
     import yaml
 
     try:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        loaded = yaml.safe_load(location(path).read_text()) or {}  # a path or a URI
     except (OSError, yaml.YAMLError) as e:
+        if storage_failure(e):  # storage unreachable: its own one line, maybe exit 75 (errors.as_user_error)
+            raise
         raise ConfigError(f"cannot read config {path}: {e}") from e
     if not isinstance(loaded, dict):
         raise ConfigError(f"{path}: expected a mapping of settings, got {type(loaded).__name__}")

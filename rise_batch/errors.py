@@ -16,6 +16,9 @@ the job that runs the same function exit the same way:
 - 75 (`EXIT_RETRY`, sysexits' EX_TEMPFAIL): a run that finished what it could but left work that failed for a
   transient reason (`RunIncomplete`: a connection refused, a lost node; `MemoryPressure`: Ray's memory monitor kept
   killing its workers); the same command retries exactly that work;
+- object storage that cannot be reached (pyarrow's raw OSError): one line naming the URI and the endpoint, 75
+  (`StorageUnreachable`: connection refused, timeout, 5xx) or 2 (`StorageError`: no such bucket, refused
+  credentials, an endpoint that does not resolve), see `as_user_error`;
 - 130 (`EXIT_INTERRUPTED`) on Ctrl-C: everything written so far is kept, so the advice is to re-run;
 - anything else is a bug: it propagates with its traceback.
 """
@@ -28,6 +31,7 @@ from collections.abc import Callable
 from rise_batch.io import remove_unused_outputs
 from rise_batch.logs import setup_logging
 from rise_batch.storage import redact_text  # a URI's credentials never reach a message
+from rise_batch.storage_errors import storage_failure
 
 EXIT_USAGE = 2
 EXIT_BUDGET = 3
@@ -68,6 +72,23 @@ class MemoryPressure(CleanExit, Exception):
     exit_code = EXIT_RETRY
 
 
+class StorageUnreachable(CleanExit, Exception):
+    """Storage that could not be reached for a transient reason (a connection refused or timed out, a 5xx): the
+    message names the URI and the endpoint; the same command resumes once it is back."""
+
+    exit_code = EXIT_RETRY
+
+
+def as_user_error(exc: BaseException) -> BaseException:
+    """`exc`, or for an error of object storage (pyarrow's raw OSError, maybe raised in a Ray worker) the one-line
+    error it stands for: StorageUnreachable (exit 75) or StorageError (bad configuration, exit 2)."""
+    for e in (exc, getattr(exc, "cause", None), exc.__cause__):
+        failure = storage_failure(e) if isinstance(e, OSError) and not isinstance(e, USER_ERRORS) else None
+        if failure is not None:
+            return StorageUnreachable(failure.message) if failure.transient else StorageError(failure.message)
+    return exc
+
+
 def exit_code_for(exc: BaseException) -> int | None:
     """The exit code an entry point returns for `exc`; None for a bug (let it propagate with its traceback)."""
     if isinstance(exc, CleanExit):
@@ -106,7 +127,8 @@ def run_main(
         code = int(fn() or 0)
         ok = code == 0
         return code
-    except BaseException as e:
+    except BaseException as raised:
+        e = as_user_error(raised)
         code = exit_code_for(e)
         if code is None:
             raise

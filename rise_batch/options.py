@@ -18,6 +18,8 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, get_type_hints
 
+from rise_batch.option_paths import PathKind, path_argument
+
 _MISSING: Any = dataclasses.MISSING
 
 
@@ -32,6 +34,7 @@ def option(
     default_factory: Callable[[], Any] = _MISSING,
     repeatable: bool = False,
     parse: Callable[[str], Any] | None = None,
+    path: PathKind | None = None,
 ) -> Any:
     """A dataclass field documented as an option.
 
@@ -40,8 +43,9 @@ def option(
     function giving one when the parser is built (a registry that may grow); shown: the default as --help and the docs
     say it when the value alone does not (None meaning "the model's", a default that depends on another key);
     repeatable: a list field given once per value (`--query A --query B`); parse: the function argparse converts the
-    value with, where it is not the field's int or float. A field no command offers as a flag is a
-    config-file key; the docs list it all the same."""
+    value with, where it is not the field's int or float; path: what a path option takes (`URI`, or `local(why)`:
+    a storage URI refused, for the CLI's flags and the config files alike, see option_paths.py). A field no command
+    offers as a flag is a config-file key; the docs list it all the same."""
     meta = {
         "help": help,
         "flag": flag,
@@ -50,6 +54,7 @@ def option(
         "shown": shown,
         "repeatable": repeatable,
         "parse": parse,
+        "path": path,
     }
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
@@ -78,6 +83,7 @@ class Option(NamedTuple):
     shown: str | None
     repeatable: bool = False
     parse: Any = None
+    path: PathKind | None = None
 
 
 def _base(hint: Any) -> Any:
@@ -112,6 +118,7 @@ def options(cls: type, prefix: str = "", defaults: Any = None) -> dict[str, Opti
             m["shown"],
             m.get("repeatable", False),
             m.get("parse"),
+            m.get("path"),
         )
     return found
 
@@ -198,7 +205,7 @@ def add_option(container: argparse._ActionsContainer, opt: Option, entry: Entry,
             kwargs["metavar"] = opt.metavar
     if entry.required:
         kwargs["required"] = True
-    container.add_argument(entry.flag or opt.flag, **kwargs)
+    path_argument(container, entry.flag or opt.flag, path=opt.path, **kwargs)
 
 
 def add_layout(
@@ -249,9 +256,16 @@ def _row(opt: Option, flag: str, key_prefix: str | None, help: str | None, shown
     else:
         default = f"`{value}`" if (value := shown_default(opt)) else ""
     choices = opt.choices() if callable(opt.choices) else opt.choices
-    kind = r" \| ".join(f"`{c}`" for c in choices) if choices else opt.type.__name__
+    kind = r" \| ".join(f"`{c}`" for c in choices) if choices else _kind_name(opt)
     if opt.repeatable:
         kind += ", repeatable"
     key = [] if key_prefix is None else [f"`{key_prefix}{opt.key}`"]
     cells = [flag, *key, kind, default, resolve_help(help or opt.help).replace("|", "\\|")]
     return "| " + " | ".join(cells) + " |"
+
+
+def _kind_name(opt: Option) -> str:
+    """The type column: a path option says whether it takes a storage URI."""
+    if opt.path is None:
+        return opt.type.__name__
+    return "path or URI" if opt.path.kind == "uri" else "local path"

@@ -10,6 +10,8 @@ import hashlib
 import sys
 from pathlib import Path
 
+from rise_batch.storage import AnyPath, is_local_path, location, redact
+
 
 def _prompts_dir() -> Path:
     """The checkout's prompts/ (editable installs, jobs' working dirs); else the copy a wheel installs."""
@@ -37,6 +39,11 @@ def prompt_path(name: str) -> Path:
 
 def load_prompt(name: str) -> str:
     """The prompt's text; a missing, unreadable or non-UTF-8 prompt is a one-line user error naming the file."""
+    if not is_local_path(name):  # a URI: the object itself
+        path = location(name)
+        if not path.is_file():
+            raise FileNotFoundError(f"prompt file {redact(name)!r} not found")
+        return _read_text(path)
     path = prompt_path(name)
     if not path.is_file():
         if path.parent != PROMPTS_DIR:
@@ -47,6 +54,10 @@ def load_prompt(name: str) -> str:
         raise FileNotFoundError(
             f"prompt {name!r} not found at {path} (available: {', '.join(have) or 'none'}; or give a file path)"
         )
+    return _read_text(path)
+
+
+def _read_text(path: AnyPath) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:

@@ -33,7 +33,7 @@ from typing import IO, Any, NamedTuple
 
 from rise_batch.io import RefusedFile, open_regular
 from rise_batch.names import safe_stem
-from rise_batch.storage import ObjectPath, location
+from rise_batch.storage import AnyPath, ObjectPath, location
 
 
 class Query(NamedTuple):
@@ -106,7 +106,7 @@ def parse_query(row: Any, where: str, line: int = 0, ids_optional: bool = False)
     return Query(str(qid), query, _answers(row, where), _gold(row, where), evidence)
 
 
-def _json_list(path: Path, ids_optional: bool) -> list[Query]:
+def _json_list(path: AnyPath, ids_optional: bool) -> list[Query]:
     """A `.json` file holding one list of rows (the SQuAD-style list form); rows are numbered from 1."""
     with _open_text(path, "query file", "--queries") as fh:
         rows = _loads(_read_all(fh, path), path)
@@ -118,7 +118,7 @@ def _json_list(path: Path, ids_optional: bool) -> list[Query]:
 def read_queries(path: str | Path, limit: int | None = None, *, ids_optional: bool = False) -> list[Query]:
     """All queries of a .jsonl, .tsv or .json file (each maybe .gz), in file order; duplicate ids are refused
     unless `ids_optional`."""
-    path = location(path)  # a query file in object storage too (`s3://…`): read whole, as any object
+    path = location(path)  # a path or a URI: `s3://b/q.jsonl` is never taken for the relative path `s3:/b/q.jsonl`
     tsv = path.name.endswith((".tsv", ".tsv.gz"))
     if path.name.endswith((".json", ".json.gz")):
         out = _json_list(path, ids_optional)[:limit]
@@ -129,7 +129,7 @@ def read_queries(path: str | Path, limit: int | None = None, *, ids_optional: bo
     return out
 
 
-def _refuse_shared_names(path: Path, queries: list[Query]) -> None:
+def _refuse_shared_names(path: AnyPath, queries: list[Query]) -> None:
     """Each query's trajectory and judgment are files named by its id (`names.safe_stem`), so two ids must not
     share a file name: `a/b` and `a_b-c14cddc0` (the first one's safe name) would both be reported as run, the second
     file overwriting the first. Duplicate ids are the plain case of the same thing."""
@@ -148,7 +148,7 @@ def _refuse_shared_names(path: Path, queries: list[Query]) -> None:
         )
 
 
-def _read_lines(path: Path, tsv: bool, limit: int | None, ids_optional: bool) -> list[Query]:
+def _read_lines(path: AnyPath, tsv: bool, limit: int | None, ids_optional: bool) -> list[Query]:
     out: list[Query] = []
     with _open_text(path, "query file", "--queries") as fh:
         for n, line in enumerate(_lines(fh, path), 1):
@@ -167,9 +167,10 @@ def _read_lines(path: Path, tsv: bool, limit: int | None, ids_optional: bool) ->
     return out
 
 
-def _open_text(path: Path, what: str, flag: str) -> IO[str]:
+def _open_text(path: AnyPath, what: str, flag: str) -> IO[str]:
     """`path` as UTF-8 text (gunzipped when it ends in .gz), if it is a regular file: a directory or a FIFO is a
-    one-line QueryFileError naming it (a FIFO used to hang the reader, a directory to be a traceback)."""
+    one-line QueryFileError naming it (a FIFO used to hang the reader, a directory to be a traceback); an object
+    of object storage is read as a stream."""
     try:
         raw = path.open("rb") if isinstance(path, ObjectPath) else open_regular(path)
     except FileNotFoundError:
@@ -177,12 +178,14 @@ def _open_text(path: Path, what: str, flag: str) -> IO[str]:
     except RefusedFile as e:
         raise QueryFileError(f"{what} {e}") from None
     except OSError as e:
+        if isinstance(path, ObjectPath):  # storage unreachable: its own one line (errors.as_user_error)
+            raise
         raise QueryFileError(f"{what} {path} cannot be read: {e.strerror}") from None
     binary: IO[bytes] = gzip.GzipFile(fileobj=raw, mode="rb") if path.suffix == ".gz" else raw
     return io.TextIOWrapper(binary, encoding="utf-8")
 
 
-def _lines(fh: IO[str], path: Path) -> Any:
+def _lines(fh: IO[str], path: AnyPath) -> Any:
     """The lines of `fh`; a file that is not UTF-8 (or not gzip, for .gz) is a QueryFileError naming it."""
     try:
         yield from fh
@@ -192,7 +195,7 @@ def _lines(fh: IO[str], path: Path) -> Any:
         ) from None
 
 
-def _read_all(fh: IO[str], path: Path) -> str:
+def _read_all(fh: IO[str], path: AnyPath) -> str:
     return "".join(_lines(fh, path))
 
 
@@ -217,7 +220,7 @@ def answers_by_id(path: str | Path | None) -> dict[str, tuple[str, ...]]:
 def read_qrels(path: str | Path) -> dict[str, tuple[str, ...]]:
     """query id -> relevant docids (rel > 0, file order) of a TREC qrels file: `qid iter docid rel` per line,
     whitespace-separated (the iteration column, `0` or `Q0`, is ignored, as trec_eval ignores it)."""
-    path = Path(path)
+    path = location(path)
     found: dict[str, dict[str, None]] = {}
     with _open_text(path, "qrels file", "--qrels") as fh:
         for n, line in enumerate(_lines(fh, path), 1):

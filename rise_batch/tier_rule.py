@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from pathlib import Path
 from typing import NamedTuple
 
 from rise_batch.errors import ConfigError
+from rise_batch.storage import location
 from rise_batch.types import Doc
 
 _CHARS = re.compile(r"\s*chars\s*>=\s*(\d+)\s*")
@@ -42,7 +42,7 @@ def parse_tier(spec: str) -> TierRule:
     m = _CHARS.fullmatch(spec)
     if m:
         return TierRule(spec, min_chars=int(m.group(1)))
-    path = Path(spec)
+    path = location(spec)  # a path or a URI
     if not path.is_file():
         raise ConfigError(f"tier {spec!r}: expected 'chars>=N' or the path of a file of docids (one per line)")
     lines = (x.strip() for x in path.read_text(encoding="utf-8").splitlines())

@@ -57,6 +57,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "rise_batch.progress",
         "rise_batch.names",
         "rise_batch.storage",
+        "rise_batch.storage_errors",  # what an error of object storage means (URI, endpoint, transient or not)
         "rise_batch.io",
         "rise_batch.errors",
         "rise_batch.prompts",
@@ -70,6 +71,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "rise_batch.counters",  # transport counters summed across workers
         "rise_batch.cache",  # node-local copies of object storage (index, docs tree), made once per node
         "rise_batch.options",  # config fields as options: their flags and the docs' option tables
+        "rise_batch.option_paths",  # what a path option takes: a URI, or a local path only
     ),
     ("rise_batch.corpus",),
     ("rise_batch.config",),

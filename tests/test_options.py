@@ -175,7 +175,7 @@ def test_a_repeatable_field_is_an_append_flag_whose_default_list_is_the_parsers_
     table = markdown_table(Layout(IndexOptions, (Section(None, ("query", Entry("out", required=True))),)), None)
     assert "| flag | type | default | help |" in table  # no config file: no key column
     assert "| `--query` | str, repeatable |  |" in table
-    assert "| `--out` | str | required |" in table
+    assert "| `--out` | path or URI | required |" in table  # a path option says whether it takes a URI
 
 
 def test_the_code_behind_a_command_defaults_to_its_options_fields() -> None:

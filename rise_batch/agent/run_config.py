@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from rise_batch.config import ConfigError, LLMConfig, build_section, read_yaml_section, section_mapping
 from rise_batch.index.retriever_kinds import spec_help
 from rise_batch.llm.transport import APIS  # chat completions, or the Responses API
+from rise_batch.option_paths import URI, local
 from rise_batch.options import option
 from rise_batch.queries import GOLD_SETS
 from rise_batch.storage import ObjectPath, location, redact, staging_path
@@ -42,18 +43,21 @@ class RunConfig:
     """`rise-batch run`'s settings: the YAML keys (optionally under `run:`, with a nested `llm:`) and the flags."""
 
     queries: str = option(
-        "", help="query file (JSONL[.gz], TSV, .json list) with query_id, query, optionally answer and gold"
+        "", path=URI, help="query file (JSONL[.gz], TSV, .json list) with query_id, query, optionally answer and gold"
     )
     system: str = option("rise", help=lambda: systems_help())
-    out: str = option("", help="run directory (created; re-running the same command resumes)")
-    docs: str = option("", help="structured docs dir (a `structure` output: corpus/<relpath> + docmap.parquet)")
+    out: str = option("", path=URI, help="run directory (created; re-running the same command resumes)")
+    docs: str = option(
+        "", path=URI, help="structured docs dir (a `structure` output: corpus/<relpath> + docmap.parquet)"
+    )
     original_docs: str | None = option(
         None,
+        path=URI,
         help="docs dir with the original text, for systems that read original files",
         shown="derived once into DOCS/original/ by removing the TOCs",
     )
     index: str | None = option(
-        None, help="BM25 index directory (from `rise-batch index` or `structure --index`; not needed by dci)"
+        None, path=URI, help="BM25 index directory (from `rise-batch index` or `structure --index`; not needed by dci)"
     )
     retriever: str = option("bm25", help=spec_help)
     embedder: str | None = option(None, help="dense/hybrid: must match the index's model", shown="the recorded one")
@@ -68,7 +72,7 @@ class RunConfig:
         "(evidence)",
     )
     qrels: str | None = option(
-        None, help="TREC qrels file (`qid iter docid rel`) whose relevant docs are gold_R's gold"
+        None, path=URI, help="TREC qrels file (`qid iter docid rel`) whose relevant docs are gold_R's gold"
     )
     workers: int = option(2, help="Ray actors; 0 runs everything in this process")
     concurrency: int = option(8, help="trajectories in flight across all workers")
@@ -83,11 +87,13 @@ class RunConfig:
     )
     workspace_root: str | None = option(
         None,
+        path=local("workspaces are local directories of hardlinks the sandbox mounts"),
         help="where per-query workspaces live",
         shown="RUN_DIR/workspaces, or beside the node's cache when the docs are in object storage",
     )
     cache_dir: str | None = option(
         None,
+        path=local("the node's copies of object storage live on its own disk"),
         help="where each node keeps its copies of --docs/--index in object storage, made once per node and reused",
         shown="$RISE_BATCH_CACHE, else <node's temp dir>/rise-batch-cache",
     )
@@ -148,8 +154,8 @@ class RunConfig:
             raise ConfigError("grace_s and kill_grace_s must be >= 0")
         if self.gold not in GOLD_SETS:
             raise ConfigError(f"gold must be one of {', '.join(GOLD_SETS)}, got {self.gold!r}")
-        if self.qrels and not Path(self.qrels).is_file():
-            what = "is not a regular file" if Path(self.qrels).exists() else "does not exist"
+        if self.qrels and not location(self.qrels).is_file():  # a path or a URI
+            what = "is not a regular file" if location(self.qrels).exists() else "does not exist"
             raise ConfigError(f"qrels file {self.qrels} {what} (check the --qrels path)")
         self.check_retriever(system.uses_index)
         if self.index_backend not in ("auto", "numpy", "numba"):

@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from rise_batch.option_paths import local
 from rise_batch.options import Layout, Section, add_layout, option
 
 ENABLE_BWRAP = "sudo apt-get install bubblewrap"
@@ -23,7 +24,12 @@ ENABLE_BWRAP = "sudo apt-get install bubblewrap"
 class DemoOptions:
     """`demo`'s settings (its flags)."""
 
-    out: str = option("demo_out", help="output directory", shown="./demo_out")
+    out: str = option(
+        "demo_out",
+        path=local("the demo ends with a workspace of hardlinks into its corpus"),
+        help="output directory",
+        shown="./demo_out",
+    )
     query: str = option("anarchist philosophy Proudhon", help="sample search query")
 
 

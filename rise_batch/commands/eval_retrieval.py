@@ -6,6 +6,7 @@ import argparse
 from dataclasses import dataclass
 
 from rise_batch.index.retriever_kinds import spec_help
+from rise_batch.option_paths import URI
 from rise_batch.options import Entry, Layout, Section, add_layout, option
 
 
@@ -13,17 +14,19 @@ from rise_batch.options import Entry, Layout, Section, add_layout, option
 class EvalRetrievalOptions:
     """`eval-retrieval`'s settings (its flags and docs/retrieval.md's table)."""
 
-    index: str = option("", help="index directory built by `rise-batch index`")
-    queries: str = option("", help="query file with query and gold (query_id optional)")
+    index: str = option("", path=URI, help="index directory built by `rise-batch index`")
+    queries: str = option("", path=URI, help="query file with query and gold (query_id optional)")
     gold: str = option(
         "gold",
         choices=["gold", "evidence"],
         help="which documents of the query file are gold: gold_docs/gold_doc_ids or evidence_docs/evidence_doc_ids "
         "(what BrowseComp-Plus scores retrieval against)",
     )
-    qrels: str | None = option(None, help="TREC qrels file (`qid iter docid rel`, rel > 0 is gold); replaces --gold")
+    qrels: str | None = option(
+        None, path=URI, help="TREC qrels file (`qid iter docid rel`, rel > 0 is gold); replaces --gold"
+    )
     trec_run: str | None = option(
-        None, metavar="FILE", help="also write every query's top max(K) as `qid Q0 docid rank score tag`"
+        None, metavar="FILE", path=URI, help="also write every query's top max(K) as `qid Q0 docid rank score tag`"
     )
     retriever: str | None = option(
         None,
@@ -35,7 +38,7 @@ class EvalRetrievalOptions:
     )
     tag: str | None = option(None, help="run tag of --trec-run lines", shown="rise-batch-<retriever>")
     k: str = option("10,100,1000", help="comma-separated cut-offs")
-    out: str | None = option(None, help="write per-query results and the summary as JSON")
+    out: str | None = option(None, path=URI, help="write per-query results and the summary as JSON")
     batch: int = option(64, help="queries per search call")
 
 
@@ -70,12 +73,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-    from pathlib import Path
-
     from rise_batch.eval.export import write_trec_run
     from rise_batch.index.recall import score_recall, search_all
     from rise_batch.index.retriever import default_retriever, open_retriever, parse_retriever
+    from rise_batch.io import write_json_atomic
     from rise_batch.queries import QueryFileError, gold_label, read_queries, select_gold
 
     ks = sorted({int(x) for x in args.k.split(",") if x.strip()})
@@ -112,6 +113,6 @@ def run(args: argparse.Namespace) -> int:
         )
         print(f"  wrote {args.trec_run} ({n} lines, {len(searched)} queries)")
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2))
+        write_json_atomic(args.out, result, indent=2)  # a path or a URI (one PUT)
         print(f"  wrote {args.out}")
     return 0

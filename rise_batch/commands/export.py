@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from rise_batch.option_paths import URI, path_argument
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -17,9 +19,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("format", choices=["bcp"], help="output format")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of `rise-batch run`")
-    p.add_argument("--out", required=True, help="output directory (created; must hold no .json file)")
-    p.add_argument("--docs", help="docs directory whose docmap maps cited files to docids (default: the run's)")
+    path_argument(p, "run_dir", path=URI, metavar="RUN_DIR", help="a run directory of `rise-batch run`")
+    path_argument(p, "--out", path=URI, required=True, help="output directory (created; must hold no .json file)")
+    path_argument(
+        p, "--docs", path=URI, help="docs directory whose docmap maps cited files to docids (default: the run's)"
+    )
     p.add_argument("--force", action="store_true", help="replace the .json files already in --out")
     p.set_defaults(func=run)
 

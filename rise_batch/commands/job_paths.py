@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rise_batch.errors import ConfigError
+from rise_batch.option_paths import local, path_argument
 from rise_batch.storage import is_uri
 
 OUTPUT_KEYS = frozenset({"out", "workspace_root"})
@@ -35,7 +36,13 @@ BASE_HELP = (
 
 
 def add_base_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--base", metavar="DIR", help=BASE_HELP)
+    path_argument(
+        p,
+        "--base",
+        path=local("relative paths resolve against a directory of this node"),
+        metavar="DIR",
+        help=BASE_HELP,
+    )
 
 
 def in_uploaded_working_dir() -> bool:

@@ -6,6 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from rise_batch.eval.sweep import JudgeSpec
+from rise_batch.option_paths import URI, path_argument
 from rise_batch.options import Entry, Layout, Section, add_layout
 
 if TYPE_CHECKING:
@@ -44,10 +45,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "and its bootstrap 95% interval; exits 1 when a call failed or a query stayed unjudged."
         ),
     )
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directory written by `rise-batch run`")
+    path_argument(
+        p, "run_dirs", path=URI, nargs="+", metavar="RUN_DIR", help="run directory written by `rise-batch run`"
+    )
     groups = add_layout(p, JUDGE_OPTIONS)
     groups[None].add_argument("--force", action="store_true", help="re-grade queries that already have a judgment")
-    p.add_argument("--queries", help="query file with gold answers (default: the run's own, from run.json)")
+    path_argument(p, "--queries", path=URI, help="query file with gold answers (default: the run's own, from run.json)")
     p.add_argument("--json", action="store_true", help="print the summaries as JSON")
     p.set_defaults(func=run)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from rise_batch.option_paths import URI, local, path_argument
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -12,9 +14,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="re-create OUT/corpus/<relpath> files from a finished run's checkpoint",
         description="Re-render every checkpointed document into OUT/corpus/, or into --dest (no LLM calls).",
     )
-    p.add_argument("out", help="the output directory of a `structure` run (a path or a URI such as s3://bucket/run)")
-    p.add_argument(
+    path_argument(
+        p, "out", path=URI, help="the output directory of a `structure` run (a path or a URI such as s3://bucket/run)"
+    )
+    path_argument(
+        p,
         "--dest",
+        path=local(
+            "the tree is one file per document for hardlinked workspaces and rg (in object storage the "
+            "checkpoint is the corpus)"
+        ),
         help="write the tree here instead of OUT/corpus/ (a local directory; required when OUT is object storage)",
     )
     p.set_defaults(func=run)

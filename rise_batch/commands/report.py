@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from rise_batch.option_paths import URI, path_argument
 from rise_batch.options import Entry, Layout, Section, add_layout, option
 
 
@@ -12,12 +13,12 @@ from rise_batch.options import Entry, Layout, Section, add_layout, option
 class ReportOptions:
     """`report`'s settings (its flags and docs/agents.md's table)."""
 
-    out: str = option("", help="output directory")
+    out: str = option("", path=URI, help="output directory")
     retrieval: list[str] = option(
-        default_factory=list, repeatable=True, metavar="JSON", help="eval-retrieval results file (repeatable)"
+        default_factory=list, repeatable=True, metavar="JSON", path=URI, help="eval-retrieval results file (repeatable)"
     )
     qrels: str | None = option(
-        None, help="TREC qrels file (`qid iter docid rel`): gold_R and cov_mean against its relevant docs"
+        None, path=URI, help="TREC qrels file (`qid iter docid rel`): gold_R and cov_mean against its relevant docs"
     )
     calibration_bin: int = option(100, help="answers per calibration bin")
 
@@ -40,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "accuracy vs K and vs corpus size. --retrieval adds `eval-retrieval --out` results."
         ),
     )
-    p.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="run directories (judged)")
+    path_argument(p, "run_dirs", path=URI, nargs="*", metavar="RUN_DIR", help="run directories (judged)")
     add_layout(p, REPORT_OPTIONS)
     p.set_defaults(func=run)
 

@@ -6,6 +6,9 @@ import argparse
 import json
 
 from rise_batch.agent.run_config import RunConfig
+
+# What `run` (and jobs/run_trajectories.py) offers of RunConfig, by --help section; each field's default, type, help
+from rise_batch.option_paths import URI, path_argument
 from rise_batch.options import Entry, Layout, Section, add_layout
 
 # What `run` (and jobs/run_trajectories.py) offers of RunConfig, by --help section; each field's default, type, help
@@ -43,7 +46,9 @@ RUN_OPTIONS = Layout(
 
 def add_run_flags(p: argparse.ArgumentParser) -> None:
     """Flags shared by `run` and jobs/run_trajectories.py; None means 'take the config file's value'."""
-    p.add_argument("--config", help="YAML config (keys of RunConfig, optionally under `run:`; flags override it)")
+    path_argument(
+        p, "--config", path=URI, help="YAML config (keys of RunConfig, optionally under `run:`; flags override it)"
+    )
     add_layout(p, RUN_OPTIONS)
 
 

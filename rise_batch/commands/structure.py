@@ -6,6 +6,9 @@ import argparse
 import json
 
 from rise_batch.config import StructureConfig
+
+# What `structure` (and jobs/structure_corpus.py) offers of StructureConfig, by --help section; each field's
+from rise_batch.option_paths import URI, path_argument
 from rise_batch.options import Layout, Section, add_layout
 
 # What `structure` (and jobs/structure_corpus.py) offers of StructureConfig, by --help section; each field's
@@ -50,7 +53,7 @@ def add_columns_flag(p: argparse.ArgumentParser) -> None:
 
 def add_structure_flags(p: argparse.ArgumentParser) -> None:
     """Flags shared by `structure` and jobs/structure_corpus.py; None means 'take the config file's value'."""
-    p.add_argument("--config", help="YAML config (keys of StructureConfig; flags override it)")
+    path_argument(p, "--config", path=URI, help="YAML config (keys of StructureConfig; flags override it)")
     add_layout(p, STRUCTURE_OPTIONS)
 
 

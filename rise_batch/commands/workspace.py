@@ -11,16 +11,24 @@ from dataclasses import dataclass
 
 from rise_batch.agent.run_config import RunConfig
 from rise_batch.index.retriever_kinds import spec_help
+from rise_batch.option_paths import URI, local, path_argument
 from rise_batch.options import Entry, Layout, Section, add_layout, option, same_as
+
+WS_LOCAL = local("a workspace is a local directory of hardlinks into the corpus, read through the sandbox")
 
 
 @dataclass(frozen=True)
 class SearchOptions:
     """`workspace search`'s settings (its flags and docs/retrieval.md's table)."""
 
-    index: str = option("", help="index directory (from `rise-batch index`)")
-    docs: str = option("", help="materialized docs dir: DIR/corpus/<relpath> + DIR/docmap.parquet")
-    workspace: str = option("", metavar="WS", help="workspace directory (created if missing)")
+    index: str = option("", path=URI, help="index directory (from `rise-batch index`)")
+    docs: str = option(
+        "",
+        path=URI,
+        help="materialized docs dir: DIR/corpus/<relpath> + DIR/docmap.parquet (or a `structure` OUT in object "
+        "storage, copied once into the node's cache)",
+    )
+    workspace: str = option("", metavar="WS", path=WS_LOCAL, help="workspace directory (created if missing)")
     k: int = option(1000, flag="-k", help="documents linked per query")
     preview: int = option(10, help="previewed hits per query")
     backend: str = option(
@@ -85,20 +93,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=run)
 
     b = wsub.add_parser("bash", help="run a shell command in the sandbox, WS read-only as the working directory")
-    b.add_argument("workspace", metavar="WS", help="workspace directory (made by `rise-batch workspace search`)")
-    b.add_argument("command", help='e.g. "rg -l Lyon | head"')
+    _ws_argument(b)
+    b.add_argument("shell_command", metavar="command", help='e.g. "rg -l Lyon | head"')
     add_layout(b, BASH_OPTIONS)
     b.set_defaults(func=run, command_name="workspace bash")
 
     r = wsub.add_parser("read", help="print numbered lines of a workspace file")
-    r.add_argument("workspace", metavar="WS", help="workspace directory (made by `rise-batch workspace search`)")
+    _ws_argument(r)
     r.add_argument("path", help="path relative to the workspace, as rg/ls print it")
     add_layout(r, READ_OPTIONS)
     r.set_defaults(func=run)
 
     i = wsub.add_parser("info", help="size of the workspace and what each search call added")
-    i.add_argument("workspace", metavar="WS", help="workspace directory (made by `rise-batch workspace search`)")
+    _ws_argument(i)
     i.set_defaults(func=run)
+
+
+def _ws_argument(p: argparse.ArgumentParser) -> None:
+    path_argument(
+        p, "workspace", path=WS_LOCAL, metavar="WS", help="workspace directory (made by `rise-batch workspace search`)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -124,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         check_limit("--max-output", args.max_output, integer=True)
         limits = SandboxLimits(timeout_s=args.timeout, max_output_chars=args.max_output)
         box = Sandbox(ws_dir / FILES, limits, allow_unsandboxed=args.unsandboxed)  # SandboxUnavailable: exit 2
-        res = box.run(args.command)
+        res = box.run(args.shell_command)
         print(res.render(limits.timeout_s))
         return 0 if res.exit_code == 0 else 1
     if args.ws_command == "read":
@@ -143,13 +157,26 @@ def _search(args: argparse.Namespace, ws_dir) -> int:
     from rise_batch.space.workspace import DocStore, Workspace
 
     retriever = args.retriever or default_retriever(args.index)
-    store = DocStore(args.docs)  # docs and index are checked before WS is made
+    store = DocStore(local_docs_dir(args.docs))  # docs and index are checked before WS is made
     index = open_retriever(args.index, retriever, embedder=args.embedder, backend=args.backend)
     ws = Workspace(ws_dir, store, keep=True)
     res = search_into(index, ws, args.queries, args.k, args.preview)
     print(res.text)
     print(f'(workspace: {ws.path}; explore with `rise-batch workspace bash {ws.path} "rg -l WORD | head"`)')
     return 1 if res.error else 0
+
+
+def local_docs_dir(docs: str) -> str:
+    """`docs` itself, or for a `structure` OUT in object storage this node's verified copy of it (made once, as a
+    run's workers make theirs): a workspace hardlinks files of a local tree."""
+    from rise_batch.storage import is_local_path
+
+    if is_local_path(docs):
+        return docs
+    from rise_batch.agent.inputs import local_docs
+    from rise_batch.cache import cache_dir
+
+    return str(local_docs(docs, cache_dir()).path)
 
 
 def _info(ws_dir) -> int:

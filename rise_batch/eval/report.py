@@ -91,7 +91,7 @@ def write_report(
         summary, trajectories = summarize_loaded(run, bin_size=bin_size, qrels=qrels)
         summaries.append(summary)
         rows += write_trajectories(out, i, run.path, trajectories, summary["per_query"])
-    retrieval = [(Path(f).stem, read_json(Path(f))) for f in retrieval_files]
+    retrieval = [(location(f).stem, read_json(f)) for f in retrieval_files]
     plots = [
         plot_frontier(summaries, out / "accuracy_vs_cost.png"),
         plot_tool_calls(summaries, out / "tool_calls.png"),

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from rise_batch.agent.run_config import AGENT_LLM_DEFAULTS, RunConfig
 from rise_batch.config import ConfigError, LLMConfig, build_section, section_mapping
 from rise_batch.names import portable
+from rise_batch.option_paths import URI
 from rise_batch.options import option, same_as
 from rise_batch.storage import AnyPath, child, location, open_binary
 
@@ -50,7 +51,9 @@ class JudgeSpec:
     tpm: int = same_as(LLMConfig, "tpm")
     concurrency: int = same_as(LLMConfig, "concurrency", default=16, help="requests in flight")
     prompt: str = option(
-        "judge_grader", help="grader prompt: a name in prompts/ or a file path, relative to the working directory"
+        "judge_grader",
+        path=URI,
+        help="grader prompt: a name in prompts/ or a file path, relative to the working directory",
     )
     structured_output: bool = same_as(LLMConfig, "structured_output")
     mode: str = option(
@@ -198,7 +201,7 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
     import yaml
 
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        data = yaml.safe_load(location(path).read_text()) or {}  # a path or a URI
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"cannot read sweep config {path}: {e}") from e
     return parse_sweep(data)

@@ -6,16 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rise_batch.config import StructureConfig
-from rise_batch.corpus.readers import corpus_help
 from rise_batch.index.passages import DEFAULT_PASSAGES
 from rise_batch.index.retriever_kinds import RETRIEVERS
+from rise_batch.option_paths import URI
 from rise_batch.options import Entry, Layout, Section, option, same_as
 
 
 @dataclass(frozen=True)
 class IndexOptions:
-    corpus: str = option("", help=corpus_help)
-    out: str = option("", help="index directory to create")
+    corpus: str = same_as(StructureConfig, "corpus")
+    out: str = option("", path=URI, help="index directory to create (a path or a URI)")
     workers: int = option(2, help="tokenizer processes")
     shard_docs: int = option(2000, help="documents per shard")
     on_bad_row: str = same_as(StructureConfig, "on_bad_row", help="bad rows/duplicates policy")
