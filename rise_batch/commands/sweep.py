@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from rise_batch.eval.sweep import SweepRun
+from rise_batch.option_paths import URI, path_argument
 from rise_batch.options import Layout, Section, add_layout
 
 # docs/agents.md's table is made from this too (rise_batch/commands/doc_options.py)
@@ -42,7 +43,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "incomplete, 3 at --max-cost."
         ),
     )
-    p.add_argument("config", metavar="CONFIG", help="sweep YAML (its `sweep:` mapping or the mapping itself)")
+    path_argument(
+        p, "config", path=URI, metavar="CONFIG", help="sweep YAML (its `sweep:` mapping or the mapping itself)"
+    )
     add_sweep_flags(p)
     p.set_defaults(func=run)
 

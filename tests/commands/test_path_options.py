@@ -102,6 +102,7 @@ def scenarios(url: str) -> dict[str, Scenario]:
         "jobs/eval_sweep.py": Scenario(
             ["--config", "{--config}", "--dry-run"], {"--config": "sweep.yaml", "--base": "."}
         ),
+        "rise-batch sweep": Scenario(["sweep", "{config}", "--dry-run"], {"config": "sweep.yaml"}),
         "rise-batch materialize": Scenario(
             ["materialize", "{out}", "--dest", "{--dest}"], {"out": "st", "--dest": NEW}
         ),
