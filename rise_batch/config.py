@@ -20,6 +20,7 @@ from rise_batch.corpus.readers import COLUMNS_HELP, canonical_columns
 from rise_batch.errors import ConfigError as ConfigError  # re-exported: callers import it from here too
 from rise_batch.options import option
 from rise_batch.registry import BACKENDS, TRANSPORTS, one_of
+from rise_batch.safe_read import RefusedFile, read_regular_file
 from rise_batch.storage import is_uri, redact
 from rise_batch.tier_rule import parse_tier
 
@@ -337,19 +338,35 @@ def section_mapping(data: dict[str, Any], key: str, where: str = "") -> dict[str
     return value
 
 
+CONFIG_MAX_BYTES = 4 << 20  # a config file of settings (a price table included) is kilobytes
+
+
+def read_yaml_file(path: str | Path, what: str = "config") -> Any:
+    """A YAML file the user names (a config, a sweep, a price table), opened as every file the engine reads
+    (safe_read: below its own directory, no link followed, a regular file of at most CONFIG_MAX_BYTES), so a FIFO
+    or /dev/zero is refused at once in one line naming it instead of hanging or filling the memory."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = read_regular_file(path, below=path.parent, max_bytes=CONFIG_MAX_BYTES).decode("utf-8")
+        return yaml.safe_load(text)
+    except RefusedFile as e:
+        raise ConfigError(f"cannot read {what}: {e}") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ConfigError(f"cannot read {what} {path}: {e}") from None
+
+
 def read_yaml_section(path: str | Path | None, section: str) -> dict[str, Any]:
     """A config file's `section:` mapping, or the whole file when it has no such key; {} without a file."""
     if not path:
         return {}
-    import yaml
-
-    try:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"cannot read config {path}: {e}") from e
+    loaded = read_yaml_file(path) or {}
     if not isinstance(loaded, dict):
         raise ConfigError(f"{path}: expected a mapping of settings, got {type(loaded).__name__}")
-    return dict(loaded.get(section, loaded))
+    if section not in loaded:
+        return dict(loaded)
+    return dict(section_mapping(loaded, section, str(path)))
 
 
 def load_structure_config(path: str | Path | None = None, **overrides: Any) -> StructureConfig:

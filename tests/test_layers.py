@@ -58,6 +58,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "rise_batch.names",
         "rise_batch.storage",
         "rise_batch.io",
+        "rise_batch.safe_read",  # every file the engine reads, opened like a document (no link, regular, bounded)
         "rise_batch.errors",
         "rise_batch.prompts",
         "rise_batch.queries",
