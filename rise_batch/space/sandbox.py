@@ -424,6 +424,7 @@ class Sandbox:
                 host.cgroup if host.cgroup.ok else None,
                 self.limits.memory_bytes,
                 _sandbox_env(),
+                nice=self.limits.nice,
                 pass_fds=(() if self.isolated else (fd,)) + (() if filter_fd is None else (filter_fd,)),
                 check=_request("true", self.limits),
             )
@@ -527,7 +528,8 @@ def _spawn_collect(
     host = bounds.host_bounds()
     setpriv = _setpriv() if run_as is not None else None
     # the prefixes run as the caller; without setpriv, Popen switches the uid before any of them could
-    cgroup = bounds.CallCgroup(host.cgroup, limits.memory_bytes) if host.cgroup.ok and (setpriv or not run_as) else None
+    made = host.cgroup.ok and (setpriv or not run_as)
+    cgroup = bounds.CallCgroup(host.cgroup, limits.memory_bytes, limits.nice) if made else None
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     filter_fd = seccomp.filter_fd() if sandboxed else None
     try:
