@@ -89,6 +89,26 @@ def _mounts(fstype: str) -> list[tuple[str, set[str]]]:
     return found
 
 
+def mounts_below(root: Path) -> list[str]:
+    """Mount points strictly below `root` (a resolved path) in this mount namespace. bwrap's binds are recursive,
+    so a sandbox that binds `root` itself would show what each of them holds (a bind mount of /etc planted in a
+    shared docs dir); the isolated sandbox's overlay does not cross them."""
+    top = str(root).rstrip("/") + "/"
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    points = (_unescape(line.split(" ")[4]) for line in lines)
+    return sorted(p for p in points if p.startswith(top))
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path field: space, tab, newline and backslash are written as octal escapes."""
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(code, char)
+    return field
+
+
 def _try_child(parent: Path, version: int, cpu_parent: Path | None = None) -> CgroupSupport:
     probe = parent / f"{CGROUP_PREFIX}probe-{os.getpid()}"
     try:
