@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from rise_batch.safe_read import RefusedFile, open_regular, read_regular_file  # noqa: F401 (their old home)
+from rise_batch.safe_read import RefusedFile, open_regular, read_json_file, read_regular_file  # noqa: F401 (their old home)
 from rise_batch.storage import ObjectPath, location, move
 
 
@@ -100,9 +100,18 @@ def dump_json(obj: object, path: str | Path | ObjectPath) -> None:
     write_json_atomic(path, obj, indent=2, sort_keys=True, ensure_ascii=True, default=str)
 
 
+JSON_FILE_MAX_BYTES = 256 << 20  # a job or run file read whole (a trajectory of 300 calls is a few MB)
+
+
 def read_json(path: str | Path | ObjectPath) -> Any:
-    """The counterpart of the writers above (UTF-8 whatever the locale)."""
-    return json.loads(location(path).read_text(encoding="utf-8"))
+    """The counterpart of the writers above (UTF-8 whatever the locale). A local file is opened as every file the
+    engine reads (safe_read: below its own directory, no link followed, a regular file, at most
+    JSON_FILE_MAX_BYTES), so a FIFO or a link to /dev/zero planted in a run directory is refused at once, naming it;
+    a file that is not JSON is a ValueError naming it too."""
+    loc = location(path)
+    if isinstance(loc, ObjectPath):
+        return json.loads(loc.read_text(encoding="utf-8"))
+    return read_json_file(loc, below=loc.parent, max_bytes=JSON_FILE_MAX_BYTES)
 
 
 def write_parquet_atomic(path: str | Path | ObjectPath, table: Any) -> None:

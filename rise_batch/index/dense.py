@@ -33,7 +33,7 @@ from rise_batch.index.plan import later_copy, plan_index_shards, read_shard_docs
 from rise_batch.index.search import Hits, clamp_k
 from rise_batch.index.tables import docid_table, write_docid_table
 from rise_batch.index.tokenize import doc_digest
-from rise_batch.safe_read import load_npy, read_json_file
+from rise_batch.safe_read import SOURCE_MAX_BYTES, load_npy, read_json_file
 
 if TYPE_CHECKING:
     import numpy as np
@@ -272,7 +272,7 @@ def _merge_vectors(
 def _check_docids(out: Path, docids: list[str]) -> None:
     p = out / DOCIDS_FILE
     if p.exists():
-        have = json.loads(p.read_text())
+        have = read_json_file(p, below=out, max_bytes=SOURCE_MAX_BYTES)
         if have != docids:
             where = next(
                 (i for i, (a, b) in enumerate(zip(have, docids, strict=False)) if a != b), min(len(have), len(docids))

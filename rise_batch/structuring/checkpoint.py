@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import get_type_hints
 
 from rise_batch.io import read_json, write_json_atomic, write_parquet_atomic, write_text_atomic
+from rise_batch.safe_read import open_regular
 from rise_batch.storage import AnyPath, ObjectPath, arrow_source, location, open_binary, staging_path
 from rise_batch.types import DocResult
 
@@ -162,7 +163,9 @@ class CheckpointStore:
         if not path.exists():
             return {}
         out: dict[str, dict] = {}
-        for line in path.read_bytes().splitlines():
+        with open_regular(path, below=path.parent) as fh:  # safe_read: a FIFO or a link there is refused, not read
+            lines = fh.read().splitlines()
+        for line in lines:
             try:
                 rec = json.loads(line)
                 out[rec["docid"]] = rec
