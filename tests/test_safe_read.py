@@ -93,3 +93,27 @@ def test_load_npy_maps_only_a_whole_array_of_the_recorded_length(tmp_path: Path)
     os.mkfifo(tmp_path / "fifo.npy")
     err = _within(lambda: load_npy(tmp_path / "fifo.npy", below=tmp_path))
     assert isinstance(err, RefusedFile) and "FIFO" in str(err)
+
+
+def test_parquet_files_are_read_through_the_checked_descriptor(tmp_path: Path) -> None:
+    """docmap.parquet (load_docmap: a run's gold check, export) and checkpoint parts: a FIFO or a link to /dev/zero
+    in their place is refused at once, naming it (before: a hang, or a read of /dev/zero)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rise_batch.safe_read import read_parquet
+    from rise_batch.space.workspace import load_docmap
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    pq.write_table(pa.table({"docid": ["a"], "relpath": ["x.txt"]}), docs / "docmap.parquet")
+    assert load_docmap(docs) == {"a": "x.txt"}
+    assert read_parquet(docs / "docmap.parquet", columns=["docid"]).to_pydict() == {"docid": ["a"]}
+    (docs / "docmap.parquet").unlink()
+    (docs / "docmap.parquet").symlink_to("/dev/zero")
+    err = _within(lambda: load_docmap(docs))
+    assert isinstance(err, RefusedFile) and "docmap.parquet is a symbolic link" in str(err), err
+    (docs / "docmap.parquet").unlink()
+    os.mkfifo(docs / "docmap.parquet")
+    err = _within(lambda: load_docmap(docs))
+    assert isinstance(err, RefusedFile) and "is a FIFO" in str(err), err

@@ -27,9 +27,9 @@ import orjson
 
 from rise_batch.corpus import docmap_table
 from rise_batch.corpus.docmap import check_relpath, check_relpaths, checked_columns
-from rise_batch.safe_read import open_regular
+from rise_batch.safe_read import open_regular, read_parquet
 from rise_batch.space.safe_open import THROUGH_LINK, Below, NotADocument, copy_from, kind_of, link_from, open_path
-from rise_batch.storage import arrow_source, location
+from rise_batch.storage import location
 
 log = logging.getLogger(__name__)
 
@@ -92,13 +92,10 @@ class DocStore:
 def load_docmap(docs_dir: str | Path) -> dict[str, str]:
     """docid -> relpath of a docs dir (or a `structure` OUT in object storage); a docmap holding one unsafe relpath
     refuses the whole dir, naming the row."""
-    import pyarrow.parquet as pq
-
     path = location(docs_dir) / "docmap.parquet"
     if not path.exists():
         raise FileNotFoundError(f"no docmap.parquet in {docs_dir} (written by `rise-batch structure`)")
-    where, fs = arrow_source(path)
-    table = pq.read_table(where, columns=["docid", "relpath"], filesystem=fs)
+    table = read_parquet(path, columns=["docid", "relpath"])
     docids, rels = checked_columns(table, f"{path}: refusing this docs dir")
     return dict(zip(docids, rels, strict=True))
 
