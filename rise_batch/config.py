@@ -366,7 +366,11 @@ def read_yaml_section(path: str | Path | None, section: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: expected a mapping of settings, got {type(loaded).__name__}")
     if section not in loaded:
         return dict(loaded)
-    return dict(section_mapping(loaded, section, str(path)))
+    value = loaded[section]
+    if value is not None and not isinstance(value, dict):  # `run: [1]` was a TypeError traceback
+        shown = repr(value) if len(repr(value)) <= 100 else repr(value)[:100] + "..."
+        raise ConfigError(f"{path}: `{section}:` must be a mapping of settings, got {type(value).__name__} {shown}")
+    return dict(value or {})
 
 
 def load_structure_config(path: str | Path | None = None, **overrides: Any) -> StructureConfig:
