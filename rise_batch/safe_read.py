@@ -25,6 +25,8 @@ import stat
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from rise_batch.storage import ObjectPath, arrow_source
+
 JSON_MAX_BYTES = 64 << 20  # a small JSON file of an index or a run (meta.json, params.index.json)
 SOURCE_MAX_BYTES = 16 << 30  # a file read whole to derive a table from (docids.json, docmap.parquet)
 
@@ -120,8 +122,6 @@ def read_parquet(path: Any, columns: list[str] | None = None) -> Any:
     checkpoint part is refused, naming it. An object in object storage is read through its filesystem."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from rise_batch.storage import ObjectPath, arrow_source
 
     if isinstance(path, ObjectPath):
         where, fs = arrow_source(path)
