@@ -21,7 +21,8 @@ from rise_batch.errors import ConfigError as ConfigError  # re-exported: callers
 from rise_batch.option_paths import URI, checked_path
 from rise_batch.options import option
 from rise_batch.registry import BACKENDS, TRANSPORTS, one_of
-from rise_batch.storage import is_uri, location, redact
+from rise_batch.safe_read import RefusedFile, read_regular_file
+from rise_batch.storage import ObjectPath, is_uri, location, open_binary, redact
 from rise_batch.storage_errors import storage_failure
 from rise_batch.tier_rule import parse_tier
 
@@ -359,21 +360,47 @@ def section_mapping(data: dict[str, Any], key: str, where: str = "") -> dict[str
     return value
 
 
+CONFIG_MAX_BYTES = 4 << 20  # a config file of settings (a price table included) is kilobytes
+
+
+def read_yaml_file(path: str | Path, what: str = "config") -> Any:
+    """A YAML file the user names (a config, a sweep, a price table), opened as every file the engine reads
+    (safe_read: below its own directory, no link followed, a regular file of at most CONFIG_MAX_BYTES), so a FIFO
+    or /dev/zero is refused at once in one line naming it instead of hanging or filling the memory."""
+    import yaml
+
+    loc = location(path)  # a path or a URI (`s3://b/c.yaml` read as an object, `file://` as the path it names)
+    try:
+        if isinstance(loc, ObjectPath):  # object storage has no links or FIFOs; only the size needs a bound
+            with open_binary(loc) as fh:
+                data = fh.read(CONFIG_MAX_BYTES + 1)
+            if len(data) > CONFIG_MAX_BYTES:
+                raise RefusedFile(f"{redact(str(path))} is larger than {CONFIG_MAX_BYTES:,} bytes")
+        else:
+            data = read_regular_file(loc, below=loc.parent, max_bytes=CONFIG_MAX_BYTES)
+        return yaml.safe_load(data.decode("utf-8"))
+    except RefusedFile as e:
+        raise ConfigError(f"cannot read {what}: {e}") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        if isinstance(e, OSError) and storage_failure(e):  # unreachable storage: its own one line (errors.py)
+            raise
+        raise ConfigError(f"cannot read {what} {redact(str(path))}: {e}") from None
+
+
 def read_yaml_section(path: str | Path | None, section: str) -> dict[str, Any]:
     """A config file's `section:` mapping, or the whole file when it has no such key; {} without a file."""
     if not path:
         return {}
-    import yaml
-
-    try:
-        loaded = yaml.safe_load(location(path).read_text()) or {}  # a path or a URI
-    except (OSError, yaml.YAMLError) as e:
-        if storage_failure(e):  # storage unreachable: its own one line, maybe exit 75 (errors.as_user_error)
-            raise
-        raise ConfigError(f"cannot read config {path}: {e}") from e
+    loaded = read_yaml_file(path) or {}
     if not isinstance(loaded, dict):
         raise ConfigError(f"{path}: expected a mapping of settings, got {type(loaded).__name__}")
-    return dict(loaded.get(section, loaded))
+    if section not in loaded:
+        return dict(loaded)
+    value = loaded[section]
+    if value is not None and not isinstance(value, dict):  # `run: [1]` was a TypeError traceback
+        shown = repr(value) if len(repr(value)) <= 100 else repr(value)[:100] + "..."
+        raise ConfigError(f"{path}: `{section}:` must be a mapping of settings, got {type(value).__name__} {shown}")
+    return dict(value or {})
 
 
 def load_structure_config(path: str | Path | None = None, **overrides: Any) -> StructureConfig:

@@ -18,17 +18,16 @@ object storage (`storage.ObjectPath`), whose files are written once under their 
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import secrets
 import shutil
-import stat
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from rise_batch.safe_read import RefusedFile, open_regular, read_json_file, read_regular_file  # noqa: F401 (their old home)
 from rise_batch.storage import ObjectPath, location, move
 
 
@@ -101,97 +100,18 @@ def dump_json(obj: object, path: str | Path | ObjectPath) -> None:
     write_json_atomic(path, obj, indent=2, sort_keys=True, ensure_ascii=True, default=str)
 
 
+JSON_FILE_MAX_BYTES = 256 << 20  # a job or run file read whole (a trajectory of 300 calls is a few MB)
+
+
 def read_json(path: str | Path | ObjectPath) -> Any:
-    """The counterpart of the writers above (UTF-8 whatever the locale)."""
-    return json.loads(location(path).read_text(encoding="utf-8"))
-
-
-class RefusedFile(ValueError):
-    """A file the engine will not read: not a regular file (a FIFO, a device, a directory), reached through a
-    symbolic link where none may be, outside the directory it must be below, or over its size bound. A user error
-    (a ValueError): the message is one line naming the path and why."""
-
-
-def open_regular(path: str | Path, *, below: str | Path | None = None) -> BinaryIO:
-    """`path` opened for reading in binary, if it is a regular file; otherwise RefusedFile (or FileNotFoundError).
-
-    Opened with O_NONBLOCK, so a FIFO is refused at once instead of hanging the reader, and checked with fstat on
-    the opened descriptor, so what is read is what was checked. With `below` (a directory the engine owns, such as a
-    run directory), `path` must lie under it and every component after `below` is opened with O_NOFOLLOW, one at a
-    time: a symbolic link anywhere below (to /dev/zero, to a file outside) is refused, not followed. `below` itself
-    may be a link, as the user named it. (openat2's RESOLVE_BENEATH would do the walk in one call; Python has no
-    binding for it, and a per-component walk costs microseconds on files read once.)"""
-    path = Path(path)
-    fd = _open_nofollow_below(path, Path(below)) if below is not None else _open_nonblocking(path, os.O_RDONLY)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise RefusedFile(f"{path} is {_kind(st.st_mode)}, not a regular file: give the file itself")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def read_regular_file(path: str | Path, *, below: str | Path | None = None, max_bytes: int) -> bytes:
-    """The whole content of the regular file `path` (see `open_regular`), refused when over `max_bytes`: a run file
-    or a query file is read whole, so its size is bounded before any byte is read (and after, should it grow)."""
-    with open_regular(path, below=below) as fh:
-        size = os.fstat(fh.fileno()).st_size
-        data = fh.read(max_bytes + 1) if size <= max_bytes else b""
-    if size > max_bytes or len(data) > max_bytes:
-        raise RefusedFile(f"{path} is over {max_bytes} bytes, more than such a file can be: remove or replace it")
-    return data
-
-
-def _open_nonblocking(path: Path, extra: int, dir_fd: int | None = None) -> int:
-    return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | extra, dir_fd=dir_fd)
-
-
-def _open_nofollow_below(path: Path, below: Path) -> int:
-    try:
-        parts = path.relative_to(below).parts
-    except ValueError:
-        raise RefusedFile(f"{path} is not below {below}: only files inside it are read") from None
-    if not parts or ".." in parts:
-        raise RefusedFile(f"{path} is not a file below {below}: only files inside it are read")
-    fd = os.open(below, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for i, name in enumerate(parts):
-            last = i == len(parts) - 1
-            where = below.joinpath(*parts[: i + 1])
-            try:
-                extra = os.O_NOFOLLOW if last else os.O_NOFOLLOW | os.O_DIRECTORY
-                nxt = _open_nonblocking(Path(name), extra, dir_fd=fd)
-            except OSError as e:
-                if e.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(where):
-                    raise RefusedFile(
-                        f"{where} is a symbolic link; files below {below} are read only as "
-                        "themselves: replace the link with the file"
-                    ) from None
-                if e.errno == errno.ENOTDIR:
-                    raise RefusedFile(f"{where} is not a directory") from None
-                raise type(e)(e.errno, e.strerror, str(where)) from None
-            os.close(fd)
-            fd = nxt
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _kind(mode: int) -> str:
-    for test, kind in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return kind
-    return "not a regular file"
+    """The counterpart of the writers above (UTF-8 whatever the locale). A local file is opened as every file the
+    engine reads (safe_read: below its own directory, no link followed, a regular file, at most
+    JSON_FILE_MAX_BYTES), so a FIFO or a link to /dev/zero planted in a run directory is refused at once, naming it;
+    a file that is not JSON is a ValueError naming it too."""
+    loc = location(path)
+    if isinstance(loc, ObjectPath):
+        return json.loads(loc.read_text(encoding="utf-8"))
+    return read_json_file(loc, below=loc.parent, max_bytes=JSON_FILE_MAX_BYTES)
 
 
 def write_parquet_atomic(path: str | Path | ObjectPath, table: Any) -> None:

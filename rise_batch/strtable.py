@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rise_batch.io import write_parts_atomic
+from rise_batch.safe_read import SOURCE_MAX_BYTES, RefusedFile, map_regular, open_regular
 from rise_batch.strtable_batch import Arrays, find_many, take_many
 from rise_batch.strtable_check import MIX, check_column, hash_bits
 
@@ -231,12 +232,13 @@ class StrTable:
 
     @classmethod
     def open(cls, path: str | Path) -> StrTable:
-        """Map a table file read-only (its pages are shared with every other process mapping it)."""
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size == 0:
-                raise ValueError(f"{path}: empty string table")
-            return cls(mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ), str(path))
+        """Map a table file read-only (its pages are shared with every other process mapping it), opened below its
+        directory as every index file is (safe_read: a link, a FIFO or a device is refused, never mapped)."""
+        path = Path(path)
+        buf = map_regular(path, below=path.parent)
+        if not buf:
+            raise ValueError(f"{path}: empty string table")
+        return cls(buf, str(path))
 
 
 def encode_table(columns: Columns, header: dict | None = None) -> list:
@@ -308,7 +310,7 @@ def source_stamp(source: Path, data: bytes | None = None, fd: int | None = None)
 
 def _file_sha256(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path, below=path.parent) as f:
         while chunk := f.read(1 << 22):
             h.update(chunk)
     return h.hexdigest()
@@ -340,7 +342,8 @@ def derived_table(target: str | Path, source: str | Path, derive: Callable[[byte
     table = _fresh(target, source)
     if table is not None:
         return table
-    fd = os.open(source, os.O_RDONLY)
+    src = open_regular(source, below=source.parent)  # a FIFO or a link to /dev/zero: refused, never read
+    fd = src.fileno()
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -349,8 +352,9 @@ def derived_table(target: str | Path, source: str | Path, derive: Callable[[byte
         table = _fresh(target, source, warn=False)
         if table is not None:
             return table
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read()
+        if os.fstat(fd).st_size > SOURCE_MAX_BYTES:
+            raise RefusedFile(f"{source} is over {SOURCE_MAX_BYTES} bytes, more than such a file can be")
+        data = src.read()
         stamp = source_stamp(source, data, fd)
         parts = encode_table(derive(data), {"source": stamp})
         del data
@@ -367,4 +371,4 @@ def derived_table(target: str | Path, source: str | Path, derive: Callable[[byte
         del parts
         return StrTable.open(target)
     finally:
-        os.close(fd)  # releases the flock
+        src.close()  # releases the flock

@@ -61,3 +61,31 @@ def test_run_hash_tracks_output_not_logistics():
     assert run_hash(a, "prompt") == run_hash(b, "prompt")
     assert run_hash(a, "prompt") != run_hash(a, "prompt v2")
     assert run_hash(a, "prompt") != run_hash(c, "prompt")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "link-to-dev-zero", "section-a-list", "section-a-number"])
+@pytest.mark.parametrize("command", ["run", "structure"])
+def test_a_config_that_is_not_a_file_of_settings_is_refused_in_one_line(tmp_path, kind, command):
+    """`--config` a FIFO (hung for good before), /dev/zero (MemoryError after 2.6 GB), a link to it, or a section
+    that is not a mapping (`run: [1]`: a TypeError traceback): exit 2, one line naming the file."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    path = tmp_path / "config.yaml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path = "/dev/zero"
+    elif kind == "link-to-dev-zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.write_text(f"{command}: [1]\n" if kind == "section-a-list" else f"{command}: 3\n")
+    rest = ["--queries", "q", "--index", "i", "--docs", "d"] if command == "run" else ["--corpus", "c"]
+    cmd = [sys.executable, "-m", "rise_batch.cli", command, "--config", str(path), *rest, "--out", str(tmp_path / "o")]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr and str(path) in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr

@@ -59,6 +59,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "rise_batch.storage",
         "rise_batch.storage_errors",  # what an error of object storage means (URI, endpoint, transient or not)
         "rise_batch.io",
+        "rise_batch.safe_read",  # every file the engine reads, opened like a document (no link, regular, bounded)
         "rise_batch.errors",
         "rise_batch.prompts",
         "rise_batch.queries",

@@ -18,9 +18,11 @@ import errno
 import logging
 import os
 import shutil
+import stat
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from rise_batch.safe_read import RefusedFile, open_regular, read_regular_file
 from rise_batch.space.safe_open import Below, NotADocument, link_from, read_from
 from rise_batch.space.workspace import DocStore
 from rise_batch.structure.backends import content_hash
@@ -73,22 +75,41 @@ def original_docs(docs_dir: str | Path, workers: int = 2) -> Path:
         return docs
     import fcntl
 
-    with open(docs / LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker of this node building it: wait, then use its twin
+    # O_NOFOLLOW | O_NONBLOCK: a lock planted as a link (to a file elsewhere) or a FIFO is refused, never written
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(docs / LOCK, flags, 0o644)
+    except OSError as e:
+        raise RefusedFile(f"{docs / LOCK}: cannot be the twin's lock ({e.strerror}); remove it") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RefusedFile(f"{docs / LOCK} is not a regular file; remove it")
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another worker of this node building it: wait, then use its twin
         if not _complete(docs, twin):
             _build(docs, twin, workers)
+    finally:
+        os.close(fd)
     return twin
 
 
 def _complete(docs: Path, twin: Path) -> bool:
-    import filecmp
-
-    marker = twin / COMPLETE
+    """Is the twin whole and of this DOCS? Its marker and docmaps are opened as every file (safe_read: below DOCS,
+    the twin included, no link, regular): a FIFO or a link there means "not complete" (rebuilt), never a hang."""
     try:
-        return marker.read_text(encoding="utf-8") == BUILD_RULE and filecmp.cmp(
-            docs / "docmap.parquet", twin / "docmap.parquet", shallow=False
-        )
-    except OSError:
+        marker = read_regular_file(twin / COMPLETE, below=docs, max_bytes=4096)
+        if marker.decode("utf-8", "replace") != BUILD_RULE:
+            return False
+        with (
+            open_regular(docs / "docmap.parquet", below=docs) as a,
+            open_regular(twin / "docmap.parquet", below=docs) as b,
+        ):
+            if os.fstat(a.fileno()).st_size != os.fstat(b.fileno()).st_size:
+                return False
+            while chunk := a.read(1 << 20):
+                if chunk != b.read(len(chunk)):
+                    return False
+            return True
+    except (OSError, ValueError):
         return False
 
 

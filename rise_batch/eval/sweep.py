@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from rise_batch.agent.run_config import AGENT_LLM_DEFAULTS, RunConfig
-from rise_batch.config import ConfigError, LLMConfig, build_section, section_mapping
+from rise_batch.config import ConfigError, LLMConfig, build_section, read_yaml_file, section_mapping
 from rise_batch.names import portable
 from rise_batch.option_paths import URI
 from rise_batch.options import option, same_as
@@ -198,13 +198,7 @@ def validate(cfg: SweepConfig) -> None:
 
 
 def load_sweep_config(path: str | Path) -> SweepConfig:
-    import yaml
-
-    try:
-        data = yaml.safe_load(location(path).read_text()) or {}  # a path or a URI
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"cannot read sweep config {path}: {e}") from e
-    return parse_sweep(data)
+    return parse_sweep(read_yaml_file(path, "sweep config") or {})
 
 
 def expand(cfg: SweepConfig) -> list[Cell]:

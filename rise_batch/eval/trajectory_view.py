@@ -14,17 +14,21 @@ touching the report's JSON.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from rise_batch.eval.interaction import FIELDS
 from rise_batch.llm.pricing import PriceTable
+from rise_batch.safe_read import RefusedFile, open_regular
 from rise_batch.storage import AnyPath
 
+log = logging.getLogger(__name__)
 EVENTS_FILE, EVENT_PARTS = "events.jsonl", "events"  # as agent/runner.py writes them (eval sits above, not below)
 _WORKSPACE = re.compile(r"Workspace: ([\d,]+) documents \(\+([\d,]+) this call\)")
 
@@ -39,7 +43,7 @@ def read_events(run_dir: AnyPath) -> dict[str, list[dict[str, Any]]]:
     by_query: dict[str, list[dict[str, Any]]] = defaultdict(list)
     last: dict[str, Any] = {}
     for f in files:
-        for line in f.read_bytes().splitlines():
+        for line in _lines(f, run_dir):
             try:
                 e = orjson.loads(line)
             except orjson.JSONDecodeError:
@@ -54,6 +58,22 @@ def read_events(run_dir: AnyPath) -> dict[str, list[dict[str, Any]]]:
     for events in by_query.values():
         events.sort(key=lambda e: e.get("t") or 0)
     return dict(by_query)
+
+
+def _lines(f: AnyPath, run_dir: AnyPath) -> Iterator[bytes]:
+    """The lines of an events file; a local one opened as every file the engine reads (safe_read: below the run
+    directory, no link followed, a regular file), read line by line: a link (to /dev/zero, to a file elsewhere) is
+    skipped with one warning naming it, never read."""
+    if not isinstance(f, Path):
+        yield from f.read_bytes().splitlines()
+        return
+    try:
+        fh = open_regular(f, below=run_dir)
+    except RefusedFile as e:
+        log.warning("%s; its events are left out", e)
+        return
+    with fh:
+        yield from fh
 
 
 def interaction_of(row: dict[str, Any]) -> dict[str, Any] | None:

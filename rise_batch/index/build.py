@@ -15,7 +15,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +25,7 @@ from rise_batch.index.shards import ProcessShardRunner
 from rise_batch.index.tables import DOCIDS_FILE, write_docid_table, write_vocab_table
 from rise_batch.index.tokenize import TokenizerSettings
 from rise_batch.progress import Progress
+from rise_batch.safe_read import read_json_file
 from rise_batch.storage import AnyPath, ObjectPath, location, publish_tree, redact
 
 if TYPE_CHECKING:
@@ -66,14 +67,25 @@ class IndexMeta:
 
     @classmethod
     def read(cls, index_dir: str | Path) -> IndexMeta:
+        """meta.json of `index_dir`, opened as every index file is (safe_read: no link, regular, bounded), its
+        counts checked to be whole numbers: they bound the other files' sizes when they are opened."""
         p = Path(index_dir) / META_FILE
-        if not p.is_file():
-            raise FileNotFoundError(f"{index_dir}: not a rise_batch index (no {META_FILE})")
-        d = json.loads(p.read_text())
-        if d.get("format") != FORMAT:
-            raise ValueError(f"{p}: unsupported index format {d.get('format')!r} (expected {FORMAT})")
-        d["tokenizer"] = TokenizerSettings.from_json(d["tokenizer"])
-        return cls(path=str(index_dir), **d)
+        try:
+            d = read_json_file(p, below=index_dir)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{index_dir}: not a rise_batch index (no {META_FILE})") from None
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            got = d.get("format") if isinstance(d, dict) else type(d).__name__
+            raise ValueError(f"{p}: unsupported index format {got!r} (expected {FORMAT})")
+        counts = d.get("counts")
+        bad = [k for k in ("n_docs", "n_terms", "n_postings") if not isinstance((counts or {}).get(k), int)]
+        if not isinstance(counts, dict) or bad or set(d) - {f.name for f in fields(cls)}:
+            raise ValueError(f"{p}: damaged meta.json (counts {bad or counts!r}, keys {sorted(d)}); rebuild the index")
+        try:
+            d["tokenizer"] = TokenizerSettings.from_json(d["tokenizer"])
+            return cls(path=str(index_dir), **d)
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{p}: damaged meta.json ({e!r}); rebuild the index") from None
 
 
 def build_index(

@@ -33,6 +33,7 @@ from rise_batch.index.plan import later_copy, plan_index_shards, read_shard_docs
 from rise_batch.index.search import Hits, clamp_k
 from rise_batch.index.tables import docid_table, write_docid_table
 from rise_batch.index.tokenize import doc_digest
+from rise_batch.safe_read import SOURCE_MAX_BYTES, load_npy, read_json_file
 
 if TYPE_CHECKING:
     import numpy as np
@@ -271,7 +272,7 @@ def _merge_vectors(
 def _check_docids(out: Path, docids: list[str]) -> None:
     p = out / DOCIDS_FILE
     if p.exists():
-        have = json.loads(p.read_text())
+        have = read_json_file(p, below=out, max_bytes=SOURCE_MAX_BYTES)
         if have != docids:
             where = next(
                 (i for i, (a, b) in enumerate(zip(have, docids, strict=False)) if a != b), min(len(have), len(docids))
@@ -295,13 +296,13 @@ class DenseIndex:
 
         self.path = Path(index_dir)
         d = self.path / DENSE_DIR
-        if not (d / "meta.json").is_file():
+        if not os.path.lexists(d / "meta.json"):
             raise ConfigError(
                 f"{self.path}: holds no dense index ({DENSE_DIR}/meta.json); build one with "
                 f"`rise-batch index --retriever dense` (or hybrid)"
             )
-        self.meta = json.loads((d / "meta.json").read_text())
-        if self.meta.get("format") not in (DENSE_FORMAT, "rise_batch.dense/1"):
+        self.meta = read_json_file(d / "meta.json", below=self.path)  # as every index file (safe_read)
+        if not isinstance(self.meta, dict) or self.meta.get("format") not in (DENSE_FORMAT, "rise_batch.dense/1"):
             raise ValueError(f"{d}/meta.json: unsupported format {self.meta.get('format')!r} (expected {DENSE_FORMAT})")
         self.passages = parse_passages(self.meta.get("passages", {}).get("rule", "doc"))
         recorded = parse_embedder(self.meta["embedder"])
@@ -321,13 +322,13 @@ class DenseIndex:
                 f"{self.path}: embedded with {recorded} weights {self.meta['weights_sha256'][:12]}, but the installed "
                 f"model's weights are {self.embedder.weights_sha256[:12]} (another version): rebuild the dense index"
             )
-        self.vectors = np.load(d / "embeddings.npy", mmap_mode="r")
+        self.vectors = load_npy(d / "embeddings.npy", below=self.path, ndim=2)
         self.docids = docid_table(self.path)  # mapped, shared with the node's other processes
         n = len(self.docids)
         if self.passages.kind == "doc":
             self.offsets = np.arange(n + 1, dtype=np.int64)
         else:
-            self.offsets = np.load(d / OFFSETS_FILE, mmap_mode="r")
+            self.offsets = load_npy(d / OFFSETS_FILE, below=self.path)
             if self.offsets.shape != (n + 1,) or int(self.offsets[0]) != 0 or not (np.diff(self.offsets) > 0).all():
                 raise ValueError(
                     f"{d}/{OFFSETS_FILE}: not {n} + 1 increasing offsets from 0 (every document has a passage); "

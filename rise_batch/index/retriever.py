@@ -21,6 +21,7 @@ lacks is a one-line error naming the directory and the command that builds it.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,9 +79,10 @@ def parse_retriever(text: str | RetrieverSpec | None) -> RetrieverSpec:
 
 
 def parts_present(index_dir: str | Path) -> list[str]:
-    """Which retriever parts an index directory holds ("bm25", "dense")."""
+    """Which retriever parts an index directory holds ("bm25", "dense"): a meta.json of any kind counts, so one that
+    is not a regular file is refused by name where it is opened, not taken for a missing part."""
     d = Path(index_dir)
-    return [p for p, f in (("bm25", d / "meta.json"), ("dense", d / "dense" / "meta.json")) if f.is_file()]
+    return [p for p, f in (("bm25", d / "meta.json"), ("dense", d / "dense" / "meta.json")) if os.path.lexists(f)]
 
 
 def default_retriever(index_dir: str | Path) -> str:

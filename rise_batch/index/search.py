@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from rise_batch.cache import cache_dir as root_of
 from rise_batch.cache import fetch_objects
 from rise_batch.index.build import META_FILE, IndexMeta
 from rise_batch.index.tables import docid_table, vocabulary
 from rise_batch.index.tokenize import query_tokenizer
+from rise_batch.safe_read import RefusedFile, load_npy, read_json_file
 from rise_batch.storage import AnyPath, ObjectPath, location
 
 DENSE_MARKER = "dense/meta.json"  # index/dense.py's DENSE_DIR/meta.json (dense imports this module, not the reverse)
+
+PARAMS_FILE = "params.index.json"  # bm25s's names
+NONOCCURRENCE_FILE = "nonoccurrence_array.index.npy"
 
 
 class Hits(NamedTuple):
@@ -66,7 +70,7 @@ class BM25Index:
         self.threads = max(1, threads or min(4, os.cpu_count() or 1))
         self._pool = None
         # bm25s's own retrieve is only used for "numpy"; loading as numpy skips compiling its numba dispatchers.
-        self._model = bm25s.BM25.load(self.path, mmap=True, backend="numpy", show_progress=False, load_vocab=False)
+        self._model = load_model(self.path, self.meta)
         self.docids = docid_table(self.path)
         if len(self.docids) != self._model.scores["num_docs"]:
             raise ValueError(f"{self.path}: {len(self.docids)} docids for {self._model.scores['num_docs']} rows")
@@ -119,6 +123,35 @@ class BM25Index:
             parts = list(self._pool.map(lambda q: _serial_numba_retrieve(scores, [q], k), ids))
             return [p[0][0] for p in parts], [p[1][0] for p in parts]
         return self._model.retrieve(ids, k=k, sorted=True, show_progress=False, n_threads=0, return_as="tuple")
+
+
+def load_model(path: Path, meta: IndexMeta) -> Any:
+    """`bm25s.BM25.load(path, mmap=True, load_vocab=False)`, each file opened as a document is (safe_read): a FIFO,
+    a device or a link in the index is refused at once, naming it, where bm25s would block or read without end.
+    The arrays are mapped from the checked files, of the lengths meta.json records."""
+    import bm25s
+
+    params = read_json_file(path / PARAMS_FILE, below=path)
+    if not isinstance(params, dict) or params.get("num_docs") != meta.n_docs:
+        raise RefusedFile(f"{path / PARAMS_FILE}: not the parameters of this index ({meta.n_docs} documents)")
+    params = {k: v for k, v in params.items() if k not in ("version", "num_docs")} | {"backend": "numpy"}
+    try:
+        model = bm25s.BM25(**params)
+    except (TypeError, ValueError) as e:
+        raise RefusedFile(f"{path / PARAMS_FILE}: parameters bm25s does not take ({e}); rebuild the index") from None
+    n, terms = meta.counts["n_postings"], meta.counts["n_terms"]
+    arrays = {
+        name: load_npy(path / f"{name}.csc.index.npy", below=path, length=size)
+        for name, size in (("data", n), ("indices", n), ("indptr", terms + 1))
+    }
+    if int(arrays["indptr"][-1]) != n:
+        raise RefusedFile(f"{path / 'indptr.csc.index.npy'}: does not end at the {n} postings meta.json records")
+    model.scores = {**arrays, "num_docs": meta.n_docs}
+    model.vocab_dict = {}
+    model.nonoccurrence_array = None
+    if model.method in model.methods_requiring_nonoccurrence:
+        model.nonoccurrence_array = load_npy(path / NONOCCURRENCE_FILE, below=path, length=terms)
+    return model
 
 
 _SERIAL = None

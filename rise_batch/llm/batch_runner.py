@@ -19,7 +19,6 @@ every custom_id to a `BatchResult` (requests absent from both result files come 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import time
@@ -27,7 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from rise_batch.corpus.docmap import check_relpath
-from rise_batch.io import dump_json, write_bytes_atomic
+from rise_batch.io import dump_json, read_json, write_bytes_atomic
 from rise_batch.llm.batch import (
     ENDPOINT,
     MAX_BYTES,
@@ -74,7 +73,7 @@ class BatchRunner:
         self._server_batches: dict[str, Any] | None = None  # input_file_id -> batch, listed once per process
         self.manifest: dict[str, Any] = {"version": 1, "endpoint": endpoint, "groups": {}}
         if self.manifest_path.exists():
-            self.manifest = json.loads(self.manifest_path.read_text())
+            self.manifest = read_json(self.manifest_path)
             if self.manifest.get("endpoint", endpoint) != endpoint:
                 raise ValueError(f"{self.manifest_path} holds batches for {self.manifest['endpoint']}, not {endpoint}")
             self._check_names()

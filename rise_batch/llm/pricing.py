@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from rise_batch.config import read_yaml_file
 from rise_batch.errors import ConfigError
-from rise_batch.storage import location
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class PriceTable:
         text = resources.files("rise_batch.data").joinpath("prices.yaml").read_text(encoding="utf-8")
         prices, discount = _parse(yaml.safe_load(text), "rise_batch/data/prices.yaml")
         for path in extra:
-            more, more_discount = _parse(yaml.safe_load(location(path).read_text(encoding="utf-8")), str(path))
+            more, more_discount = _parse(read_yaml_file(path, "price table"), str(path))
             prices.update(more)
             discount = more_discount if more_discount is not None else discount
         return cls(prices, 0.5 if discount is None else discount)

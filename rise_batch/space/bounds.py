@@ -37,12 +37,27 @@ _STAGING = ("ws", "empty", "tmp", "shm")
 _NAMES = itertools.count()
 
 
+# The kernel's sched_prio_to_weight for nice 0..19: what a task (or an autogroup) of that niceness weighs against
+# one of nice 0 (1024). A call's cpu cgroup gets the weight of the call's niceness.
+NICE_WEIGHTS = (1024, 820, 655, 526, 423, 335, 272, 215, 172, 137, 110, 87, 70, 56, 45, 36, 29, 23, 18, 15)
+
+
 @dataclass(frozen=True)
 class CgroupSupport:
     ok: bool
     version: int = 0  # 1 or 2
     parent: Path | None = None  # the cgroup directory our per-call cgroups are made in
     reason: str = ""
+    # where per-call cpu cgroups are made (v2: `parent`, with the cpu controller delegated; v1: the cpu hierarchy's
+    # own directory), None where the cpu controller is not ours to use
+    cpu_parent: Path | None = None
+
+
+def cpu_weight(version: int, nice: int) -> tuple[str, str]:
+    """(file, value) that gives a cpu cgroup the weight of `nice`: v1 `cpu.shares` (1024 at nice 0), v2
+    `cpu.weight` (100 at nice 0)."""
+    w = NICE_WEIGHTS[max(0, min(nice, len(NICE_WEIGHTS) - 1))]
+    return ("cpu.shares", str(w)) if version == 1 else ("cpu.weight", str(max(1, round(w * 100 / 1024))))
 
 
 def _own_cgroups() -> dict[str, str]:
@@ -74,14 +89,46 @@ def _mounts(fstype: str) -> list[tuple[str, set[str]]]:
     return found
 
 
-def _try_child(parent: Path, version: int) -> CgroupSupport:
+def mounts_below(root: Path) -> list[str]:
+    """Mount points strictly below `root` (a resolved path) in this mount namespace. bwrap's binds are recursive,
+    so a sandbox that binds `root` itself would show what each of them holds (a bind mount of /etc planted in a
+    shared docs dir); the isolated sandbox's overlay does not cross them."""
+    top = str(root).rstrip("/") + "/"
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    points = (_unescape(line.split(" ")[4]) for line in lines)
+    return sorted(p for p in points if p.startswith(top))
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path field: space, tab, newline and backslash are written as octal escapes."""
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(code, char)
+    return field
+
+
+def _try_child(parent: Path, version: int, cpu_parent: Path | None = None) -> CgroupSupport:
     probe = parent / f"{CGROUP_PREFIX}probe-{os.getpid()}"
     try:
         probe.mkdir()
         probe.rmdir()
     except OSError as e:
         return CgroupSupport(False, reason=f"cannot create a cgroup under {parent} ({e.strerror})")
-    return CgroupSupport(True, version, parent)
+    return CgroupSupport(True, version, parent, cpu_parent=cpu_parent)
+
+
+def _delegate(parent: Path, controller: str) -> bool:
+    """Is `controller` enabled for the children of the v2 cgroup `parent` (enabled now if it can be)?"""
+    try:
+        if controller not in (parent / "cgroup.controllers").read_text().split():
+            return False
+        if controller not in (parent / "cgroup.subtree_control").read_text().split():
+            (parent / "cgroup.subtree_control").write_text(f"+{controller}")  # EBUSY unless a delegated leaf
+        return True
+    except OSError:
+        return False
 
 
 def _detect_cgroup() -> CgroupSupport:
@@ -92,16 +139,33 @@ def _detect_cgroup() -> CgroupSupport:
             try:
                 if "memory" not in (parent / "cgroup.controllers").read_text().split():
                     continue
-                if "memory" not in (parent / "cgroup.subtree_control").read_text().split():
-                    (parent / "cgroup.subtree_control").write_text("+memory")  # EBUSY unless a delegated leaf
-            except OSError as e:
-                return CgroupSupport(False, reason=f"cgroup v2 at {parent} cannot delegate memory ({e.strerror})")
-            return _try_child(parent, 2)
+            except OSError:
+                continue
+            if not _delegate(parent, "memory"):
+                return CgroupSupport(False, reason=f"cgroup v2 at {parent} cannot delegate memory")
+            return _try_child(parent, 2, parent if _delegate(parent, "cpu") else None)
     if "memory" in own:
         for mnt, opts in _mounts("cgroup"):
             if "memory" in opts:
-                return _try_child(Path(mnt) / own["memory"].lstrip("/"), 1)
+                return _try_child(Path(mnt) / own["memory"].lstrip("/"), 1, _v1_cpu_parent(own))
     return CgroupSupport(False, reason="no memory cgroup controller is available to this process")
+
+
+def _v1_cpu_parent(own: dict[str, str]) -> Path | None:
+    """This process's directory in the v1 cpu hierarchy, if a child can be made there."""
+    if "cpu" not in own:
+        return None
+    for mnt, opts in _mounts("cgroup"):
+        if "cpu" in opts:
+            parent = Path(mnt) / own["cpu"].lstrip("/")
+            probe = parent / f"{CGROUP_PREFIX}probe-{os.getpid()}"
+            try:
+                probe.mkdir()
+                probe.rmdir()
+                return parent
+            except OSError:
+                return None
+    return None
 
 
 def _sweep_stale(parent: Path) -> None:
@@ -116,20 +180,38 @@ def _sweep_stale(parent: Path) -> None:
 
 
 class CallCgroup:
-    """One memory cgroup: made before a call (or a long-lived sandbox), joined by its first process, removed after."""
+    """One call's cgroup (or a long-lived sandbox's, whose calls run one at a time): made before it, joined by its
+    first process, removed after. It bounds memory and, where the cpu controller is ours, holds the call's CPU
+    weight: the weight of its niceness, whatever its processes do. (Niceness alone does not hold: a command that
+    runs `setsid` gets a new autogroup of nice 0 and twice the CPU; inside a cpu cgroup autogroups do not apply,
+    and a sandboxed process cannot leave its cgroup.) v1 keeps the cpu controller in a hierarchy of its own: a
+    second directory of the same name there."""
 
-    def __init__(self, support: CgroupSupport, limit_bytes: int) -> None:
+    def __init__(self, support: CgroupSupport, limit_bytes: int, nice: int = 0) -> None:
         assert support.parent is not None
         self.version = support.version
-        self.path = support.parent / f"{CGROUP_PREFIX}{os.getpid()}-{next(_NAMES)}"
+        name = f"{CGROUP_PREFIX}{os.getpid()}-{next(_NAMES)}"
+        self.path = support.parent / name
+        self.cpu_path: Path | None = None
         self.path.mkdir()
         try:
             if self.version == 2 and (self.path / "memory.swap.max").exists():
                 (self.path / "memory.swap.max").write_text("0")
             self.set_limit(limit_bytes)
+            if support.cpu_parent is not None:
+                self.cpu_path = support.cpu_parent / name
+                if self.cpu_path != self.path:
+                    self.cpu_path.mkdir()
+                file, value = cpu_weight(self.version, nice)
+                (self.cpu_path / file).write_text(value)
         except OSError:
             self.close()
             raise
+
+    @property
+    def dirs(self) -> list[Path]:
+        """The cgroup's directories: the memory one, and the v1 cpu one."""
+        return [self.path] + ([self.cpu_path] if self.cpu_path is not None and self.cpu_path != self.path else [])
 
     def set_limit(self, limit_bytes: int) -> None:
         """Set the memory limit (v1: memory+swap alike, written in the order the kernel accepts: the memsw limit
@@ -156,8 +238,9 @@ class CallCgroup:
             return 0
 
     @property
-    def procs(self) -> str:
-        return str(self.path / "cgroup.procs")
+    def procs(self) -> list[str]:
+        """The cgroup.procs files the call's first process writes itself into."""
+        return [str(d / "cgroup.procs") for d in self.dirs]
 
     def oom_killed(self) -> bool:
         """Did the kernel kill a process of this call for passing the memory limit?"""
@@ -179,9 +262,14 @@ class CallCgroup:
     def close(self, wait_s: float = 3.0) -> None:
         """Kill whatever is left in the cgroup and remove it (retried while the kernel reaps the processes)."""
         end = time.monotonic() + wait_s
+        for d in reversed(self.dirs):  # the cpu one first: the memory one's processes are the same
+            self._kill_and_remove(d, end)
+
+    @staticmethod
+    def _kill_and_remove(path: Path, end: float) -> None:
         while True:
             try:
-                pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+                pids = [int(p) for p in (path / "cgroup.procs").read_text().split()]
             except OSError:
                 pids = []
             for pid in pids:
@@ -190,13 +278,13 @@ class CallCgroup:
                 except OSError:
                     pass
             try:
-                self.path.rmdir()
+                path.rmdir()
                 return
             except FileNotFoundError:
                 return
             except OSError as e:
                 if time.monotonic() > end:
-                    log.warning("could not remove the sandbox cgroup %s: %s", self.path, e.strerror)
+                    log.warning("could not remove the sandbox cgroup %s: %s", path, e.strerror)
                     return
                 time.sleep(0.02)
 
@@ -216,6 +304,9 @@ class HostBounds:
             f"memory {mem}per call, /tmp and kernel memory included (cgroup v{self.cgroup.version})"
             if self.cgroup.ok
             else f"memory per process only (RLIMIT_AS), not per call: {self.cgroup.reason}",
+            "CPU weight per call (cpu cgroup)"
+            if self.cgroup.ok and self.cgroup.cpu_parent is not None
+            else "CPU by niceness only (no cpu cgroup: a command that calls setsid leaves it)",
             f"/tmp and /dev/shm bounded in size and inodes{tmp}, no host path in /proc/self/mountinfo"
             if self.isolated
             else f"/tmp and /dev/shm bounded in size only, inodes unbounded, the workspace's host path shows in "
@@ -230,6 +321,8 @@ def host_bounds() -> HostBounds:
     cg = _detect_cgroup()
     if cg.ok and cg.parent is not None:
         _sweep_stale(cg.parent)
+        if cg.cpu_parent is not None and cg.cpu_parent != cg.parent:
+            _sweep_stale(cg.cpu_parent)
     if os.geteuid() != 0:
         return HostBounds(cg, False, None, "a private mount namespace needs root")
     missing = [tool for tool in ("unshare", "mount") if shutil.which(tool) is None]
@@ -277,7 +370,8 @@ ISOLATE = (
     'exec 5<"$1/ws" 6<"$1/tmp" 7<"$1/shm" 8<&- 9<&- || exit 124; '
     'shift 4; exec "$@"'
 )
-JOIN_CGROUP = 'echo $$ > "$1" || exit 124; shift; exec "$@"'  # before anything forks: children stay inside
+# Arguments: how many cgroup.procs files, the files, then the argv to exec. Before anything forks: children stay inside.
+JOIN_CGROUP = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 124; shift; n=$((n-1)); done; exec "$@"'
 
 
 def isolate_argv(host: HostBounds, ws: Path, tmp_bytes: int, tmp_inodes: int) -> list[str]:
@@ -288,4 +382,4 @@ def isolate_argv(host: HostBounds, ws: Path, tmp_bytes: int, tmp_inodes: int) ->
 
 def join_argv(cgroup: CallCgroup) -> list[str]:
     """The prefix that moves the call's first process into its cgroup before it execs the rest."""
-    return ["/bin/sh", "-c", JOIN_CGROUP, "sh", cgroup.procs]
+    return ["/bin/sh", "-c", JOIN_CGROUP, "sh", str(len(cgroup.procs)), *cgroup.procs]

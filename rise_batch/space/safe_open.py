@@ -20,7 +20,7 @@ import os
 import stat
 from pathlib import Path
 
-_RESOLVE_NO_MAGICLINKS, _RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x02, 0x04, 0x08
+_RESOLVE_NO_XDEV, _RESOLVE_NO_MAGICLINKS, _RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x01, 0x02, 0x04, 0x08
 _AT_FDCWD, _AT_SYMLINK_FOLLOW, _AT_EMPTY_PATH = -100, 0x400, 0x1000
 _SYS_OPENAT2 = 437  # one number on every architecture (syscalls added after 5.1 share theirs), except alpha
 _PATH_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -34,7 +34,7 @@ _KINDS = {
     stat.S_IFSOCK: "is a socket",
     stat.S_IFDIR: "is a directory",
 }
-THROUGH_LINK = "is reached through a symbolic link (or leaves the directory)"
+THROUGH_LINK = "is reached through a symbolic link or a mount point (or leaves the directory)"
 REMEDY = "replace it with the file itself, or drop its docmap row"
 
 
@@ -66,7 +66,8 @@ class _Kernel:
         self.linkat = libc.linkat
         self.linkat.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
         self.linkat.restype = ctypes.c_int
-        self.how = _OpenHow(_PATH_FLAGS, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
+        resolve = _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS | _RESOLVE_NO_XDEV
+        self.how = _OpenHow(_PATH_FLAGS, 0, resolve)
         self.how_ref, self.how_size = ctypes.byref(self.how), ctypes.c_size_t(ctypes.sizeof(self.how))
         self.nr = ctypes.c_long(_SYS_OPENAT2)
         self.openat2: bool | None = None  # None: not tried yet; False: this kernel (or seccomp) lacks it
@@ -84,8 +85,9 @@ def _kernel() -> _Kernel:
 
 
 def open_path(dir_fd: int, rel: str) -> int:
-    """An O_PATH descriptor of `rel` below `dir_fd`, reached without following any link: a link on the way is
-    ELOOP, `..` out is EXDEV, a final symlink is opened as itself (for the caller's fstat to refuse)."""
+    """An O_PATH descriptor of `rel` below `dir_fd`, reached without following any link or crossing a mount point:
+    a link on the way is ELOOP, `..` out or a mount point (a bind mount of /etc planted below DOCS, a file bind-
+    mounted over a document) is EXDEV, a final symlink is opened as itself (for the caller's fstat to refuse)."""
     k = _K or _kernel()
     if "\x00" in rel:  # C would read the name only up to it
         raise OSError(errno.EINVAL, "a NUL character in the path", rel)
@@ -102,24 +104,44 @@ def open_path(dir_fd: int, rel: str) -> int:
 
 
 def _open_by_component(dir_fd: int, rel: str) -> int:
+    """openat2's walk by hand: each component opened with O_NOFOLLOW from the one before, and refused (EXDEV) when
+    it lies on another mount than `dir_fd` (st_dev and the mount id of /proc/self/fdinfo: a bind mount of the same
+    file system keeps st_dev, not the mount id)."""
     parts = rel.split("/")
     if any(p in ("", ".", "..") for p in parts):
         raise OSError(errno.EXDEV, "the path leaves the directory", rel)
+    mount = _mount_of(dir_fd)
     fd, owned = dir_fd, False
     try:
-        for part in parts[:-1]:
+        for i, part in enumerate(parts):
             nxt = os.open(part, _PATH_FLAGS, dir_fd=fd)
             if owned:
                 os.close(fd)
             fd, owned = nxt, True
-            mode = os.fstat(fd).st_mode
-            if not stat.S_ISDIR(mode):
-                code = errno.ELOOP if stat.S_ISLNK(mode) else errno.ENOTDIR
+            st = os.fstat(fd)
+            if _mount_of(fd, st) != mount:
+                raise OSError(errno.EXDEV, "the path crosses a mount point", rel)
+            if i < len(parts) - 1 and not stat.S_ISDIR(st.st_mode):
+                code = errno.ELOOP if stat.S_ISLNK(st.st_mode) else errno.ENOTDIR
                 raise OSError(code, os.strerror(code), rel)
-        return os.open(parts[-1], _PATH_FLAGS, dir_fd=fd)
+        owned = False
+        return fd
     finally:
         if owned:
             os.close(fd)
+
+
+def _mount_of(fd: int, st: os.stat_result | None = None) -> tuple[int, int]:
+    """(st_dev, mount id) of what `fd` refers to; the mount id is -1 where /proc does not say it (before 3.15)."""
+    st = st or os.fstat(fd)
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
+            for line in f:
+                if line.startswith(b"mnt_id:"):
+                    return st.st_dev, int(line.split()[1])
+    except OSError:
+        pass
+    return st.st_dev, -1
 
 
 def kind_of(mode: int) -> str:

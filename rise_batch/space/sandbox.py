@@ -362,6 +362,8 @@ class Sandbox:
             problem = _unreachable(self.root, self.isolated, support.isolation_error or bounds.host_bounds().reason)
             if problem:
                 raise SandboxUnavailable(problem)
+        if support.ok and (problem := self._mounted_below()):
+            raise SandboxUnavailable(problem)
         if not support.ok:
             if not allow_unsandboxed:
                 raise SandboxUnavailable(
@@ -383,6 +385,9 @@ class Sandbox:
         """Run `command` under `limits` for this call only (default: the sandbox's own); nothing is stored."""
         limits = limits or self.limits
         start = time.monotonic()
+        if self.sandboxed and (problem := self._mounted_below()):  # mounted since: nothing runs
+            self.close()
+            return RunResult(f"refused: {problem}", 126, False, 0, time.monotonic() - start, True)
         if len(command.encode(errors="surrogateescape")) >= MAX_ARG_STRLEN:  # what execve would refuse
             raise OSError(errno.E2BIG, os.strerror(errno.E2BIG))
         if self.sandboxed and self.persistent:
@@ -404,6 +409,20 @@ class Sandbox:
         res = _spawn_collect(self.bwrap, self.root, command, limits, self.run_as, self.sandboxed, self.isolated)
         return res._replace(phases={"oneshot_ms": round((time.monotonic() - start) * 1000, 2)})
 
+    def _mounted_below(self) -> str:
+        """Why this sandbox must not run ("" when it may): bwrap binds its root recursively, so outside a private
+        mount namespace a mount point below the root (a bind mount of /etc in a shared docs dir) would show what it
+        holds to agent commands. The isolated sandbox's overlay does not cross mount points: nothing to check."""
+        if self.isolated:
+            return ""
+        found = bounds.mounts_below(self.root)
+        if not found:
+            return ""
+        return (
+            f"sandbox root {self.root} has a mount point below it ({found[0]}): agent commands would see what is "
+            "mounted there; unmount it (or run as root, where the sandbox's own overlay does not cross mounts)"
+        )
+
     def _live_session(self) -> Session | None:
         """This sandbox's running session, started if needed; None (one-shot calls from now on) if it cannot."""
         if self._session is not None and self._session.alive:
@@ -424,6 +443,7 @@ class Sandbox:
                 host.cgroup if host.cgroup.ok else None,
                 self.limits.memory_bytes,
                 _sandbox_env(),
+                nice=self.limits.nice,
                 pass_fds=(() if self.isolated else (fd,)) + (() if filter_fd is None else (filter_fd,)),
                 check=_request("true", self.limits),
             )
@@ -527,7 +547,8 @@ def _spawn_collect(
     host = bounds.host_bounds()
     setpriv = _setpriv() if run_as is not None else None
     # the prefixes run as the caller; without setpriv, Popen switches the uid before any of them could
-    cgroup = bounds.CallCgroup(host.cgroup, limits.memory_bytes) if host.cgroup.ok and (setpriv or not run_as) else None
+    made = host.cgroup.ok and (setpriv or not run_as)
+    cgroup = bounds.CallCgroup(host.cgroup, limits.memory_bytes, limits.nice) if made else None
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     filter_fd = seccomp.filter_fd() if sandboxed else None
     try:

@@ -85,14 +85,15 @@ class Session:
         env: dict[str, str],
         pass_fds: tuple[int, ...] = (),
         check: dict | None = None,
+        nice: int = 0,
     ) -> None:
         """`launch(program)` is the argv (isolation prefixes, setpriv, bwrap) that runs `program` in the sandbox,
         with `pass_fds` open; the cgroup, if any, is joined before it. `check`, a request that must exit 0, is
-        run once before the session is used."""
+        run once before the session is used. `nice` gives the cgroup the CPU weight of that niceness."""
         self.lock = threading.Lock()
         self.last_words = ""
         self.pid = os.getpid()
-        self.cgroup = bounds.CallCgroup(cgroup_support, memory_bytes) if cgroup_support else None
+        self.cgroup = bounds.CallCgroup(cgroup_support, memory_bytes, nice) if cgroup_support else None
         self.memory_bytes = memory_bytes
         ours, pair = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # Above 9: the isolation prefix (bounds.ISOLATE) uses fds 5-9 for the mounts it hands to bwrap.

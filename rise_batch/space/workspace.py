@@ -33,6 +33,7 @@ import orjson
 
 from rise_batch.corpus import docmap_table
 from rise_batch.corpus.docmap import check_relpath, check_relpaths, checked_columns
+from rise_batch.safe_read import open_regular, read_parquet
 from rise_batch.space.safe_open import (
     THROUGH_LINK,
     Below,
@@ -43,7 +44,7 @@ from rise_batch.space.safe_open import (
     link_from,
     open_path,
 )
-from rise_batch.storage import arrow_source, location
+from rise_batch.storage import location
 
 log = logging.getLogger(__name__)
 
@@ -116,13 +117,10 @@ class DocStore:
 def load_docmap(docs_dir: str | Path) -> dict[str, str]:
     """docid -> relpath of a docs dir (or a `structure` OUT in object storage); a docmap holding one unsafe relpath
     refuses the whole dir, naming the row."""
-    import pyarrow.parquet as pq
-
     path = location(docs_dir) / "docmap.parquet"
     if not path.exists():
         raise FileNotFoundError(f"no docmap.parquet in {docs_dir} (written by `rise-batch structure`)")
-    where, fs = arrow_source(path)
-    table = pq.read_table(where, columns=["docid", "relpath"], filesystem=fs)
+    table = read_parquet(path, columns=["docid", "relpath"])
     docids, rels = checked_columns(table, f"{path}: refusing this docs dir")
     return dict(zip(docids, rels, strict=True))
 
@@ -142,16 +140,20 @@ class AddResult(NamedTuple):
     refused: dict[str, str] = {}  # docid -> why its file is not a document ("is a FIFO (named pipe)")
 
 
+_NOT_OURS = "not a workspace this project wrote; delete it"
+_ARRIVAL_TYPES = {"docid": (str,), "relpath": (str,), "call": (int,), "seq": (int,), "time": (int, float)}
+
+
 def read_manifest(ws_dir: str | Path) -> list[Arrival]:
-    """The arrivals recorded in WS/manifest.jsonl; an unsafe relpath refuses the workspace (it is joined below)."""
+    """The arrivals recorded in WS/manifest.jsonl, opened as every file the engine reads (safe_read: below WS, no
+    link, a regular file) and each line checked to be exactly an arrival: a line of another shape, or an unsafe
+    relpath (it is joined below), refuses the workspace in one line naming the file and the line."""
     path = Path(ws_dir) / MANIFEST
     out: list[Arrival] = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                a = Arrival(**json.loads(line))
-                check_relpath(a.relpath, f"{path}: line {n}", "not a workspace this project wrote; delete it")
-                out.append(a)
+    with open_regular(path, below=ws_dir) as f:
+        for n, raw in enumerate(f, 1):
+            if raw.strip():
+                out.append(_arrival(raw, f"{path}: line {n}"))
     return out
 
 
@@ -178,6 +180,19 @@ def check_workspace(ws_dir: str | Path) -> None:
                 f"{ws / name} {kind_of(mode)}, not a {what} the engine made; refusing this workspace (delete it and "
                 "search again)"
             )
+
+
+def _arrival(raw: bytes, where: str) -> Arrival:
+    try:
+        rec = json.loads(raw)
+    except ValueError:  # UnicodeDecodeError too
+        raise ValueError(f"{where}: not JSON; {_NOT_OURS}") from None
+    ok = isinstance(rec, dict) and set(rec) == set(_ARRIVAL_TYPES)
+    if not ok or any(type(rec[k]) not in t for k, t in _ARRIVAL_TYPES.items()):  # type(): a bool is no call number
+        shown = repr(rec) if len(repr(rec)) <= 200 else repr(rec)[:200] + "..."
+        raise ValueError(f"{where}: {shown} is not an arrival (docid, relpath, call, seq, time); {_NOT_OURS}")
+    check_relpath(rec["relpath"], where, _NOT_OURS)
+    return Arrival(**rec)
 
 
 class Workspace:

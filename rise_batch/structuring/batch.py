@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import sys
 from collections import Counter, deque
 from collections.abc import Mapping
@@ -35,6 +34,7 @@ from typing import Any
 
 from rise_batch.config import ConfigError, StructureConfig
 from rise_batch.corpus.readers import ShardSpec, read_shard
+from rise_batch.io import read_json
 from rise_batch.llm.batch import BatchResult, reply_from_body, request_line
 from rise_batch.llm.batch_runner import BatchRunner, async_client
 from rise_batch.llm.errors import LLMError, refuses_response_format
@@ -382,7 +382,7 @@ def refuse_if_batches_open(out: str | Path) -> None:
     if not path.exists():
         return
     store = CheckpointStore(out)
-    groups = json.loads(path.read_text()).get("groups", {})
+    groups = read_json(path).get("groups", {})
     open_groups = [name for name, g in groups.items() if not all(store.is_done(s) for s in g["meta"]["shards"])]
     if open_groups:
         raise ConfigError(

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import get_type_hints
 
 from rise_batch.io import read_json, write_json_atomic, write_parquet_atomic, write_text_atomic
-from rise_batch.storage import AnyPath, ObjectPath, arrow_source, location, open_binary, staging_path
+from rise_batch.safe_read import open_regular, read_parquet
+from rise_batch.storage import AnyPath, ObjectPath, location, open_binary, staging_path
 from rise_batch.types import DocResult
 
 _PART = re.compile(r"shard-(\d+)\.part-(\d+)\.parquet$")
@@ -95,11 +96,8 @@ class CheckpointStore:
 
     def read_part(self, path: AnyPath, columns: list[str] | None = None):
         """One part as a pyarrow Table; an unreadable part is a CheckpointError naming it and the remedy."""
-        import pyarrow.parquet as pq
-
-        where, fs = arrow_source(path)
         try:
-            return pq.read_table(where, columns=columns, filesystem=fs)
+            return read_parquet(path, columns=columns)
         except (OSError, ValueError) as e:  # pyarrow: ArrowInvalid is a ValueError, ArrowIOError an OSError
             raise CheckpointError(f"{path}: damaged checkpoint part ({str(e).splitlines()[0]}); {REPAIR}") from e
 
@@ -190,7 +188,9 @@ class CheckpointStore:
         if not path.exists():
             return {}
         out: dict[str, dict] = {}
-        for line in path.read_bytes().splitlines():
+        with open_regular(path, below=path.parent) as fh:  # safe_read: a FIFO or a link there is refused, not read
+            lines = fh.read().splitlines()
+        for line in lines:
             try:
                 rec = json.loads(line)
                 out[rec["docid"]] = rec

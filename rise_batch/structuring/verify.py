@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rise_batch.corpus.readers import ShardSpec
+from rise_batch.safe_read import read_parquet
 from rise_batch.storage import AnyPath, ObjectPath, arrow_source, location, move
 from rise_batch.structuring.checkpoint import REPAIR, CheckpointError, CheckpointStore, file_digest
 from rise_batch.types import DocResult
@@ -75,10 +76,8 @@ class Verification(NamedTuple):
 
 def docmap_shards(out: AnyPath, with_docids: bool) -> tuple[Counter[int], dict[int, list[str]]]:
     """Documents per shard from docmap.parquet (and, for --verify, their docids)."""
-    import pyarrow.parquet as pq
 
-    where, fs = arrow_source(out / "docmap.parquet")
-    table = pq.read_table(where, columns=["docid", "shard"] if with_docids else ["shard"], filesystem=fs)
+    table = read_parquet(out / "docmap.parquet", columns=["docid", "shard"] if with_docids else ["shard"])
     shards = table.column("shard").to_pylist()
     docids: dict[int, list[str]] = {}
     if with_docids:
@@ -207,7 +206,6 @@ def missing_structured(out: str | AnyPath, shards: Iterable[ShardSpec]) -> list[
     """One Damage per shard marked done whose structured files are not all under OUT/corpus (one file per docmap
     row of the shard). Its checkpoint holds every row, so repairing it re-writes the files and re-buys nothing.
     The tree is listed once (a directory walk, not a stat per document)."""
-    import pyarrow.parquet as pq
 
     out = location(out)
     if isinstance(out, ObjectPath):  # no file per document in object storage: the checkpoint is the corpus
@@ -221,7 +219,7 @@ def missing_structured(out: str | AnyPath, shards: Iterable[ShardSpec]) -> list[
     for d, _, files in os.walk(corpus):
         prefix = d[len(str(corpus)) + 1 :]
         present.update(f"{prefix}/{f}" if prefix else f for f in files)
-    table = pq.read_table(out / "docmap.parquet", columns=["relpath", "shard"])
+    table = read_parquet(out / "docmap.parquet", columns=["relpath", "shard"])
     missing: dict[int, list[str]] = {}
     totals: Counter[int] = Counter()
     for rel, sid in zip(table.column("relpath").to_pylist(), table.column("shard").to_pylist(), strict=True):

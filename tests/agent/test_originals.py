@@ -118,3 +118,42 @@ def test_a_twin_built_by_the_old_rule_is_rebuilt(tmp_path):
     (twin / "corpus" / rel).write_text("The only real line of this page.\n")  # what the old rule wrote
     (twin / COMPLETE).write_text("")  # the old, empty marker
     assert_twin_is_the_corpus(out, texts)
+
+
+def test_a_planted_lock_marker_or_twin_is_refused_or_rebuilt_never_followed(tmp_path):
+    """DOCS/.original.lock a symlink to a missing path outside (root would create it: refused, nothing made); the
+    twin's marker a FIFO (a read that never returns: the twin is rebuilt instead); the twin a symlink to a forged
+    tree elsewhere (never used)."""
+    import os
+    import shutil
+    import threading
+
+    from rise_batch.agent.originals import LOCK, ORIGINAL_DIR
+    from rise_batch.safe_read import RefusedFile
+
+    trap_corpus(tmp_path / "c.jsonl")
+    out = tmp_path / "h"
+    structure(tmp_path / "c.jsonl", out, "heuristic")
+    outside = tmp_path / "outside" / "made-by-root"
+    outside.parent.mkdir()
+    (out / LOCK).symlink_to(outside)
+    with pytest.raises(RefusedFile, match=str(out / LOCK)):
+        original_docs(out, workers=1)
+    assert not outside.exists()
+    (out / LOCK).unlink()
+    twin = original_docs(out, workers=1)
+    (twin / COMPLETE).unlink()
+    os.mkfifo(twin / COMPLETE)
+    box: dict = {}
+    t = threading.Thread(target=lambda: box.setdefault("twin", original_docs(out, workers=1)), daemon=True)
+    t.start()
+    t.join(120)
+    assert not t.is_alive(), "hung on a FIFO marker"
+    assert (box["twin"] / COMPLETE).is_file()  # rebuilt
+    forged = tmp_path / "forged"
+    shutil.copytree(twin, forged)
+    shutil.rmtree(twin)
+    (out / ORIGINAL_DIR).symlink_to(forged)
+    from rise_batch.agent.originals import _complete
+
+    assert not _complete(out, out / ORIGINAL_DIR)
