@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rise_batch.space.workspace import MANIFEST, DocStore, Workspace, read_manifest
+from rise_batch.space.workspace import MANIFEST, MARKER, DocStore, Workspace, read_manifest
 from tests.conftest import REPO
 from tests.space.conftest import make_docs
 
@@ -34,6 +34,7 @@ BAD = {
 def _workspace(tmp_path: Path, line: str) -> Path:
     ws = tmp_path / "ws"
     (ws / "files").mkdir(parents=True)
+    (ws / MARKER).write_text('{"made_by": "rise-batch", "version": 1}\n')  # the engine's own, but for the manifest
     (ws / MANIFEST).write_bytes((json.dumps(GOOD) + "\n" + line + "\n").encode("latin-1"))
     return ws
 
