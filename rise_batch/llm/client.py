@@ -42,10 +42,11 @@ from rise_batch.llm.errors import (  # LLMError: also importable from here
     UnusableReplyError,
     refuses_response_format,
 )
-from rise_batch.llm.limiter import AsyncLimiter, Limiter
+from rise_batch.llm.limiter import AsyncLimiter, Limiter, resolve
 from rise_batch.llm.pricing import PriceTable
 from rise_batch.llm.ratelimit import RateLimits
 from rise_batch.llm.retry import Verdict, classify
+from rise_batch.llm.spend import worst_case_usd
 from rise_batch.llm.tokens import counter_for
 from rise_batch.llm.transport import CHAT_PATH, Transport, make_transport
 from rise_batch.types import Reply
@@ -119,9 +120,12 @@ class LLMClient:
         http_backend: str | None = None,
         api: str = "chat",
         response_format: dict[str, Any] | None = None,
+        budget: Any = None,
     ) -> None:
         """`http_backend` overrides `config.http_backend`; `api`: "chat" or "responses" (transport.APIS);
-        `response_format`: what chat() sends while `config.structured_output` is on (see the module docstring)."""
+        `response_format`: what chat() sends while `config.structured_output` is on (see the module docstring);
+        `budget`: a dollar limit (llm.spend.CostBudget, or a Ray job's RemoteBudget) every HTTP attempt reserves its
+        worst case from before it is sent, and settles with what it cost (BudgetExceeded when it would not fit)."""
         self.config = config
         self.response_format = response_format if config.structured_output else None
         self.limiter: Limiter = limiter or AsyncLimiter(
@@ -133,6 +137,7 @@ class LLMClient:
         self.max_retry_after_s, self.cooldown_s = max_retry_after_s, cooldown_s
         self._sleep = sleep
         self.stats = LLMStats()
+        self.budget = budget
         self.refused: str | None = None  # why the endpoint refused the key, once it has
         self.transport: Transport = make_transport(config, http_backend=http_backend, api=api)
 
@@ -189,7 +194,12 @@ class LLMClient:
         self.stats.calls += 1
         request = chat_request(self.config, messages, **params)
         # the reservation: the model's own tokenizer, long texts sampled (trued up from the reply's usage)
-        est = counter_for(self.config.model).request(request, exact=False)
+        # (exactly when a dollar limit reserves from it: the worst case must not be an undercount)
+        est = counter_for(self.config.model).request(request, exact=self.budget is not None)
+        worst = 0.0
+        if self.budget is not None:
+            max_out = int(request.get("max_completion_tokens") or 0)
+            worst = worst_case_usd(self.prices, self.config.model, est, max_out, batch=self.batch_pricing)
         est += int(request.get("max_completion_tokens") or 0)
         paid = [0, 0, 0]  # tokens of every 2xx attempt, including unusable ones: they were billed
         attempts = 0
@@ -205,7 +215,7 @@ class LLMClient:
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
-                    completion, headers = await self._attempt(request, est, timeout, paid)
+                    completion, headers = await self._attempt(request, est, timeout, paid, worst)
         except Exception as exc:
             self.stats.failures += 1
             verdict = self._classify(exc)
@@ -228,12 +238,20 @@ class LLMClient:
         return Completion(typed_completion, reply, attempts, headers)  # type: ignore[arg-type]
 
     async def _attempt(
-        self, request: dict[str, Any], est: int, timeout: float | None, paid: list[int]
+        self, request: dict[str, Any], est: int, timeout: float | None, paid: list[int], worst: float = 0.0
     ) -> tuple[dict[str, Any], dict[str, str]]:
-        lease = await self.limiter.acquire(est)
+        if self.budget is not None:  # BudgetExceeded (a BaseException): never retried, never an LLMError
+            await resolve(self.budget.reserve(worst))
+        try:
+            lease = await self.limiter.acquire(est)
+        except BaseException:
+            if self.budget is not None:
+                self.budget.settle(worst, 0.0)
+            raise
         self.stats.attempts += 1
         actual: int | None = None
         headers: dict[str, str] | None = None
+        billed = worst  # a reply that never came (a timeout, a cancel) may have been billed: kept at its worst case
         try:
             content, headers = await self.transport.post(CHAT_PATH, request, timeout)
             completion = parse_body(content)
@@ -243,6 +261,9 @@ class LLMClient:
                 details = usage.get("prompt_tokens_details")
                 cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
                 actual = prompt + output
+                model = completion.get("model") or self.config.model
+                billed = self.prices.cost(model, prompt, cached, output, batch=self.batch_pricing,
+                                          requested=self.config.model)  # fmt: skip
                 paid[0] += prompt
                 paid[1] += cached
                 paid[2] += output
@@ -255,6 +276,8 @@ class LLMClient:
             return completion, headers
         except Exception as exc:
             verdict = self._classify(exc)
+            if actual is None and verdict.kind not in ("timeout", "request-timeout"):
+                billed = 0.0  # refused, a connection error, an error status: nothing generated, nothing billed
             self.stats.count_failure(verdict)
             if headers is None:
                 headers = getattr(exc, "headers", None)  # a StatusError's: the limiter reads the server's state
@@ -262,6 +285,8 @@ class LLMClient:
                 await self.limiter.penalize(verdict.retry_after if verdict.retry_after is not None else self.cooldown_s)
             raise
         finally:
+            if self.budget is not None:
+                self.budget.settle(worst, billed)
             await self.limiter.release(lease, actual, headers)
 
     def _classify(self, exc: BaseException) -> Verdict:
