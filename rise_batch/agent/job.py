@@ -354,7 +354,7 @@ def run_trajectories(
     stats.wall_seconds = time.monotonic() - t0
     out = stats.to_json()
     if stop is not None:
-        raise CostLimitReached(budget_line(out, cfg, stop))
+        raise CostLimitReached(budget_line(out, cfg, cap.limit if cap is not None else stop.limit))
     if pilot_only:
         out["plan"] = run_plan(cfg, plan, out)
         return out
@@ -367,7 +367,7 @@ def run_trajectories(
     return out
 
 
-def budget_line(stats: dict[str, Any], cfg: RunConfig, stop: BudgetExceeded) -> str:
+def budget_line(stats: dict[str, Any], cfg: RunConfig, limit: float) -> str:
     """The one line a run stopped at --max-cost ends with: what its files record as spent, what was cut, how to go
     on."""
     cut = stats["stop_reasons"].get("budget", 0)
@@ -376,7 +376,7 @@ def budget_line(stats: dict[str, Any], cfg: RunConfig, stop: BudgetExceeded) -> 
     )
     left = stats["missing"] + stats["retryable"]
     return (
-        f"stopped at the cost limit: the run has spent ${stats['spent_usd']:.4f} of --max-cost ${stop.limit:.4f} (the "
+        f"stopped at the cost limit: the run has spent ${stats['spent_usd']:.4f} of --max-cost ${limit:.4f} (the "
         f"sum of what its trajectory files record{earlier}); {stats['trajectories'] - stats['retryable']} of "
         f"{stats['queries']} queries are done, {cut} trajectories were cut by the limit (stop reason budget, marked "
         f"retryable, their spend recorded) and {left} queries are left. Re-run the same command with a higher "

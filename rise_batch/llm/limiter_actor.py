@@ -243,18 +243,17 @@ def RemoteLimiter(name: str, concurrency: int = 32) -> AsyncLimiter:  # noqa: N8
     return AsyncLimiter(concurrency=concurrency, rate=rate)
 
 
-@ray.remote(num_cpus=0, max_restarts=-1)
+@ray.remote(num_cpus=0, max_restarts=0)
 class BudgetActor:
     """One dollar limit for a whole job (rise_batch.llm.spend.CostBudget), asked by every worker before each call.
 
-    It lives on the driver's node, like the limiter. Should its process die and restart, what it knew of this
-    invocation's spending is gone: it then refuses every request (tripped), so the limit still holds; the job stops
-    as it would at the limit and the next invocation counts what the outputs record."""
+    It lives on the driver's node, like the limiter, and is never restarted: a fresh one would not know what this
+    invocation spent. Should its process die, every worker's next reservation is refused (RemoteBudget), so the
+    limit still holds; the job stops as it would at the limit and the next invocation counts what the outputs
+    record."""
 
     def __init__(self, limit_usd: float, spent_usd: float) -> None:
         self.budget = CostBudget(limit_usd, spent_usd)
-        if ray.get_runtime_context().was_current_actor_reconstructed:
-            self.budget.tripped = BudgetExceeded(limit_usd, limit_usd, 0.0)
 
     def reserve(self, usd: float) -> tuple[float, float, float] | None:
         """None when `usd` is held, else (limit, spent + reserved, usd): the worker raises BudgetExceeded."""
@@ -281,7 +280,10 @@ class RemoteBudget:
 
     async def reserve(self, usd: float) -> None:
         if self.tripped is None:
-            got = await self.actor.reserve.remote(usd)
+            try:
+                got = await self.actor.reserve.remote(usd)
+            except LOST:  # the job's budget is gone with what it knew: nothing more is sent
+                got = (float("nan"), float("nan"), usd)
             if got is not None:
                 self.tripped = BudgetExceeded(*got)
         if self.tripped is not None:
