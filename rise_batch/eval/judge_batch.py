@@ -19,13 +19,21 @@ from typing import Any
 
 from rise_batch.config import LLMConfig
 from rise_batch.eval.judge import GRADER_PROMPT, GRADER_RESPONSE_FORMAT
-from rise_batch.eval.judge_runner import JudgeSummary, grade_online, grade_reply, plan_judging, record_failure
+from rise_batch.eval.judge_runner import (
+    JudgeSummary,
+    grade_online,
+    grade_reply,
+    judge_budget,
+    plan_judging,
+    record_failure,
+)
 from rise_batch.llm.batch import reply_from_body
 from rise_batch.llm.batch_runner import BatchRunner, async_client
-from rise_batch.llm.cost_cap import BUDGET, CostCap
+from rise_batch.llm.cost_cap import CostCap
 from rise_batch.llm.errors import refuses_response_format
 from rise_batch.llm.pricing import PriceTable
 from rise_batch.llm.spend import BudgetExceeded, worst_case_usd
+from rise_batch.llm.tokens import counter_for
 
 BATCH_DIR = "judge_batches"
 
@@ -68,7 +76,7 @@ async def judge_run_batch(
         tasks = {t.stem: t for t in plan.todo}
         fmt = format_params(llm, GRADER_RESPONSE_FORMAT)
         requests = [(stem, chat_request(llm, t.messages, **fmt)) for stem, t in tasks.items()]
-        budget = cap.services("local")[0][BUDGET] if cap is not None else None
+        budget = judge_budget(cap)
         held = fit_budget(budget, requests, llm, prices) if budget is not None else {}
         if budget is not None:
             plan.summary.left_by_budget = len(requests) - len(held)
@@ -103,8 +111,6 @@ async def judge_run_batch(
 
 def fit_budget(budget: Any, requests: list[tuple[str, dict[str, Any]]], llm: LLMConfig, prices: PriceTable) -> dict:
     """Reserve each request's worst case at the batch price, in order, until one does not fit: {stem: reserved}."""
-    from rise_batch.llm.tokens import counter_for
-
     counter, held = counter_for(llm.model), {}
     for stem, request in requests:
         worst = worst_case_usd(prices, llm.model, counter.request(request), llm.max_output_tokens, batch=True)

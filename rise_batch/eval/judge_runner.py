@@ -48,7 +48,7 @@ from rise_batch.io import write_json_atomic
 from rise_batch.llm.cost_cap import BUDGET, CostCap
 from rise_batch.llm.errors import LLMError
 from rise_batch.llm.limiter import Limiter
-from rise_batch.llm.spend import BudgetExceeded
+from rise_batch.llm.spend import BudgetExceeded, CostBudget
 from rise_batch.prompts import load_prompt, prompt_hash
 from rise_batch.queries import answers_by_id
 
@@ -311,7 +311,10 @@ async def judge_run(
     for task in plan.todo:
         queue.put_nowait(task)
 
-    budget = cap.services("local")[0][BUDGET] if cap is not None else None
+    budget = judge_budget(cap)
+    if getattr(budget, "tripped", None) is not None:  # the records already reach the limit: nothing is sent
+        plan.summary.left_by_budget = len(plan.todo)
+        return plan.summary
     client = client_from_config(llm, limiter=limiter, response_format=GRADER_RESPONSE_FORMAT, budget=budget)
     async with client:
 
@@ -327,6 +330,19 @@ async def judge_run(
         plan.summary.left_by_budget += queue.qsize()
         plan.summary.structured_output_disabled = client.stats.structured_output_disabled
     return plan.summary
+
+
+def judge_budget(cap: CostCap | None) -> CostBudget | None:
+    """The budget a judging's calls reserve from (None without a limit); tripped already when what the judgment
+    files record leaves nothing to spend."""
+    if cap is None:
+        return None
+    try:
+        return cap.services("local")[0][BUDGET]
+    except BudgetExceeded as e:
+        budget = CostBudget(cap.limit, e.spent)
+        budget.tripped = e
+        return budget
 
 
 def _store(

@@ -22,7 +22,8 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from rise_batch.errors import EXIT_BUDGET, CleanExit
+from rise_batch.errors import EXIT_BUDGET, CleanExit, ConfigError
+from rise_batch.llm.pricing import PriceTable
 from rise_batch.types import Reply
 
 # a provider's tokenizer and ours can disagree a little (framing, a model counted by chars/4): the input side of a
@@ -115,9 +116,6 @@ def require_cap_price(model: str, prices_file: str | None, max_cost_usd: float |
     whose replies have no token cap (no worst case to reserve). Nothing is read or paid before this check."""
     if max_cost_usd is None:
         return
-    from rise_batch.errors import ConfigError
-    from rise_batch.llm.pricing import PriceTable
-
     PriceTable.load([prices_file] if prices_file else []).require(model, f"--max-cost {max_cost_usd:g}")
     if not max_output_tokens:
         raise ConfigError(
