@@ -42,7 +42,7 @@ from rise_batch.llm.errors import (  # LLMError: also importable from here
     UnusableReplyError,
     refuses_response_format,
 )
-from rise_batch.llm.limiter import AsyncLimiter, Limiter, resolve
+from rise_batch.llm.limiter import AsyncLimiter, Limiter
 from rise_batch.llm.pricing import PriceTable
 from rise_batch.llm.ratelimit import RateLimits
 from rise_batch.llm.retry import Verdict, classify
@@ -125,7 +125,8 @@ class LLMClient:
         """`http_backend` overrides `config.http_backend`; `api`: "chat" or "responses" (transport.APIS);
         `response_format`: what chat() sends while `config.structured_output` is on (see the module docstring);
         `budget`: a dollar limit (llm.spend.CostBudget, or a Ray job's RemoteBudget) every HTTP attempt reserves its
-        worst case from before it is sent, and settles with what it cost (BudgetExceeded when it would not fit)."""
+        worst case from before it is sent (`admit`), and settles with what it cost (BudgetExceeded when it would
+        not fit)."""
         self.config = config
         self.response_format = response_format if config.structured_output else None
         self.limiter: Limiter = limiter or AsyncLimiter(
@@ -241,7 +242,7 @@ class LLMClient:
         self, request: dict[str, Any], est: int, timeout: float | None, paid: list[int], worst: float = 0.0
     ) -> tuple[dict[str, Any], dict[str, str]]:
         if self.budget is not None:  # BudgetExceeded (a BaseException): never retried, never an LLMError
-            await resolve(self.budget.reserve(worst))
+            await self.budget.admit(worst)
         try:
             lease = await self.limiter.acquire(est)
         except BaseException:

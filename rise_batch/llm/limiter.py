@@ -28,8 +28,7 @@ class Limiter(Protocol):
     async def penalize(self, seconds: float) -> None: ...
 
 
-async def resolve(value: Any) -> Any:
-    """`value`, awaited when it is awaitable (a Ray actor's call), as is otherwise (the in-process arithmetic)."""
+async def _resolve(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
@@ -64,7 +63,7 @@ class AsyncLimiter:
         try:
             async with self._queue:
                 while True:
-                    got = await resolve(self.rate.reserve(est_tokens))
+                    got = await _resolve(self.rate.reserve(est_tokens))
                     if isinstance(got, Lease):
                         break
                     self.waited_s += got
@@ -82,12 +81,12 @@ class AsyncLimiter:
         """Give the slot back; true up the lease when the reply reported usage (a failed attempt keeps its estimate)."""
         try:
             if actual_tokens is not None:
-                await resolve(self.rate.settle(lease, actual_tokens))
+                await _resolve(self.rate.settle(lease, actual_tokens))
             if headers is not None:
-                await resolve(self.rate.observe(dict(headers)))
+                await _resolve(self.rate.observe(dict(headers)))
         finally:
             self.in_flight -= 1
             self._slots.release()
 
     async def penalize(self, seconds: float) -> None:
-        await resolve(self.rate.penalize(seconds))
+        await _resolve(self.rate.penalize(seconds))

@@ -33,7 +33,7 @@ from rise_batch.config import LLMConfig
 from rise_batch.llm.errors import LimiterUnavailable
 from rise_batch.llm.limiter import AsyncLimiter
 from rise_batch.llm.ratelimit import Lease, RateLimiter, RateLimits
-from rise_batch.llm.spend import BudgetExceeded, CostBudget
+from rise_batch.llm.spend import ADMIT_POLL_S, BudgetExceeded, CostBudget
 
 NAMESPACE = "rise_batch"
 HOLD_S = 0.1  # a worker uses a granted lease within this long, or gives it back (its request count stays spent)
@@ -255,13 +255,13 @@ class BudgetActor:
     def __init__(self, limit_usd: float, spent_usd: float) -> None:
         self.budget = CostBudget(limit_usd, spent_usd)
 
-    def reserve(self, usd: float) -> tuple[float, float, float] | None:
-        """None when `usd` is held, else (limit, spent + reserved, usd): the worker raises BudgetExceeded."""
+    def try_reserve(self, usd: float) -> bool | tuple[float, float, float]:
+        """CostBudget.try_reserve: True (held) or False (ask again), or (limit, spent + reserved, usd) when it
+        tripped: the worker raises BudgetExceeded."""
         try:
-            self.budget.reserve(usd)
+            return self.budget.try_reserve(usd)
         except BudgetExceeded as e:
             return e.limit, e.spent, e.next_cost
-        return None
 
     def settle(self, reserved: float, actual: float) -> None:
         self.budget.settle(reserved, actual)
@@ -278,16 +278,20 @@ class RemoteBudget:
         self.actor = ray.get_actor(name, namespace=NAMESPACE)
         self.tripped: BudgetExceeded | None = None
 
-    async def reserve(self, usd: float) -> None:
-        if self.tripped is None:
+    async def admit(self, usd: float) -> None:
+        """Hold `usd` in the job's budget, waiting while calls in flight hold what it needs (CostBudget.admit)."""
+        while self.tripped is None:
             try:
-                got = await self.actor.reserve.remote(usd)
+                got = await self.actor.try_reserve.remote(usd)
             except LOST:  # the job's budget is gone with what it knew: nothing more is sent
                 got = (float("nan"), float("nan"), usd)
-            if got is not None:
-                self.tripped = BudgetExceeded(*got)
-        if self.tripped is not None:
-            raise self.tripped
+            if got is True:
+                return
+            if got is False:
+                await asyncio.sleep(ADMIT_POLL_S)
+                continue
+            self.tripped = BudgetExceeded(*got)
+        raise self.tripped
 
     def settle(self, reserved: float, actual: float) -> None:
         self.actor.settle.remote(reserved, actual)  # a caller's calls reach an actor in order: after its reserve

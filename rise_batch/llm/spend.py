@@ -3,8 +3,11 @@
 A run's limit is on its *total*: what its outputs already record (earlier invocations, resumes) plus what this one
 spends. Before a request is sent, its worst case is reserved (`worst_case_usd`: its input tokens at the full input
 price plus `max_output_tokens` at the output price); the reply settles the reservation with what it really cost.
-If spent + reserved + the next worst case would pass the limit, the budget trips and stays tripped: every later
-request is refused with `BudgetExceeded`, so the limit is never passed by requests in flight either.
+A request whose worst case does not fit beside the reservations in flight waits for them to settle (`admit`: a
+worst case is usually far above what a reply costs); one that would pass the limit even then trips the budget,
+which stays tripped: every later request is refused with `BudgetExceeded`. Spent plus reserved never passes the
+limit, so requests in flight cannot pass it either. (Structuring's per-document guard trips at once instead:
+`reserve`.)
 
 `CostBudget` is that arithmetic in one process. A run on Ray shares one through a small actor
 (rise_batch.llm.limiter_actor.BudgetActor), whose worker side has the same `reserve` / `settle` methods; the
@@ -18,6 +21,7 @@ scripts exit with EXIT_BUDGET (`rise_batch.errors.run_main`).
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -30,6 +34,7 @@ from rise_batch.types import Reply
 # reservation is this much above our count, so that a reservation is a worst case
 INPUT_MARGIN = 1.10
 INPUT_SLACK_TOKENS = 64
+ADMIT_POLL_S = 0.05  # how often a request waiting for reservations in flight to settle asks again
 
 
 class BudgetExceeded(CleanExit, BaseException):
@@ -73,6 +78,24 @@ class CostBudget:
             if self.tripped is not None:
                 raise self.tripped
         self.reserved += estimate
+
+    def try_reserve(self, estimate: float) -> bool:
+        """Hold `estimate` dollars if they fit beside what is spent and held (True); False when they would fit once
+        the requests in flight have settled (ask again then); BudgetExceeded when they would not fit even then."""
+        if self.tripped is None and self.spent + estimate > self.limit:
+            self.tripped = BudgetExceeded(self.limit, self.spent + self.reserved, estimate)
+        if self.tripped is not None:
+            raise self.tripped
+        if self.spent + self.reserved + estimate > self.limit:
+            return False
+        self.reserved += estimate
+        return True
+
+    async def admit(self, estimate: float) -> None:
+        """`try_reserve`, waiting while requests in flight hold what this one needs: a worst case held by a reply
+        that settles far below it is freed, so the limit is used up to the last call that can still fit."""
+        while not self.try_reserve(estimate):
+            await asyncio.sleep(ADMIT_POLL_S)
 
     def settle(self, estimate: float, actual: float) -> None:
         """The request's reply (or failure) came: its reservation becomes what it really cost."""
