@@ -41,11 +41,15 @@ SAMPLE = REPO / "rise_batch" / "data" / "enwiki_sample.jsonl.gz"
 MODEL = "gpt-5.4-mini"
 
 
-def cli(*argv: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "rise_batch.cli", *argv], capture_output=True, text=True)
-    if done.returncode not in ok:
-        sys.exit(f"rise-batch {' '.join(argv[:2])} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return done
+def cli(*argv: str, ok: tuple[int, ...] = (0,), tries: int = 1) -> subprocess.CompletedProcess:
+    """The command, asked again up to `tries` times when it fails otherwise (a local Ray that timed out starting on
+    a loaded machine: nothing was run, so running again changes no figure)."""
+    for _ in range(tries):
+        done = subprocess.run([sys.executable, "-m", "rise_batch.cli", *argv], capture_output=True, text=True)
+        if done.returncode in ok:
+            return done
+        print(f"rise-batch {' '.join(argv[:2])} failed ({done.returncode}): {done.stderr[-300:]}", file=sys.stderr)
+    sys.exit(f"rise-batch {' '.join(argv[:2])} failed ({done.returncode}):\n{done.stderr[-2000:]}")
 
 
 def prepare(scratch: Path, n: int, seed: int) -> tuple[Path, Path]:
@@ -137,12 +141,12 @@ def cap_runs(scratch: Path, docs: Path, queries: Path, server: FakeLLMServer, n:
             base = run_argv(out, docs, sub, server.base_url, "--workers", "2", "--concurrency", "8",
                             "--max-output-tokens", str(max_out))  # fmt: skip
             mark = len(server.log())
-            first = cli(*base, "--max-cost", str(cap), ok=(0, 3))
+            first = cli(*base, "--max-cost", str(cap), ok=(0, 3), tries=3)
             paid = billed(server, mark)
             t = [json.loads(p.read_text()) for p in (out / "trajectories").glob("*.json")]
             cut = sum(x["stop_reason"] == "budget" for x in t)
             mark2 = len(server.log())
-            cli(*base, "--max-cost", str(cap * 10 + total), "--json")
+            cli(*base, "--max-cost", str(cap * 10 + total), "--json", tries=3)
             done = costs(out)
             rows.append({"max_output_tokens": max_out, "cap_usd": cap, "fraction_of_total": f,
                          "exit": first.returncode, "billed_usd": round(paid, 6),
@@ -162,6 +166,7 @@ def main() -> None:
     p.add_argument("--cap-queries", type=int, default=60)
     p.add_argument("--cap-fractions", default="0.25,0.5")
     p.add_argument("--skip-cap", action="store_true")
+    p.add_argument("--reuse", action="store_true", help="take the pilot and the population from an earlier run")
     args = p.parse_args()
     bench = Run("plan_pilot", args)
     scratch = SCRATCH / "plan_pilot"
@@ -169,12 +174,16 @@ def main() -> None:
     docs, queries = prepare(scratch, args.queries, 7)
     figures: dict = {}
     with FakeLLMServer(responders=[AgentResponder(), FallbackResponder()]) as server:
-        out = scratch / "run"
-        shutil.rmtree(out, ignore_errors=True)
-        base = run_argv(out, docs, queries, server.base_url, "--workers", "0", "--concurrency", "8")
-        plan = json.loads(cli(*base, "--plan", "--pilot", str(args.pilot), "--json").stdout.strip().splitlines()[-1])
-        pilot_ids = set(costs(out))
-        cli(*base)
+        out, kept = scratch / "run", scratch / "run_plan.json"
+        if args.reuse and kept.exists():
+            plan, pilot_ids = (lambda d: (d["plan"], set(d["pilot_ids"])))(json.loads(kept.read_text()))
+        else:
+            shutil.rmtree(out, ignore_errors=True)
+            base = run_argv(out, docs, queries, server.base_url, "--workers", "0", "--concurrency", "8")
+            plan = json.loads(cli(*base, "--plan", "--pilot", str(args.pilot), "--json").stdout.splitlines()[-1])
+            pilot_ids = set(costs(out))
+            cli(*base)
+            kept.write_text(json.dumps({"plan": plan, "pilot_ids": sorted(pilot_ids)}))
         pop = costs(out)
         rest = sum(v for k, v in pop.items() if k not in pilot_ids)
         c = plan["cost_usd"]
@@ -189,6 +198,7 @@ def main() -> None:
                                  "max_usd": round(xs[-1], 6),
                                  "top10pct_share": round(sum(xs[-len(xs) // 10 :]) / sum(xs), 3)}  # fmt: skip
         figures["coverage"] = coverage(pop, [int(x) for x in args.pilots.split(",")], args.seeds)
+        bench.write(figures)  # the plan's figures, whatever happens to the cap's runs
         if not args.skip_cap:
             fr = [float(x) for x in args.cap_fractions.split(",")]
             figures["cap"] = cap_runs(scratch, docs, queries, server, args.cap_queries, fr)
