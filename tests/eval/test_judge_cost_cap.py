@@ -64,3 +64,16 @@ def test_judge_max_cost_counts_what_is_recorded_and_refuses_an_unpriced_model(tm
         assert len(s.log()) == calls and "stopped at the cost limit" in capsys.readouterr().err
         assert main([*base, "--model", "my-own-model", "--max-cost", "1"]) == 2
         assert "my-own-model" in capsys.readouterr().err and len(s.log()) == calls
+
+
+def test_judge_batch_mode_submits_only_what_fits_the_limit(tmp_path: Path, capsys) -> None:
+    run = make_run(tmp_path / "run", 12)
+    with FakeLLMServer() as s:
+        base = ["judge", str(run), "--model", MODEL, "--base-url", s.base_url, "--mode", "batch", "--poll-s", "0.01"]
+        assert main([*base, "--max-output-tokens", "1024", "--max-cost", "0.007"]) == 3
+        graded = len(list((run / "judgments").glob("*.json")))
+        assert 0 < graded < 12 and spent(run) <= 0.007
+        assert "stopped at the cost limit" in capsys.readouterr().err
+        assert main([*base, "--max-output-tokens", "1024", "--max-cost", "1"]) == 0
+        assert len(list((run / "judgments").glob("*.json"))) == 12
+        assert s.batch_api.stats()["batches_created"] == 2  # what fit, then the rest
