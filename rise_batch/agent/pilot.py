@@ -90,22 +90,27 @@ def run_plan(cfg: RunConfig, plan: Any, stats: dict[str, Any], seed: int = 0) ->
     }
 
 
+def _h(hours: float) -> str:
+    """Hours as a plan shows them: two decimals, or two significant digits below one hour (a short pilot's rest)."""
+    return f"{hours:,.2f}" if hours >= 1 else f"{hours:.2g}"
+
+
 def plan_text(p: dict[str, Any], out: str) -> str:
     """The plan for people: one line per figure, and what to do next."""
     c, h, t = p["cost_usd"], p["hours"], p["tokens"]
     lines = [
         f"plan for {out}: {p['pilot_queries']} pilot trajectories finished (${p['pilot_cost_usd']:.4f}, "
         f"{p['pilot_ran']} run now); {p['remaining_queries']} queries left, model {p['model']}",
-        f"  cost         ${c['estimate']:,.4f}  (95% prediction interval for their total: ${c['low']:,.4f} - "
+        f"  {'cost':<20} ${c['estimate']:,.4f}  (95% prediction interval for their total: ${c['low']:,.4f} - "
         f"${c['high']:,.4f})",
-        f"  model calls  {p['model_calls']['estimate']:,.0f}  ({p['model_calls']['low']:,.0f} - "
+        f"  {'model calls':<20} {p['model_calls']['estimate']:,.0f}  ({p['model_calls']['low']:,.0f} - "
         f"{p['model_calls']['high']:,.0f})",
     ]
     for k in TOKENS:
         lines.append(f"  {k + ' tokens':<20} {t[k]['estimate']:,.0f}  ({t[k]['low']:,.0f} - {t[k]['high']:,.0f})")
     s = p["settings"]
     lines.append(
-        f"  hours        {h['estimate']:,.2f}  ({h['low']:,.2f} - {h['high']:,.2f}) at concurrency {s['concurrency']}"
+        f"  {'hours':<20} {_h(h['estimate'])}  ({_h(h['low'])} - {_h(h['high'])}) at concurrency {s['concurrency']}"
         f", {s['workers']} workers, rpm {s['rpm']:,}, tpm {s['tpm']:,} (bound by {p['hours_bound_by']})"
     )
     if p["small_pilot"]:
