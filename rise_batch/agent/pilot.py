@@ -115,8 +115,9 @@ def plan_text(p: dict[str, Any], out: str) -> str:
     )
     if p["small_pilot"]:
         lines.append(
-            f"  the interval is wide: {p['pilot_queries']} pilot queries of skewed costs (a few long trajectories "
-            f"cost most) say little about the rest; --pilot {max(2 * p['pilot_queries'], SMALL_PILOT)} narrows it"
+            f"  a rough figure: {p['pilot_queries']} pilot queries of skewed costs (a few long trajectories cost "
+            "most) may have missed the long ones, and then the total lands above the interval more often than 1 in "
+            f"20; --pilot {max(2 * p['pilot_queries'], SMALL_PILOT)} narrows it and makes that rarer"
         )
     lines.append("  run the same command without --plan to run the rest (the pilot's trajectories are kept)")
     return "\n".join(lines)

@@ -9,8 +9,10 @@ the pilot resampled (its mean and spread) against m draws from the pilot (the re
 quantiles of that studentised difference replace the t quantiles, which carries the skew into the interval (a long
 upper arm). The benchmark bench/plan_pilot.py checks its coverage against real totals.
 
-A small pilot is said to be one (`small`): below SMALL_PILOT queries, or when the interval is wider than the
-estimate itself, the plan says the figure is rough rather than hide it.
+No interval can know of a tail its pilot never drew: a pilot that missed the few long trajectories misses the
+total high. bench/plan_pilot.py measured the 95% interval holding the real total 85% of the time with 10 pilot
+queries, 88% with 20, 90% with 40 and 94% with 80 (300 queries of skewed cost; the symmetric t interval: 75, 81, 85,
+90%). So a pilot below SMALL_PILOT queries, or an interval wider than the estimate itself, is said to be rough.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-SMALL_PILOT = 20
+SMALL_PILOT = 40  # below it the measured coverage of the 95% interval is under 90% (module docstring)
 LEVEL = 0.95
 DRAWS = 4000
 EXACT_REST = 4000  # up to this many remaining queries each bootstrap draws them one by one; beyond, their mean

@@ -114,7 +114,7 @@ def test_plan_runs_a_seeded_pilot_prints_the_rest_and_the_run_resumes_past_it(ag
     mark = len(fake_server.log())
     assert main([*base, "--plan", "--pilot", "5"]) == 0  # the pilot is done: nothing runs, the plan is printed
     text = capsys.readouterr().out
-    assert "5 pilot trajectories finished" in text and "95% prediction interval" in text and "interval is wide" in text
+    assert "5 pilot trajectories finished" in text and "95% prediction interval" in text and "a rough figure" in text
     assert len(fake_server.log()) == mark
 
     assert main(base) == 0  # the run resumes past the pilot
