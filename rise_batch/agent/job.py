@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from rise_batch.agent.inputs import check_sources
+from rise_batch.agent.ledger import recorded_spend
 from rise_batch.agent.originals import ORIGINAL_DIR, original_docs
+from rise_batch.agent.pilot import pilot_sample, require_plan_price, run_plan
 from rise_batch.agent.run_config import RunConfig, config_hash
 from rise_batch.agent.run_stats import TRANSPORT_KEYS, RunStats, WorkerReport, cache_by_node, cache_line
 from rise_batch.agent.runner import EVENT_PARTS, EVENTS, TRAJECTORIES, finished, trajectory_path
@@ -31,7 +33,9 @@ from rise_batch.executor import executor_for
 from rise_batch.executor.base import MapOptions, Stage, WorkerSpec
 from rise_batch.executor.probe import REMEDY, Input, Output, check_storage, node_labels
 from rise_batch.io import make_output_dir, read_json, supersede, write_json_atomic
+from rise_batch.llm.cost_cap import CostCap
 from rise_batch.llm.errors import KeyRefused
+from rise_batch.llm.spend import BudgetExceeded, CostLimitReached, require_cap_price
 from rise_batch.progress import Progress as Shown
 from rise_batch.prompts import load_prompt, prompt_hash
 from rise_batch.queries import Query, gold_label, read_queries, select_gold
@@ -218,13 +222,17 @@ class Progress:
         self.shown.close()
 
 
-def run_queries(plan: RunPlan, progress: Progress, nodes: dict[str, str] | None = None) -> list[WorkerReport]:
+def run_queries(
+    plan: RunPlan, progress: Progress, nodes: dict[str, str] | None = None, cap: CostCap | None = None
+) -> list[WorkerReport]:
     """Every pending query through the executor the config asks for; returns the workers' reports. On Ray,
     `nodes` gets the id of the node that ran each query.
 
     `workers: 0` runs `concurrency` trajectories at once in this process (debugging, small runs); otherwise
     `workers` Ray actors share them, with a watchdog at budget + grace_s (cancel, then kill after kill_grace_s)
-    and a query lost after its worker died `max_attempts` times recorded as failed (agent/stage.py).
+    and a query lost after its worker died `max_attempts` times recorded as failed (agent/stage.py). Under a
+    `cap` (--max-cost) every model call of every worker reserves from one budget; a refused call stops the stage
+    (BudgetExceeded, raised once the running trajectories have ended).
     """
     cfg = plan.cfg
     options = MapOptions(
@@ -238,7 +246,7 @@ def run_queries(plan: RunPlan, progress: Progress, nodes: dict[str, str] | None 
         worker_memory=int(cfg.worker_memory_gb * 2**30),
         close_timeout_s=5,
     )
-    outcomes = TrajectoryOutcomes(cfg, plan.config_hash, progress)
+    outcomes = TrajectoryOutcomes(cfg, plan.config_hash, progress, cap)
     stage = Stage(
         worker=WorkerSpec(
             "rise_batch.agent.stage:QueryWorker", {"cfg": cfg, "config_hash": plan.config_hash}, "TrajectoryWorker"
@@ -253,7 +261,7 @@ def run_queries(plan: RunPlan, progress: Progress, nodes: dict[str, str] | None 
         on_event=outcomes.on_event,
         finished=outcomes.finished,
         services=outcomes.services,
-        stop_on=(KeyRefused,),
+        stop_on=(KeyRefused, BudgetExceeded),
         stuck_why=STUCK_WHY,
     )
     try:  # the key's variable is lent to the actors when attached to a cluster
@@ -296,19 +304,40 @@ def verify_trajectories(plan: RunPlan, progress: Progress, nodes: dict[str, str]
     return transport
 
 
-def run_trajectories(cfg: RunConfig, incomplete_ok: bool = False) -> dict[str, Any]:
+def run_cap(cfg: RunConfig) -> CostCap | None:
+    """--max-cost over the run's total: what RUN_DIR's trajectory files record (cut runs' spend included), asked
+    again whenever a stage starts, plus what the stage spends."""
+    if cfg.max_cost_usd is None:
+        return None
+    return CostCap(cfg.max_cost_usd, lambda: recorded_spend(location(cfg.out) / TRAJECTORIES))
+
+
+def run_trajectories(
+    cfg: RunConfig, incomplete_ok: bool = False, cap: CostCap | None = None, pilot_only: bool = False
+) -> dict[str, Any]:
     """The whole run; returns totals (also printed by the CLI and the job script). Trajectories a transient failure
     ended (`retryable`) make it raise RunIncomplete once the rest is done, unless `incomplete_ok` (a sweep, which
-    marks the cell incomplete instead)."""
+    marks the cell incomplete instead). `cap`: a limit shared with other stages (a sweep's), else the run's own
+    --max-cost; reaching it raises CostLimitReached (exit 3) once what ran is recorded. `pilot_only` (--plan): run
+    only a seeded sample of `cfg.pilot` queries (those finished count) and add the plan for the rest as "plan"."""
+    require_cap_price(cfg.llm.model, cfg.llm.prices_file, cfg.max_cost_usd, cfg.llm.max_output_tokens)
+    if pilot_only:
+        require_plan_price(cfg.llm.model, cfg.llm.prices_file)
+    cap = cap or run_cap(cfg)
     t0 = time.monotonic()
     plan = prepare_run(cfg)
+    if pilot_only:
+        plan = plan._replace(pending=pilot_sample(plan, cfg.pilot))
     progress = Progress(len(plan.queries), len(plan.queries) - len(plan.pending), cfg.progress)
     reports: list[WorkerReport] = []
     nodes: dict[str, str] = {}  # query id -> the Ray node that ran it
+    stop: BudgetExceeded | None = None
     try:
         if plan.pending:
-            reports = run_queries(plan, progress, nodes)
+            reports = run_queries(plan, progress, nodes, cap)
             reports += verify_trajectories(plan, progress, nodes)
+    except BudgetExceeded as e:  # what ran is in its files; the driver's check is the resume's
+        stop = e
     finally:
         progress.close()
     stats = RunStats.of_files(cfg.out, plan.queries, plan.config_hash)
@@ -328,6 +357,11 @@ def run_trajectories(cfg: RunConfig, incomplete_ok: bool = False) -> dict[str, A
     stats.ran, stats.skipped = len(plan.pending), len(plan.queries) - len(plan.pending)
     stats.wall_seconds = time.monotonic() - t0
     out = stats.to_json()
+    if stop is not None:
+        raise CostLimitReached(budget_line(out, cfg, cap.limit if cap is not None else stop.limit))
+    if pilot_only:
+        out["plan"] = run_plan(cfg, plan, out)
+        return out
     if stats.retryable and not incomplete_ok:
         raise RunIncomplete(
             f"{stats.retryable} of {stats.queries} trajectories ended on a transient failure (their worker's "
@@ -337,6 +371,24 @@ def run_trajectories(cfg: RunConfig, incomplete_ok: bool = False) -> dict[str, A
     return out
 
 
+def budget_line(stats: dict[str, Any], cfg: RunConfig, limit: float) -> str:
+    """The one line a run stopped at --max-cost ends with: what its files record as spent, what was cut, how to go
+    on."""
+    cut = stats["stop_reasons"].get("budget", 0)
+    earlier = f", ${stats['earlier_cost_usd']:.4f} of it by earlier runs of trajectories cut and run again" * bool(
+        stats["earlier_cost_usd"]
+    )
+    left = stats["missing"] + stats["retryable"]
+    return (
+        f"stopped at the cost limit: the run has spent ${stats['spent_usd']:.4f} of --max-cost ${limit:.4f} (the "
+        f"sum of what its trajectory files record{earlier}); {stats['trajectories'] - stats['retryable']} of "
+        f"{stats['queries']} queries are done, {cut} trajectories were cut by the limit (stop reason budget, marked "
+        f"retryable, their spend recorded) and {left} queries are left. Re-run the same command with a higher "
+        f"--max-cost to continue: the cut trajectories run again, and what they spent so far is reported as "
+        f"earlier_cost_usd. (out={redact(cfg.out)})"
+    )
+
+
 def summary_line(stats: dict[str, Any], out: str) -> str:
     """One grep-able line; `cost_usd>=X cancelled_calls=N` when calls were cut (their billed output is in no reply)."""
     reasons = ",".join(f"{k}:{v}" for k, v in stats["stop_reasons"].items())
@@ -344,6 +396,8 @@ def summary_line(stats: dict[str, Any], out: str) -> str:
     sent = stats.get("transport")  # only when this invocation sent requests: never a 0 that was not measured
     transport = f" retries={sent.get('retries', 0)} 429s={sent.get('rate_limited', 0)}" if sent else ""
     cost = f"cost_usd={stats['cost_usd']}"
+    if stats.get("earlier_cost_usd"):  # cut runs of re-run trajectories: paid, and not in cost_usd
+        cost += f" earlier_cost_usd={stats['earlier_cost_usd']}"
     if stats.get("cost_lower_bound"):
         cost = f"cost_usd>={stats['cost_usd']} cancelled_calls={stats.get('cancelled_calls', 0)}"
     return (

@@ -13,7 +13,8 @@ outside) is counted in `cancelled_calls`: the provider bills what it generated, 
 the trajectory's usage and cost leave it out and are a lower bound. A model call that failed for a transient
 reason (connection refused, 5xx, a lost rate limiter, after every attempt) ends the trajectory as `api_error` marked
 `retryable`: a resume runs it again. A refused key (KeyRefused) is not the query's outcome: it passes through and
-stops the job.
+stops the job. A call the run's `--max-cost` refuses (BudgetExceeded: its worst case would not fit) was never sent:
+the trajectory ends as `budget`, marked `retryable`, with `budget_stop` holding the refusal for the caller.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 from rise_batch.agent.context_policy import ContextPolicy as ContextPolicy  # re-exported
 from rise_batch.llm.errors import LLMError
 from rise_batch.llm.retry import is_overflow_message, is_transient
+from rise_batch.llm.spend import BudgetExceeded
 from rise_batch.space.tools import ToolResult, ToolSet
 
 STEP_OUTPUT_CHARS = 2000  # what a trajectory file keeps of each tool output
@@ -82,6 +84,7 @@ class AgentRun:
     # model calls abandoned before their reply, and unusable replies whose usage could not be read: billed, but not in
     # usage nor cost_usd (which are then a lower bound)
     cancelled_calls: int = 0
+    budget_stop: BudgetExceeded | None = None  # the refusal that ended it as `budget` (not written to the file)
 
     def usage(self) -> dict[str, int]:
         return {
@@ -343,6 +346,10 @@ async def _turns(client, tools, budget, run, ctx, params, executor, emit, clock,
             run.model_s += clock() - t0
             run.cancelled_calls += 1
             return run.end("wall_clock")
+        except BudgetExceeded as e:  # refused before it was sent: the run's --max-cost would not hold its worst case
+            run.model_calls -= 1
+            run.retryable, run.budget_stop = True, e
+            return run.end("budget", str(e))
         except asyncio.CancelledError:  # the worker's deadline or the driver's watchdog, mid-call
             run.model_s += clock() - t0
             run.cancelled_calls += 1

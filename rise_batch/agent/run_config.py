@@ -118,6 +118,14 @@ class RunConfig:
         False, help="start over when RUN_DIR holds another configuration (old files kept under superseded-*/)"
     )
     progress: bool = option(True, help="no progress output")
+    max_cost_usd: float | None = option(
+        None,
+        flag="--max-cost",
+        metavar="USD",
+        help="stop cleanly (exit code 3) before the run's total cost, what RUN_DIR records included, would pass USD; "
+        "re-run with more to continue",
+    )
+    pilot: int = option(20, help="--plan: queries run for real first (a seeded sample; finished ones count)")
     api: str = option("chat", choices=lambda: list(APIS), help="chat completions or the Responses API")
     llm: LLMConfig = field(default_factory=lambda: LLMConfig(**AGENT_LLM_DEFAULTS))
 
@@ -136,11 +144,16 @@ class RunConfig:
         check_limit("bash_max_output_chars", self.bash_max_output_chars, integer=True)
         if not isinstance(self.bash_nice, int) or isinstance(self.bash_nice, bool) or not 0 <= self.bash_nice <= 19:
             raise ConfigError(f"bash_nice must be a whole number from 0 to 19, got {self.bash_nice!r}")
-        positive = {"k": self.k, "concurrency": self.concurrency, "max_attempts": self.max_attempts}
+        positive = {
+            "k": self.k,
+            "concurrency": self.concurrency,
+            "max_attempts": self.max_attempts,
+            "pilot": self.pilot,
+        }
         for name, value in positive.items():
             if value <= 0:
                 raise ConfigError(f"{name} must be > 0, got {value!r}")
-        for name in ("max_calls", "wall_clock_s", "limit"):
+        for name in ("max_calls", "wall_clock_s", "limit", "max_cost_usd"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ConfigError(f"{name} must be > 0, got {value!r}")

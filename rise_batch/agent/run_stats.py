@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from rise_batch.agent.ledger import EARLIER
 from rise_batch.agent.runner import trajectory_path
 from rise_batch.io import read_json
 from rise_batch.queries import Query
@@ -39,6 +40,7 @@ class RunStats:
     output_tokens: int = 0
     cost_usd: float = 0.0
     cancelled_calls: int = 0  # model calls cut before their reply: billed, but in no usage nor cost_usd
+    earlier_cost_usd: float = 0.0  # what runs of these queries cut by a failure or the cost limit paid (ledger.py)
     # this invocation's
     nodes: dict[str, int] | None = None  # on Ray: queries run per node
     cache: dict[str, dict[str, Any]] | None = None  # per node, what the copies of the inputs cost (cache_by_node)
@@ -75,6 +77,7 @@ class RunStats:
         self.output_tokens += t["usage"]["output_tokens"]
         self.cost_usd += t.get("cost_usd") or 0.0
         self.cancelled_calls += t.get("cancelled_calls") or 0
+        self.earlier_cost_usd += (t.get(EARLIER) or {}).get("cost_usd") or 0.0
 
     @property
     def trajectories(self) -> int:
@@ -101,6 +104,9 @@ class RunStats:
             "cost_usd_per_query": round(self.cost_usd / n, 6),
             "cancelled_calls": self.cancelled_calls,
             "cost_lower_bound": self.cost_lower_bound,
+            # paid by cut runs before these trajectories ran again: the run's total spend is the two added
+            "earlier_cost_usd": round(self.earlier_cost_usd, 6),
+            "spent_usd": round(self.cost_usd + self.earlier_cost_usd, 6),
         }
         for k in ("nodes", "cache", "transport"):
             if getattr(self, k) is not None:

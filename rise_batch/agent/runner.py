@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from rise_batch.agent.inputs import localize
+from rise_batch.agent.ledger import EARLIER, earlier_spend
 from rise_batch.agent.loop import AgentRun, run_agent
 from rise_batch.agent.originals import COMPLETE, ORIGINAL_DIR, original_docs
 from rise_batch.agent.run_config import RunConfig
@@ -110,7 +111,9 @@ class WorkerContext:
     cached copies (agent/inputs.py): `cache` says what getting them cost this worker, `first_trajectory_s` how
     long after it started its first trajectory began (both reported by QueryWorker.close)."""
 
-    def __init__(self, cfg: RunConfig, config_hash: str, limiter: Any = None, node: str | None = None) -> None:
+    def __init__(
+        self, cfg: RunConfig, config_hash: str, limiter: Any = None, node: str | None = None, budget: Any = None
+    ) -> None:
         from rise_batch.llm.client import client_from_config  # lazy: loads openai, aiohttp, tenacity (~4 s)
 
         self.started = time.monotonic()
@@ -130,7 +133,8 @@ class WorkerContext:
         if "docs" in self.cache and docs != cfg.docs:  # the original twin, derived in this node's cached docs
             self.cache["original"] = {"bytes": 0, "seconds": round(time.monotonic() - t0, 3), "reused": had_twin}
         self.store = DocStore(docs)
-        self.client = client_from_config(cfg.llm, limiter=limiter, api=cfg.api)  # api: a transport wrapper
+        self.cost_budget = budget  # --max-cost: what every model call reserves from (llm/cost_cap.worker_budget)
+        self.client = client_from_config(cfg.llm, limiter=limiter, api=cfg.api, budget=budget)  # api: a wrapper
         self.params: dict[str, Any] = {}
         if cfg.api == "responses":
             self.params["prompt_cache_key"] = f"rise-batch:{self.system.name}:{config_hash}"
@@ -180,38 +184,45 @@ class WorkerContext:
         self.events.close()
 
 
-def trajectory_record(ctx: WorkerContext, query: Query, run: AgentRun, ws_docs: int) -> dict[str, Any]:
-    return {
-        "query_id": query.query_id,
-        "query": query.query,
-        "system": ctx.system.name,
-        "model": ctx.cfg.llm.model,
-        # what bounded the interaction space (bm25, dense or the hybrid fusion in full); a system without search
-        # (DCI) has none
-        **({"retriever": str(parse_retriever(ctx.cfg.retriever))} if ctx.system.uses_index else {}),
-        "config_hash": ctx.config_hash,
-        "final_text": run.final_text,
-        "exact_answer": run.exact_answer,
-        "confidence": run.confidence,
-        "stop_reason": run.stop_reason,
-        "model_calls": run.model_calls,
-        "tool_calls": dict(run.tool_calls),
-        "usage": run.usage(),
-        "cost_usd": round(run.cost_usd, 8),
-        "cancelled_calls": run.cancelled_calls,  # not in usage nor cost_usd: then those are a lower bound
-        "elapsed_s": round(run.elapsed_s, 3),
-        "workspace_docs": ws_docs,
-        "retrieved_docids": list(run.retrieved),
-        "surfaced_docids": list(run.surfaced),
-        "gold_doc_ids": list(query.gold_doc_ids),
-        # where the gold documents are, so a report can tell a `sed -n 1,40p <path>` of one from other reads
-        "gold_paths": gold_paths(ctx.store, query.gold_doc_ids),
-        "answer": query.answer,
-        "steps": run.steps,
-        "calls": run.calls,  # the model's text of each reply; `tool_calls` of them say which steps each one made
-        "error": run.error,
-        "timing": {"model_s": round(run.model_s, 3), "tool_s": round(run.tool_s, 3)},
-    } | ({"retryable": True} if run.retryable else {})
+def trajectory_record(
+    ctx: WorkerContext, query: Query, run: AgentRun, ws_docs: int, earlier: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The trajectory file; `earlier`: what cut runs of this query paid before (agent/ledger.py)."""
+    return (
+        {
+            "query_id": query.query_id,
+            "query": query.query,
+            "system": ctx.system.name,
+            "model": ctx.cfg.llm.model,
+            # what bounded the interaction space (bm25, dense or the hybrid fusion in full); a system without search
+            # (DCI) has none
+            **({"retriever": str(parse_retriever(ctx.cfg.retriever))} if ctx.system.uses_index else {}),
+            "config_hash": ctx.config_hash,
+            "final_text": run.final_text,
+            "exact_answer": run.exact_answer,
+            "confidence": run.confidence,
+            "stop_reason": run.stop_reason,
+            "model_calls": run.model_calls,
+            "tool_calls": dict(run.tool_calls),
+            "usage": run.usage(),
+            "cost_usd": round(run.cost_usd, 8),
+            "cancelled_calls": run.cancelled_calls,  # not in usage nor cost_usd: then those are a lower bound
+            "elapsed_s": round(run.elapsed_s, 3),
+            "workspace_docs": ws_docs,
+            "retrieved_docids": list(run.retrieved),
+            "surfaced_docids": list(run.surfaced),
+            "gold_doc_ids": list(query.gold_doc_ids),
+            # where the gold documents are, so a report can tell a `sed -n 1,40p <path>` of one from other reads
+            "gold_paths": gold_paths(ctx.store, query.gold_doc_ids),
+            "answer": query.answer,
+            "steps": run.steps,
+            "calls": run.calls,  # the model's text of each reply; `tool_calls` of them say which steps each one made
+            "error": run.error,
+            "timing": {"model_s": round(run.model_s, 3), "tool_s": round(run.tool_s, 3)},
+        }
+        | ({"retryable": True} if run.retryable else {})
+        | ({EARLIER: earlier} if earlier else {})
+    )
 
 
 def gold_paths(store: DocStore, gold: Sequence[str]) -> dict[str, str]:
@@ -228,8 +239,12 @@ def summary_of(record: dict[str, Any]) -> dict[str, Any]:
 
 async def run_query(ctx: WorkerContext, query: Query, attempt: int = 1) -> dict[str, Any]:
     """Run one query to its end and write its trajectory file; returns the summary."""
+    tripped = getattr(ctx.cost_budget, "tripped", None)
+    if tripped is not None:  # --max-cost refused a call already: no new trajectory starts
+        raise tripped
     if ctx.first_trajectory_s is None:
         ctx.first_trajectory_s = round(time.monotonic() - ctx.started, 3)
+    earlier = earlier_spend(trajectory_path(ctx.run_dir, query.query_id))
     name = safe_name(query.query_id)
     ws_path = ctx.ws_root / name
     if ws_path.exists():  # left by a worker that died running this query
@@ -269,7 +284,7 @@ async def run_query(ctx: WorkerContext, query: Query, attempt: int = 1) -> dict[
         run.end("wall_clock", "stopped by the worker-side deadline")
     except asyncio.CancelledError:
         run.end("wall_clock", "cancelled by the driver's watchdog after the wall-clock budget")
-        _finish(ctx, query, run, ws, emit)
+        _finish(ctx, query, run, ws, emit, earlier)
         raise
     except KeyRefused:  # the job stops; the query has no outcome (no file), so a resume runs it
         emit({"event": "key_refused"})
@@ -278,14 +293,22 @@ async def run_query(ctx: WorkerContext, query: Query, attempt: int = 1) -> dict[
         raise
     except Exception as e:  # a harness failure must not take the worker's other trajectories down
         run.end("api_error", f"harness error: {type(e).__name__}: {e}")
-    return _finish(ctx, query, run, ws, emit)
+    if run.budget_stop is not None:  # --max-cost: the job starts no new trajectory (the executor's stop_on)
+        emit({"event": "budget_stop", "model_calls": run.model_calls})
+        if run.model_calls == 0:  # refused before its first call: it never started, so it leaves no file
+            if ws is not None:
+                ws.close()
+            raise run.budget_stop
+        _finish(ctx, query, run, ws, emit, earlier)
+        raise run.budget_stop
+    return _finish(ctx, query, run, ws, emit, earlier)
 
 
 def transient_runs(ctx: WorkerContext, query: Query, run: AgentRun) -> dict[str, Any]:
     """The record's count of runs in a row a transient failure ended this query ({} when this one did not). At
     `llm.max_transient_runs` the query is given up on: no longer retryable, its error naming each run's failure, so
-    a run whose endpoint fails one query for good can end."""
-    if not run.retryable:
+    a run whose endpoint fails one query for good can end. A stop at the cost cap (`budget`) is no failure."""
+    if not run.retryable or run.budget_stop is not None:
         return {}
     try:
         before = read_json(trajectory_path(ctx.run_dir, query.query_id))
@@ -301,9 +324,9 @@ def transient_runs(ctx: WorkerContext, query: Query, run: AgentRun) -> dict[str,
     return {"transient_runs": runs, "transient_errors": errors}
 
 
-def _finish(ctx: WorkerContext, query: Query, run: AgentRun, ws, emit) -> dict[str, Any]:
+def _finish(ctx: WorkerContext, query: Query, run: AgentRun, ws, emit, earlier=None) -> dict[str, Any]:
     repeated = transient_runs(ctx, query, run)
-    record = trajectory_record(ctx, query, run, workspace_docs(ctx.system, ctx.store, ws, run)) | repeated
+    record = trajectory_record(ctx, query, run, workspace_docs(ctx.system, ctx.store, ws, run), earlier) | repeated
     if ws is not None:
         ws.close()
     write_json_atomic(trajectory_path(ctx.run_dir, query.query_id), record)
@@ -325,29 +348,35 @@ def failed_record(
     cfg_hash: str, cfg: RunConfig, query: Query, reason: str, error: str, elapsed: float, retryable: bool = False
 ) -> dict:
     """A trajectory file the driver writes itself, for a query whose worker never reported back (`retryable`: for
-    a reason not the query's own, such as its workers' node lost, so that a resume runs it again)."""
-    return {
-        "query_id": query.query_id,
-        "query": query.query,
-        "system": cfg.system,
-        "model": cfg.llm.model,
-        "config_hash": cfg_hash,
-        "final_text": "",
-        "exact_answer": None,
-        "confidence": None,
-        "stop_reason": reason,
-        "model_calls": 0,
-        "tool_calls": {},
-        "usage": {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0},
-        "cost_usd": 0.0,
-        "elapsed_s": round(elapsed, 3),
-        "workspace_docs": 0,
-        "retrieved_docids": [],
-        "surfaced_docids": [],
-        "gold_doc_ids": list(query.gold_doc_ids),
-        "gold_paths": {},
-        "answer": query.answer,
-        "steps": [],
-        "calls": [],
-        "error": error,
-    } | ({"retryable": True} if retryable else {})
+    a reason not the query's own, such as its workers' node lost, so that a resume runs it again). What cut runs of
+    the query paid before stays recorded (agent/ledger.py)."""
+    earlier = earlier_spend(trajectory_path(cfg.out, query.query_id))
+    return (
+        {
+            "query_id": query.query_id,
+            "query": query.query,
+            "system": cfg.system,
+            "model": cfg.llm.model,
+            "config_hash": cfg_hash,
+            "final_text": "",
+            "exact_answer": None,
+            "confidence": None,
+            "stop_reason": reason,
+            "model_calls": 0,
+            "tool_calls": {},
+            "usage": {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0},
+            "cost_usd": 0.0,
+            "elapsed_s": round(elapsed, 3),
+            "workspace_docs": 0,
+            "retrieved_docids": [],
+            "surfaced_docids": [],
+            "gold_doc_ids": list(query.gold_doc_ids),
+            "gold_paths": {},
+            "answer": query.answer,
+            "steps": [],
+            "calls": [],
+            "error": error,
+        }
+        | ({"retryable": True} if retryable else {})
+        | ({EARLIER: earlier} if earlier else {})
+    )

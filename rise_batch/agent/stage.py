@@ -30,6 +30,7 @@ from rise_batch.agent.runner import (
 )
 from rise_batch.heap import keep_heap_small
 from rise_batch.io import read_json, write_json_atomic
+from rise_batch.llm.cost_cap import CostCap, join_services, worker_budget
 from rise_batch.queries import Query
 from rise_batch.storage import location
 
@@ -37,7 +38,8 @@ STUCK_WHY = "stuck past its trajectories' wall-clock budget"
 
 
 class QueryWorker:
-    """config: {"cfg": RunConfig, "config_hash"}; services: {"limiter": actor name} on Ray (the job's limiter)."""
+    """config: {"cfg": RunConfig, "config_hash"}; services: {"limiter": actor name} on Ray (the job's limiter),
+    {"budget": ...} under --max-cost (llm/cost_cap.py)."""
 
     def __init__(self, config: Mapping[str, Any], services: Mapping[str, Any]) -> None:
         keep_heap_small()  # before the tool threads allocate: what a search frees goes back to the kernel
@@ -47,7 +49,8 @@ class QueryWorker:
             from rise_batch.llm.limiter_actor import RemoteLimiter  # lazy: loads ray (Ray runs only)
 
             limiter = RemoteLimiter(services["limiter"], cfg.llm.concurrency)
-        self.ctx = WorkerContext(cfg, config["config_hash"], limiter, node=services.get("node"))
+        budget = worker_budget(services)
+        self.ctx = WorkerContext(cfg, config["config_hash"], limiter, node=services.get("node"), budget=budget)
 
     async def warm_up(self) -> None:
         """Load the index before the first trajectory starts its clock (DCI never loads it)."""
@@ -67,8 +70,8 @@ class QueryWorker:
 class TrajectoryOutcomes:
     """The driver's hooks for one run: `progress` is the job's Progress (started / stopped / finished)."""
 
-    def __init__(self, cfg: RunConfig, config_hash: str, progress: Any) -> None:
-        self.cfg, self.config_hash, self.progress = cfg, config_hash, progress
+    def __init__(self, cfg: RunConfig, config_hash: str, progress: Any, cap: CostCap | None = None) -> None:
+        self.cfg, self.config_hash, self.progress, self.cap = cfg, config_hash, progress, cap
         self._events: EventLog | None = None
 
     @property
@@ -78,13 +81,15 @@ class TrajectoryOutcomes:
         return self._events
 
     def services(self, kind: str) -> tuple[dict[str, Any], Any]:
-        """On Ray, the job's limiter actor, shared by every worker and held until every trajectory is done."""
+        """On Ray, the job's limiter actor, shared by every worker and held until every trajectory is done; under
+        --max-cost, the budget every model call reserves from (one for all workers)."""
+        budget = self.cap.services(kind) if self.cap is not None else ({}, None)
         if kind == "local":
-            return {}, None
+            return budget
         from rise_batch.llm.limiter_actor import start_limiter  # lazy: loads ray (Ray runs only)
 
         name, handle = start_limiter(self.cfg.llm, self.config_hash)
-        return {"limiter": name}, handle
+        return join_services(({"limiter": name}, handle), budget)
 
     def describe(self, query: Query) -> str:
         return query.query_id

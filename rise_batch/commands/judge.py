@@ -23,7 +23,7 @@ JUDGE_OPTIONS = Layout(
             (
                 *(Entry("model", required=True), "base_url", "api_key_env", "concurrency", "rpm", "tpm"),
                 *(Entry("timeout_s", dest="timeout"), "reasoning_effort", "max_output_tokens", "prompt"),
-                *("structured_output", "mode", "poll_s"),
+                *("structured_output", "mode", "poll_s", "max_cost_usd"),
             ),
         ),
     ),
@@ -58,9 +58,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from rise_batch.eval.judge_runner import recorded_judge_spend
     from rise_batch.eval.judging import judge_run_sync
     from rise_batch.eval.sweep import JudgeSpec, judge_llm_config
+    from rise_batch.llm.cost_cap import CostCap
     from rise_batch.llm.simulated import cost_label
+    from rise_batch.llm.spend import CostLimitReached, require_cap_price
 
     llm = judge_llm_config(
         JudgeSpec(
@@ -76,10 +79,18 @@ def run(args: argparse.Namespace) -> int:
             structured_output=args.structured_output,
         )
     )
-    failed = unjudged = 0
+    limit = args.max_cost_usd
+    if limit is not None and limit <= 0:
+        raise ValueError(f"--max-cost must be > 0, got {limit!r}")
+    require_cap_price(llm.model, llm.prices_file, limit, llm.max_output_tokens)
+    # one limit over every run directory judged together: what all their judgment files record counts
+    cap = CostCap(limit, lambda: recorded_judge_spend(args.run_dirs)) if limit is not None else None
+    failed = unjudged = left = 0
     results = {}
     label = cost_label(llm.base_url)  # the fake server's costs are printed as simulated
     for run_dir in args.run_dirs:
+        if left:  # the limit stopped the judging: later run directories are not started
+            break
         s = judge_run_sync(
             run_dir,
             llm,
@@ -88,7 +99,9 @@ def run(args: argparse.Namespace) -> int:
             force=args.force,
             prompt=args.prompt,
             queries_path=args.queries,
+            cap=cap,
         )
+        left += s.left_by_budget
         results[run_dir] = s.as_dict() | {"cost_simulated": bool(label)}
         failed += s.failed
         unjudged += s.unjudged_total
@@ -96,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
             f"judge {run_dir}: {s.total} trajectories, {s.skipped_existing} already judged, exact {s.exact}, "
             f"llm {s.llm}, empty {s.empty}, no gold {s.no_gold}, failed {s.failed}, unjudged {s.unjudged}, "
             f"re-asks {s.reasks}, judge cost ${s.cost_usd:.4f}{label}"
+            + (f", {s.left_by_budget} left by --max-cost" if s.left_by_budget else "")
         )
         if s.structured_output_disabled:
             print(f"judge {run_dir}: the server refused structured outputs; graded without the grader schema")
@@ -112,7 +126,20 @@ def run(args: argparse.Namespace) -> int:
             "grader format (see unjudged_reason in judgments/*.json); check --model/--base-url/--prompt and re-run "
             "to grade them"
         )
+    if left:
+        raise CostLimitReached(budget_line(cap, left, args.run_dirs))
     return 1 if failed or unjudged else 0
+
+
+def budget_line(cap, left: int, run_dirs: list[str]) -> str:
+    """The one line a judging stopped at --max-cost ends with: what the judgment files record, what is left."""
+    return (
+        f"stopped at the cost limit: the judging has spent ${cap.recorded():.4f} of --max-cost ${cap.limit:.4f} (the "
+        f"sum of what the judgment files of {', '.join(run_dirs)} record); {left} queries were not graded (no "
+        "judgment written) and run directories after the one that reached the limit were not started. Re-run the "
+        "same command with a higher --max-cost to continue: judged queries are skipped, and what a replaced "
+        "judgment paid is kept as its earlier_cost_usd"
+    )
 
 
 def accuracy_line(s: JudgeSummary) -> str:

@@ -24,7 +24,7 @@ RUN_OPTIONS = Layout(
                 *("limit", "gold", "qrels", "workers", "concurrency", "ray_address", "workspace_root", "cache_dir"),
                 "worker_memory_gb",
                 *("keep_workspaces", "index_backend", "retriever", "embedder", "allow_unsandboxed", "new_run"),
-                "progress",
+                *("progress", "max_cost_usd", "pilot"),
             ),
         ),
         Section(
@@ -71,6 +71,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     add_run_flags(p)
     p.add_argument("--json", action="store_true", help="print the full stats as JSON instead of the summary line")
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="run a seeded pilot of --pilot queries (kept: the next run resumes past it), then print what the rest "
+        "will cost (dollars with a 95%% interval, model calls, tokens, hours) and exit without running it",
+    )
     p.set_defaults(func=run)
 
 
@@ -79,11 +85,17 @@ def run(args: argparse.Namespace) -> int:
     from rise_batch.llm.simulated import cost_label
     from rise_batch.storage import redact
 
-    want_json = args.json
-    del args.json  # a command option, not a run setting
+    want_json, want_plan = args.json, args.plan
+    del args.json, args.plan  # command options, not run settings
     cfg = config_from_args(args)
-    stats = run_trajectories(cfg)
+    stats = run_trajectories(cfg, pilot_only=want_plan)  # --max-cost reached: CostLimitReached, exit 3
     label = cost_label(cfg.llm.base_url)
+    if want_plan:
+        from rise_batch.agent.pilot import plan_text
+
+        plan = stats["plan"] | {"cost_simulated": bool(label)}
+        print(json.dumps(plan, sort_keys=True) if want_json else plan_text(plan, redact(cfg.out)) + label)
+        return 0
     if want_json:  # the summary once: the full stats for scripts, or the one line for people
         print(json.dumps(stats | {"cost_simulated": bool(label)}, sort_keys=True))
     else:

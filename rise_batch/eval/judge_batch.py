@@ -19,11 +19,21 @@ from typing import Any
 
 from rise_batch.config import LLMConfig
 from rise_batch.eval.judge import GRADER_PROMPT, GRADER_RESPONSE_FORMAT
-from rise_batch.eval.judge_runner import JudgeSummary, grade_online, grade_reply, plan_judging, record_failure
+from rise_batch.eval.judge_runner import (
+    JudgeSummary,
+    grade_online,
+    grade_reply,
+    judge_budget,
+    plan_judging,
+    record_failure,
+)
 from rise_batch.llm.batch import reply_from_body
 from rise_batch.llm.batch_runner import BatchRunner, async_client
+from rise_batch.llm.cost_cap import CostCap
 from rise_batch.llm.errors import refuses_response_format
 from rise_batch.llm.pricing import PriceTable
+from rise_batch.llm.spend import BudgetExceeded, worst_case_usd
+from rise_batch.llm.tokens import counter_for
 
 BATCH_DIR = "judge_batches"
 
@@ -43,7 +53,10 @@ async def judge_run_batch(
     poll_s: float = 30.0,
     completion_window: str = "24h",
     on_judged: Callable[[dict[str, Any]], None] | None = None,
+    cap: CostCap | None = None,
 ) -> JudgeSummary:
+    """Under a `cap` (--max-cost) the batch holds only the requests whose worst cases (at the batch price) fit in
+    what is left, in order; the others are left for a later run (`left_by_budget`), and re-asks reserve online."""
     # lazy: loads openai, aiohttp, tenacity (~4 s)
     from rise_batch.llm.client import chat_request, client_from_config, format_params
 
@@ -61,13 +74,20 @@ async def judge_run_batch(
             metadata={"rise_batch_judge": plan.run_dir.name},
         )
         tasks = {t.stem: t for t in plan.todo}
-        group = group_name(llm.model, plan.prompt_id, list(tasks))
         fmt = format_params(llm, GRADER_RESPONSE_FORMAT)
         requests = [(stem, chat_request(llm, t.messages, **fmt)) for stem, t in tasks.items()]
-        results = await runner.run(group, requests)
+        budget = judge_budget(cap)
+        held = fit_budget(budget, requests, llm, prices) if budget is not None else {}
+        if budget is not None:
+            plan.summary.left_by_budget = len(requests) - len(held)
+            requests = [(stem, r) for stem, r in requests if stem in held]
+            tasks = {stem: tasks[stem] for stem, _ in requests}
+        group = group_name(llm.model, plan.prompt_id, list(tasks))
+        results = await runner.run(group, requests) if requests else {}
     finally:
         await client.close()
-    async with client_from_config(llm, response_format=GRADER_RESPONSE_FORMAT) as online:  # re-asks (and refusals)
+    # re-asks (and refusals) online, reserving from the same budget
+    async with client_from_config(llm, response_format=GRADER_RESPONSE_FORMAT, budget=budget) as online:
         for stem, task in tasks.items():
             result = results.get(stem)
             if result is not None and refuses_response_format(result.status_code, result.error_message):
@@ -83,5 +103,20 @@ async def judge_run_batch(
             except ValueError as e:
                 record_failure(plan, task, str(e))
                 continue
+            if budget is not None:
+                budget.settle(held.pop(stem), reply.cost_usd)
             await grade_reply(plan, task, reply, online.chat, on_judged)
     return plan.summary
+
+
+def fit_budget(budget: Any, requests: list[tuple[str, dict[str, Any]]], llm: LLMConfig, prices: PriceTable) -> dict:
+    """Reserve each request's worst case at the batch price, in order, until one does not fit: {stem: reserved}."""
+    counter, held = counter_for(llm.model), {}
+    for stem, request in requests:
+        worst = worst_case_usd(prices, llm.model, counter.request(request), llm.max_output_tokens, batch=True)
+        try:
+            budget.reserve(worst)
+        except BudgetExceeded:
+            break
+        held[stem] = worst
+    return held

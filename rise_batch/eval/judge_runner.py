@@ -10,6 +10,10 @@ is re-asked once (the conversation plus what was wrong); when the re-ask fails t
 `unjudged` with the reason and both replies: no verdict is invented, accuracy leaves it out, the summary and the
 report count it apart, and the next run grades it again.
 
+`--max-cost` caps the judging's total (every judgment file's `cost_usd`, over all the run directories judged
+together, plus this pass): each call reserves its worst case before it is sent (llm/spend.py), and once one would
+not fit no new judgment starts; a judgment whose re-ask is refused keeps its paid reply as `unjudged`.
+
 With structured outputs on (the default; `llm.structured_output`) every grader request carries the grader's strict
 JSON schema (eval/judge.GRADER_RESPONSE_FORMAT) and the judgment records `schema_constrained`; a server that refuses
 the schema is asked again without it (llm/client.py), and the summary counts the switch.
@@ -41,8 +45,10 @@ from rise_batch.eval.judge import (
 )
 from rise_batch.eval.rundir import judgment_path, load_run
 from rise_batch.io import write_json_atomic
+from rise_batch.llm.cost_cap import BUDGET, CostCap
 from rise_batch.llm.errors import LLMError
 from rise_batch.llm.limiter import Limiter
+from rise_batch.llm.spend import BudgetExceeded, CostBudget
 from rise_batch.prompts import load_prompt, prompt_hash
 from rise_batch.queries import answers_by_id
 
@@ -63,6 +69,7 @@ class JudgeSummary:
     reasks: int = 0
     unjudged: int = 0  # the re-ask did not give a grader reply either: written as unjudged, no verdict
     structured_output_disabled: int = 0  # 1 when the server refused the grader schema and grading went on without
+    left_by_budget: int = 0  # --max-cost: queries not graded (no file) because the next call would pass the limit
     cost_usd: float = 0.0
     errors: list[str] = field(default_factory=list)
     # over every judgment of the run after this pass (set by eval.judging): unjudged ones are left out
@@ -159,6 +166,25 @@ class JudgeTask(NamedTuple):
     trajectory: dict[str, Any]
     golds: list[str]
     messages: list[dict[str, str]]
+    earlier_usd: float = 0.0  # what the judgment this one replaces (unjudged, or --force) paid: kept recorded
+
+
+def judgment_spend(judgment: dict[str, Any] | None) -> float:
+    """What a judgment file records as paid: its own calls and those of the judgments it replaced."""
+    if not isinstance(judgment, dict):
+        return 0.0
+    return float(judgment.get("cost_usd") or 0.0) + float(judgment.get("earlier_cost_usd") or 0.0)
+
+
+def recorded_judge_spend(run_dirs: Sequence[str | Path]) -> float:
+    """Dollars the judgment files of these run directories record: what a judging's --max-cost counts first."""
+    total = 0.0
+    for run_dir in run_dirs:
+        try:
+            total += sum(judgment_spend(j) for j in load_run(run_dir).judgments.values())
+        except FileNotFoundError:
+            continue
+    return total
 
 
 class JudgePlan(NamedTuple):
@@ -193,13 +219,16 @@ def plan_judging(
         if not golds:
             summary.no_gold += 1
             continue
+        earlier = judgment_spend(done_before)
         done = offline_judgment(traj, golds, model)
         if done is not None:
+            if earlier:
+                done["earlier_cost_usd"] = round(earlier, 8)
             setattr(summary, done["method"], getattr(summary, done["method"]) + 1)
             _store(run.path, stem, done, traj, on_judged)
         else:
             messages = build_grader_messages(prompt_text, traj.get("query") or "", response_text(traj), golds)
-            todo.append(JudgeTask(stem, traj, golds, messages))
+            todo.append(JudgeTask(stem, traj, golds, messages, earlier))
     return JudgePlan(run.path, prompt_hash(prompt_text), summary, todo)
 
 
@@ -221,9 +250,13 @@ async def grade_reply(
             replies.append(await ask(reask_messages(task.messages, reply.text, first.parse_error)))
         except LLMError as e:
             reask_error = str(e)
+        except BudgetExceeded:  # the paid first reply is kept (unjudged: the next run grades it again)
+            reask_error = "the re-ask was not sent: it would pass --max-cost"
         else:
             plan.summary.parse_errors += parse_grader_reply(replies[-1].text).parse_error is not None
     judgment = llm_judgment(task.trajectory, task.golds, replies, plan.prompt_id, reask_error)
+    if task.earlier_usd:
+        judgment["earlier_cost_usd"] = round(task.earlier_usd, 8)
     plan.summary.llm += 1
     plan.summary.cost_usd += judgment["cost_usd"]
     if judgment.get("unjudged"):
@@ -264,8 +297,11 @@ async def judge_run(
     prompt: str = GRADER_PROMPT,
     queries_path: str | Path | None = None,
     on_judged: Callable[[dict[str, Any]], None] | None = None,
+    cap: CostCap | None = None,
 ) -> JudgeSummary:
-    """Grade every trajectory of `run_dir` that has no judgment yet (all of them with `force`), online."""
+    """Grade every trajectory of `run_dir` that has no judgment yet (all of them with `force`), online. Under a
+    `cap` (--max-cost) each call reserves its worst case first; once one is refused no new judgment starts, those
+    left are counted in `left_by_budget` (no file: the next run grades them)."""
     from rise_batch.llm.client import client_from_config  # lazy: loads openai, aiohttp, tenacity (~4 s)
 
     plan = plan_judging(run_dir, llm.model, force=force, prompt=prompt, queries_path=queries_path, on_judged=on_judged)
@@ -275,15 +311,38 @@ async def judge_run(
     for task in plan.todo:
         queue.put_nowait(task)
 
-    async with client_from_config(llm, limiter=limiter, response_format=GRADER_RESPONSE_FORMAT) as client:
+    budget = judge_budget(cap)
+    if getattr(budget, "tripped", None) is not None:  # the records already reach the limit: nothing is sent
+        plan.summary.left_by_budget = len(plan.todo)
+        return plan.summary
+    client = client_from_config(llm, limiter=limiter, response_format=GRADER_RESPONSE_FORMAT, budget=budget)
+    async with client:
 
         async def worker() -> None:
-            while not queue.empty():
-                await grade_online(plan, queue.get_nowait(), client.chat, on_judged)
+            while not queue.empty() and getattr(budget, "tripped", None) is None:
+                try:
+                    await grade_online(plan, queue.get_nowait(), client.chat, on_judged)
+                except BudgetExceeded:
+                    plan.summary.left_by_budget += 1
+                    return
 
         await asyncio.gather(*(worker() for _ in range(min(llm.concurrency, len(plan.todo)))))
+        plan.summary.left_by_budget += queue.qsize()
         plan.summary.structured_output_disabled = client.stats.structured_output_disabled
     return plan.summary
+
+
+def judge_budget(cap: CostCap | None) -> CostBudget | None:
+    """The budget a judging's calls reserve from (None without a limit); tripped already when what the judgment
+    files record leaves nothing to spend."""
+    if cap is None:
+        return None
+    try:
+        return cap.services("local")[0][BUDGET]
+    except BudgetExceeded as e:
+        budget = CostBudget(cap.limit, e.spent)
+        budget.tripped = e
+        return budget
 
 
 def _store(

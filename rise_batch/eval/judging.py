@@ -38,11 +38,11 @@ def judge_run_sync(
 
 def with_accuracy(summary: JudgeSummary, run_dir: str | Path) -> JudgeSummary:
     """Fill the summary's run-wide figures from the judgments on disk (the report's own computation), once the
-    judgments the summary counts are found there: one per trajectory, except those without a gold answer and those
-    whose call failed (no file: the next run grades them)."""
+    judgments the summary counts are found there: one per trajectory, except those without a gold answer, those
+    whose call failed and those --max-cost left (no file: the next run grades them)."""
     run = load_run(run_dir)
     judged = [s for s, t in run.trajectories.items() if s in run.judgments and judges(run.judgments[s], t)]
-    if len(judged) < summary.total - summary.no_gold - summary.failed:
+    if len(judged) < summary.total - summary.no_gold - summary.failed - summary.left_by_budget:
         gone = sorted(set(run.trajectories) - set(judged))
         raise StorageError(
             f"{judgment_path(run.path, '*').parent}: {len(gone)} of {len(run.trajectories)} trajectories have no "

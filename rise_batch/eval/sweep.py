@@ -62,6 +62,13 @@ class JudgeSpec:
         help="online: rate-limited calls now; batch: the OpenAI Batch API (half price, results within 24 h)",
     )
     poll_s: float = option(30.0, help="batch mode: seconds between status polls")
+    max_cost_usd: float | None = option(
+        None,
+        flag="--max-cost",
+        metavar="USD",
+        help="stop cleanly (exit code 3) before the judging's total cost, what the judgment files record included, "
+        "would pass USD; re-run with more to continue",
+    )
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from rise_batch.llm.limiter import AsyncLimiter, Limiter
 from rise_batch.llm.pricing import PriceTable
 from rise_batch.llm.ratelimit import RateLimits
 from rise_batch.llm.retry import Verdict, classify
+from rise_batch.llm.spend import worst_case_usd
 from rise_batch.llm.tokens import counter_for
 from rise_batch.llm.transport import CHAT_PATH, Transport, make_transport
 from rise_batch.types import Reply
@@ -108,6 +109,16 @@ class Completion(NamedTuple):
     headers: dict[str, str]
 
 
+
+def usage_tokens(usage: Any) -> tuple[int, int, int] | None:
+    """A reply's `usage` as (input, cached input, output) tokens; None when it says nothing readable."""
+    if not isinstance(usage, dict):
+        return None
+    prompt, output = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    details = usage.get("prompt_tokens_details")
+    cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+    return prompt, cached, output
+
 class LLMClient:
     """`await client.chat(messages) -> Reply`, rate limited, retried and priced. Use as an async context manager."""
 
@@ -126,9 +137,13 @@ class LLMClient:
         http_backend: str | None = None,
         api: str = "chat",
         response_format: dict[str, Any] | None = None,
+        budget: Any = None,
     ) -> None:
         """`http_backend` overrides `config.http_backend`; `api`: "chat" or "responses" (transport.APIS);
-        `response_format`: what chat() sends while `config.structured_output` is on (see the module docstring)."""
+        `response_format`: what chat() sends while `config.structured_output` is on (see the module docstring);
+        `budget`: a dollar limit (llm.spend.CostBudget, or a Ray job's RemoteBudget) every HTTP attempt reserves its
+        worst case from before it is sent (`admit`), and settles with what it cost (BudgetExceeded when it would
+        not fit)."""
         self.config = config
         self.response_format = response_format if config.structured_output else None
         self.limiter: Limiter = limiter or AsyncLimiter(
@@ -140,6 +155,7 @@ class LLMClient:
         self.max_retry_after_s, self.cooldown_s = max_retry_after_s, cooldown_s
         self._sleep = sleep
         self.stats = LLMStats()
+        self.budget = budget
         self.refused: str | None = None  # why the endpoint refused the key, once it has
         self.transport: Transport = make_transport(config, http_backend=http_backend, api=api)
 
@@ -196,7 +212,12 @@ class LLMClient:
         self.stats.calls += 1
         request = chat_request(self.config, messages, **params)
         # the reservation: the model's own tokenizer, long texts sampled (trued up from the reply's usage)
-        est = counter_for(self.config.model).request(request, exact=False)
+        # (exactly when a dollar limit reserves from it: the worst case must not be an undercount)
+        est = counter_for(self.config.model).request(request, exact=self.budget is not None)
+        worst = 0.0
+        if self.budget is not None:
+            max_out = int(request.get("max_completion_tokens") or 0)
+            worst = worst_case_usd(self.prices, self.config.model, est, max_out, batch=self.batch_pricing)
         est += int(request.get("max_completion_tokens") or 0)
         paid = [0, 0, 0, 0]  # tokens of every 2xx attempt, including unusable ones (they were billed); unpriced ones
         attempts = 0
@@ -222,7 +243,7 @@ class LLMClient:
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
-                    completion, headers = await self._attempt(request, est, timeout, paid)
+                    completion, headers = await self._attempt(request, est, timeout, paid, worst)
         except Exception as exc:
             self.stats.failures += 1
             verdict = self._classify(exc)
@@ -246,26 +267,42 @@ class LLMClient:
         return Completion(typed_completion, reply, attempts, headers)  # type: ignore[arg-type]
 
     async def _attempt(
-        self, request: dict[str, Any], est: int, timeout: float | None, paid: list[int]
+        self, request: dict[str, Any], est: int, timeout: float | None, paid: list[int], worst: float = 0.0
     ) -> tuple[dict[str, Any], dict[str, str]]:
-        lease = await self.limiter.acquire(est)
+        if self.budget is not None:  # BudgetExceeded (a BaseException): never retried, never an LLMError
+            await self.budget.admit(worst)
+        try:
+            lease = await self.limiter.acquire(est)
+        except BaseException:
+            if self.budget is not None:
+                self.budget.settle(worst, 0.0)
+            raise
         self.stats.attempts += 1
         actual: int | None = None
         headers: dict[str, str] | None = None
+        billed = worst  # a reply that never came (a timeout, a cancel) may have been billed: kept at its worst case
+        replied = False
         try:
             content, headers = await self.transport.post(CHAT_PATH, request, timeout)
+            replied = True  # a 2xx body came back: it was billed, whatever it holds
             try:
                 completion = parse_body(content)
             except UnusableReplyError:  # a 2xx is billed: what its body says of usage, if we can find it
-                actual = self._pay(usage_in_text(content), paid)
+                usage = usage_in_text(content)
+                actual = self._pay(usage, paid)
+                billed = self._attempt_cost(usage, self.config.model, worst)
                 raise
-            actual = self._pay(completion.get("usage"), paid)
+            usage = completion.get("usage")
+            actual = self._pay(usage, paid)
+            billed = self._attempt_cost(usage, completion.get("model") or self.config.model, worst)
             choices = completion.get("choices")
             if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
                 raise UnusableReplyError("the reply has no choices")
             return completion, headers
         except Exception as exc:
             verdict = self._classify(exc)
+            if not replied and verdict.kind not in ("timeout", "request-timeout"):
+                billed = 0.0  # refused, a connection error, an error status: nothing generated, nothing billed
             self.stats.count_failure(verdict)
             if headers is None:
                 headers = getattr(exc, "headers", None)  # a StatusError's: the limiter reads the server's state
@@ -273,17 +310,18 @@ class LLMClient:
                 await self.limiter.penalize(verdict.retry_after if verdict.retry_after is not None else self.cooldown_s)
             raise
         finally:
+            if self.budget is not None:
+                self.budget.settle(worst, billed)
             await self.limiter.release(lease, actual, headers)
 
     def _pay(self, usage: Any, paid: list[int]) -> int | None:
         """Count a 2xx reply's usage into this call's `paid` and the client's stats; its tokens, or None (then the
         reply counts as unpriced)."""
-        if not isinstance(usage, dict):
+        tokens = usage_tokens(usage)
+        if tokens is None:
             paid[3] += 1
             return None
-        prompt, output = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-        details = usage.get("prompt_tokens_details")
-        cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+        prompt, cached, output = tokens
         paid[0] += prompt
         paid[1] += cached
         paid[2] += output
@@ -291,6 +329,14 @@ class LLMClient:
         self.stats.cached_input_tokens += cached
         self.stats.output_tokens += output
         return prompt + output
+
+    def _attempt_cost(self, usage: Any, model: str, worst: float) -> float:
+        """What one attempt's reply was billed, for the cost cap to settle; its worst case when the usage is unread."""
+        tokens = usage_tokens(usage)
+        if tokens is None:
+            return worst
+        prompt, cached, output = tokens
+        return self.prices.cost(model, prompt, cached, output, batch=self.batch_pricing, requested=self.config.model)
 
     def _priced(self, paid: list[int], model: str) -> Reply:
         """What this call's replies were billed, as a Reply (no text), its cost counted in the stats."""

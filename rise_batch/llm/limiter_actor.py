@@ -33,6 +33,7 @@ from rise_batch.config import LLMConfig
 from rise_batch.llm.errors import LimiterUnavailable
 from rise_batch.llm.limiter import AsyncLimiter
 from rise_batch.llm.ratelimit import Lease, RateLimiter, RateLimits
+from rise_batch.llm.spend import ADMIT_POLL_S, BudgetExceeded, CostBudget
 
 NAMESPACE = "rise_batch"
 HOLD_S = 0.1  # a worker uses a granted lease within this long, or gives it back (its request count stays spent)
@@ -240,3 +241,76 @@ def RemoteLimiter(name: str, concurrency: int = 32) -> AsyncLimiter:  # noqa: N8
     actor = ray.get_actor(name, namespace=NAMESPACE)
     rate = BatchedRate(actor, max_batch=concurrency, resolve=lambda: ray.get_actor(name, namespace=NAMESPACE))
     return AsyncLimiter(concurrency=concurrency, rate=rate)
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class BudgetActor:
+    """One dollar limit for a whole job (rise_batch.llm.spend.CostBudget), asked by every worker before each call.
+
+    It lives on the driver's node, like the limiter, and is never restarted: a fresh one would not know what this
+    invocation spent. Should its process die, every worker's next reservation is refused (RemoteBudget), so the
+    limit still holds; the job stops as it would at the limit and the next invocation counts what the outputs
+    record."""
+
+    def __init__(self, limit_usd: float, spent_usd: float) -> None:
+        self.budget = CostBudget(limit_usd, spent_usd)
+
+    def try_reserve(self, usd: float) -> bool | tuple[float, float, float]:
+        """CostBudget.try_reserve: True (held) or False (ask again), or (limit, spent + reserved, usd) when it
+        tripped: the worker raises BudgetExceeded."""
+        try:
+            return self.budget.try_reserve(usd)
+        except BudgetExceeded as e:
+            return e.limit, e.spent, e.next_cost
+
+    def settle(self, reserved: float, actual: float) -> None:
+        self.budget.settle(reserved, actual)
+
+    def state(self) -> dict[str, Any]:
+        return self.budget.state()
+
+
+class RemoteBudget:
+    """A worker's side of the job's BudgetActor: the CostBudget methods a client calls, over Ray. A refusal is
+    remembered here too, so a tripped job stops asking."""
+
+    def __init__(self, name: str) -> None:
+        self.actor = ray.get_actor(name, namespace=NAMESPACE)
+        self.tripped: BudgetExceeded | None = None
+
+    async def admit(self, usd: float) -> None:
+        """Hold `usd` in the job's budget, waiting while calls in flight hold what it needs (CostBudget.admit)."""
+        while self.tripped is None:
+            try:
+                got = await self.actor.try_reserve.remote(usd)
+            except LOST:  # the job's budget is gone with what it knew: nothing more is sent
+                got = (float("nan"), float("nan"), usd)
+            if got is True:
+                return
+            if got is False:
+                await asyncio.sleep(ADMIT_POLL_S)
+                continue
+            self.tripped = BudgetExceeded(*got)
+        raise self.tripped
+
+    def settle(self, reserved: float, actual: float) -> None:
+        self.actor.settle.remote(reserved, actual)  # a caller's calls reach an actor in order: after its reserve
+
+
+def start_budget(limit_usd: float, spent_usd: float) -> tuple[str, Any]:
+    """Create the job's BudgetActor on this (the driver's) node: its name (what workers look it up by) and the
+    handle, which the driver holds until every worker is done. Named afresh each time: a limit is never shared
+    with an earlier invocation's actor, which knew other figures."""
+    import uuid
+
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+    name = f"rise-budget-{uuid.uuid4().hex[:16]}"
+    handle = BudgetActor.options(name=name, namespace=NAMESPACE, scheduling_strategy=here).remote(limit_usd, spent_usd)
+    return name, handle
+
+
+def budget_state(handle: Any) -> dict[str, Any]:
+    """The actor's figures (limit, spent, reserved, tripped), for the driver's closing line."""
+    return ray.get(handle.state.remote(), timeout=60)

@@ -17,69 +17,18 @@ that a re-run with a higher limit resumes exactly there. The CLI and the job scr
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rise_batch.errors import EXIT_BUDGET, CleanExit
+from rise_batch.errors import EXIT_BUDGET
 from rise_batch.llm.pricing import PriceTable
+from rise_batch.llm.spend import BudgetExceeded, CostBudget
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.structuring.plan import request_cost
-from rise_batch.types import Reply
 
-
-class BudgetExceeded(CleanExit, BaseException):
-    exit_code = EXIT_BUDGET
-
-    def __init__(self, limit: float, spent: float, next_cost: float, share: float | None = None) -> None:
-        super().__init__(limit, spent, next_cost, share)
-        self.limit, self.spent, self.next_cost, self.share = limit, spent, next_cost, share
-
-    def __str__(self) -> str:
-        whose = "the run has" if self.share is None else f"this worker (a share up to ${self.share:,.4f}) has"
-        return (
-            f"stopped before the cost limit: {whose} spent ${self.spent:,.4f} and the next request (up to "
-            f"${self.next_cost:,.4f}) would pass --max-cost ${self.limit:,.4f}. The checkpoint is intact; re-run the "
-            "same command with a higher --max-cost to continue."
-        )
-
-
-class CostBudget:
-    """Spent + reserved dollars against a limit, in one process. Ray actors each get a `share` of what the run has
-    left (the sum of shares is the limit), so no actor needs to ask another before sending a request."""
-
-    def __init__(self, limit_usd: float, spent_usd: float = 0.0, share: float | None = None) -> None:
-        self.limit, self.spent, self.reserved, self.share = limit_usd, spent_usd, 0.0, share
-        self.tripped: BudgetExceeded | None = None
-
-    def reserve(self, estimate: float, *, force: bool = False) -> None:
-        if not force:
-            cap = self.limit if self.share is None else self.share
-            if self.tripped is None and self.spent + self.reserved + estimate > cap:
-                self.tripped = BudgetExceeded(self.limit, self.spent + self.reserved, estimate, self.share)
-            if self.tripped is not None:
-                raise self.tripped
-        self.reserved += estimate
-
-    def settle(self, estimate: float, actual: float) -> None:
-        self.reserved -= estimate
-        self.spent += actual
-
-    def guard(self, chat: Callable[[list[dict]], Awaitable[Reply]], estimate: Callable[[list[dict]], float]):
-        """`chat` that reserves before each call; a conversation's later turns (len > 2) are never refused."""
-
-        async def guarded(messages: list[dict]) -> Reply:
-            cost = estimate(messages)
-            self.reserve(cost, force=len(messages) > 2)
-            paid = 0.0
-            try:
-                reply = await chat(messages)
-                paid = reply.cost_usd
-                return reply
-            finally:
-                self.settle(cost, paid)
-
-        return guarded
+# the cap's arithmetic lives in rise_batch.llm.spend (shared by run and judge); named here for the structuring code
+__all__ = ["EXIT_BUDGET", "BudgetExceeded", "CostBudget", "checkpoint_cost", "require_price", "structuring_estimator"]
 
 
 def require_price(cfg: Any) -> None:
