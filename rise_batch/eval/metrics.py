@@ -63,13 +63,15 @@ def bootstrap_ci(
 
 def wilson_ci(successes: int, n: int, z: float = Z95) -> tuple[float, float] | None:
     """Wilson score interval of a proportion (95% by default); None for n = 0. Unlike the normal or bootstrap
-    interval it neither collapses at 0 or n successes nor leaves [0, 1]."""
+    interval it neither collapses at 0 or n successes nor leaves [0, 1]. The bounds are clamped to hold the
+    proportion itself: in floating point, 0 of 100 gives a lower bound of 3.5e-18 and 2,000 of 2,000 an upper
+    bound of 0.9999999999999998, which a figure would draw as a negative error bar (and refuse)."""
     if n <= 0:
         return None
     p, z2 = successes / n, z * z
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    return min(max(0.0, centre - half), p), max(min(1.0, centre + half), p)
 
 
 def calibration_bins(
