@@ -13,6 +13,7 @@ which labels it in sweep plots.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -38,6 +39,8 @@ from rise_batch.io import read_json, write_json_atomic
 from rise_batch.queries import gold_label, read_qrels
 from rise_batch.storage import ObjectPath, location, publish_tree
 
+log = logging.getLogger(__name__)
+
 
 def regold(trajectories: dict[str, dict[str, Any]], qrels: str | Path) -> dict[str, dict[str, Any]]:
     """The trajectories with their gold documents taken from a TREC qrels file (gold_R and cov are then scored
@@ -58,9 +61,7 @@ def summarize_loaded(
     run: RunData, *, bin_size: int = CALIBRATION_BIN, qrels: str | Path | None = None
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """A loaded run's summary, and its trajectories as scored (gold from `qrels` when given)."""
-    meta = dict(run.meta)
-    if (run.path / "cell.json").is_file():
-        meta.update(read_json(run.path / "cell.json"))
+    meta = dict(run.meta) | (run.cell or {})
     trajectories = regold(run.trajectories, qrels) if qrels else run.trajectories
     summary = run_metrics(meta, trajectories, run.judgments, bin_size=bin_size)
     summary["gold"] = gold_label(qrels=qrels) if qrels else meta.get("gold", gold_label())
@@ -90,7 +91,9 @@ def write_report(
         run = load_run(d)
         summary, trajectories = summarize_loaded(run, bin_size=bin_size, qrels=qrels)
         summaries.append(summary)
-        rows += write_trajectories(out, i, run.path, trajectories, summary["per_query"])
+        rows += write_trajectories(out, i, run.path, trajectories, summary["per_query"], summary["unreadable_files"])
+        for line in summary["unreadable_files"]:
+            log.warning("report: skipped %s", line)
     retrieval = [(Path(f).stem, read_json(Path(f))) for f in retrieval_files]
     plots = [
         plot_frontier(summaries, out / "accuracy_vs_cost.png"),

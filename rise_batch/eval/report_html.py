@@ -64,11 +64,16 @@ def query_row(run: int, n: int, trajectory: dict[str, Any], row: dict[str, Any])
 
 
 def write_trajectories(
-    out: Path, run: int, run_dir: AnyPath, trajectories: dict[str, dict[str, Any]], rows: Sequence[dict[str, Any]]
+    out: Path,
+    run: int,
+    run_dir: AnyPath,
+    trajectories: dict[str, dict[str, Any]],
+    rows: Sequence[dict[str, Any]],
+    bad: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Each trajectory of run number `run` as out/report_html/traj/<run>/<n>.js; the page's rows for them.
-    `rows` are the run's per-query rows, in the order of `trajectories`."""
-    events = read_events(run_dir)
+    `rows` are the run's per-query rows, in the order of `trajectories`; events files or lines skipped go to `bad`."""
+    events = read_events(run_dir, bad)
     folder = out / DATA_DIR / "traj" / str(run)
     folder.mkdir(parents=True, exist_ok=True)
     page_rows = []
