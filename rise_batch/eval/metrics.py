@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from rise_batch.eval.forkmap import fork_map
 from rise_batch.eval.interaction import interaction
 from rise_batch.eval.judge import is_empty_answer, is_unjudged, judges
 
@@ -206,29 +207,29 @@ def per_query_rows(
     trajectories: dict[str, dict[str, Any]], judgments: dict[str, dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """One row per query (for paired comparisons between runs in report.json): None where not judged; with the
-    query's interaction-space figures (eval/interaction.py)."""
-    rows = []
-    for stem, t in trajectories.items():
-        j = judgments.get(stem)
-        j = j if j is not None and judges(j, t) else None
-        unjudged = j is not None and is_unjudged(j)
-        rows.append(
-            {
-                "query_id": t.get("query_id"),
-                "correct": None if j is None or unjudged else bool(j.get("correct")),
-                "unjudged": unjudged,
-                "method": None if j is None else j.get("method"),
-                "stop_reason": t.get("stop_reason"),
-                "model_calls": t.get("model_calls"),
-                "tool_calls": sum((t.get("tool_calls") or {}).values()),
-                "agent_usd": t.get("cost_usd"),
-                "judge_usd": None if j is None else j.get("cost_usd"),
-                "gold_R": gold_fraction(t.get("gold_doc_ids") or (), t.get("retrieved_docids") or ()),
-                "cov": gold_fraction(t.get("gold_doc_ids") or (), t.get("surfaced_docids") or ()),
-                **interaction(t, t.get("gold_doc_ids") or ()),
-            }
-        )
-    return rows
+    query's interaction-space figures (eval/interaction.py). Computed by forked workers on a large run
+    (eval/forkmap.py)."""
+    items = list(trajectories.items())
+    return fork_map(lambda a, b: [_row(t, judgments.get(stem)) for stem, t in items[a:b]], len(items))
+
+
+def _row(t: dict[str, Any], j: dict[str, Any] | None) -> dict[str, Any]:
+    j = j if j is not None and judges(j, t) else None
+    unjudged = j is not None and is_unjudged(j)
+    return {
+        "query_id": t.get("query_id"),
+        "correct": None if j is None or unjudged else bool(j.get("correct")),
+        "unjudged": unjudged,
+        "method": None if j is None else j.get("method"),
+        "stop_reason": t.get("stop_reason"),
+        "model_calls": t.get("model_calls"),
+        "tool_calls": sum((t.get("tool_calls") or {}).values()),
+        "agent_usd": t.get("cost_usd"),
+        "judge_usd": None if j is None else j.get("cost_usd"),
+        "gold_R": gold_fraction(t.get("gold_doc_ids") or (), t.get("retrieved_docids") or ()),
+        "cov": gold_fraction(t.get("gold_doc_ids") or (), t.get("surfaced_docids") or ()),
+        **interaction(t, t.get("gold_doc_ids") or ()),
+    }
 
 
 def _confidence(trajectory: dict[str, Any], judgment: dict[str, Any]) -> float:

@@ -72,6 +72,21 @@ def summarize_loaded(
     return summary, trajectories
 
 
+ROW_LIST_MAX = 20  # entries a per-query row of report.json keeps of each list (the steps where gold was shown...)
+
+
+def bounded_rows(summary: dict[str, Any]) -> dict[str, Any]:
+    """A summary as report.json keeps it: each per-query row's lists (steps that surfaced or read a gold document,
+    the workspace's growth at each search) cut to their first ROW_LIST_MAX entries, the full length of each cut list
+    in the row's `cut`, so a run of 300-step trajectories does not make report.json grow with the steps (report.html's
+    data files keep them whole)."""
+    rows = []
+    for row in summary.get("per_query") or ():
+        long = {k: len(v) for k, v in row.items() if isinstance(v, list) and len(v) > ROW_LIST_MAX}
+        rows.append(row | {k: row[k][:ROW_LIST_MAX] for k in long} | ({"cut": long} if long else {}))
+    return summary | {"per_query": rows}
+
+
 def write_report(
     run_dirs: Sequence[str | Path],
     out_dir: str | Path,
@@ -121,7 +136,7 @@ def write_report(
         "retrieval": [{"name": n, "retriever": retriever_of(r), "summary": r.get("summary", {})} for n, r in retrieval],
         "plots": written,
     }
-    write_json_atomic(out / "report.json", report)
+    write_json_atomic(out / "report.json", report | {"runs": [bounded_rows(s) for s in summaries]})
     if isinstance(final, ObjectPath):
         publish_tree(out, final, "report.json")
         shutil.rmtree(out, ignore_errors=True)

@@ -14,100 +14,86 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
-
-Check = Callable[[Any], bool]
+from typing import Any, NamedTuple
 
 
-def _count(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+class Check(NamedTuple):
+    """A field's type: the exact types its value may have (bool is no number), then, for a list or an object, a
+    check of what it holds; `want` names it in the line a wrong value gets."""
+
+    types: frozenset[type]
+    want: str
+    holds: Callable[[Any], bool] | None = None
 
 
-def _int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+def _all_str(v: list[Any] | dict[str, Any]) -> bool:
+    return all(type(x) is str for x in (v.values() if type(v) is dict else v))
 
 
-def _str(v: Any) -> bool:
-    return isinstance(v, str)
+def _all_counts(v: dict[str, Any]) -> bool:
+    return all(x is None or (type(x) is int or type(x) is float and math.isfinite(x)) for x in v.values())
 
 
-def _key(v: Any) -> bool:  # a query id: text or a number, never a bool
-    return isinstance(v, str) or _int(v)
+def _all_objects(v: list[Any]) -> bool:
+    return all(type(x) is dict for x in v)
 
 
-def _strs(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+COUNT = Check(frozenset({int, float}), "a number")
+INT = Check(frozenset({int}), "an integer")
+STR = Check(frozenset({str}), "a string")
+KEY = Check(frozenset({str, int}), "a string")  # a query id: text or a number
+STRS = Check(frozenset({list}), "a list of strings", _all_str)
+COUNTS = Check(frozenset({dict}), "an object of counts", _all_counts)
+STR_MAP = Check(frozenset({dict}), "an object of strings", _all_str)
+OBJECTS = Check(frozenset({list}), "a list of objects", _all_objects)
+OBJECT = Check(frozenset({dict}), "an object")
+LIST = Check(frozenset({list}), "a list")
 
-
-def _counts(v: Any) -> bool:
-    return isinstance(v, dict) and all(x is None or _count(x) for x in v.values())
-
-
-def _str_map(v: Any) -> bool:
-    return isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
-
-
-def _objects(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(x, dict) for x in v)
-
-
-def _dict(v: Any) -> bool:
-    return isinstance(v, dict)
-
-
-def _list(v: Any) -> bool:
-    return isinstance(v, list)
-
-
-# what each check asks for, in the one line naming a field (None passes every check)
-_WANT: dict[Check, str] = {
-    _count: "a number",
-    _int: "an integer",
-    _str: "a string",
-    _key: "a string",
-    _strs: "a list of strings",
-    _counts: "an object of counts",
-    _str_map: "an object of strings",
-    _objects: "a list of objects",
-    _dict: "an object",
-    _list: "a list",
-}
 TRAJECTORY: dict[str, Check] = {
-    "query_id": _key,
-    **dict.fromkeys(("system", "model", "stop_reason", "final_text", "exact_answer", "config_hash"), _str),
-    **dict.fromkeys(("model_calls", "cost_usd", "elapsed_s", "workspace_docs", "confidence"), _count),
-    **dict.fromkeys(("usage", "tool_calls"), _counts),
-    **dict.fromkeys(("retrieved_docids", "surfaced_docids", "gold_doc_ids"), _strs),
-    "gold_paths": _str_map,
-    "steps": _objects,
-    "calls": _objects,
+    "query_id": KEY,
+    **dict.fromkeys(("system", "model", "stop_reason", "final_text", "exact_answer", "config_hash"), STR),
+    **dict.fromkeys(("model_calls", "cost_usd", "elapsed_s", "workspace_docs", "confidence"), COUNT),
+    **dict.fromkeys(("usage", "tool_calls"), COUNTS),
+    **dict.fromkeys(("retrieved_docids", "surfaced_docids", "gold_doc_ids"), STRS),
+    "gold_paths": STR_MAP,
+    "steps": OBJECTS,
+    "calls": OBJECTS,
 }
 STEP: dict[str, Check] = {
-    "tool": _str,
-    "arguments": _dict,
-    "output": _str,
-    "surfaced": _strs,
-    "added": _int,
-    "output_lines": _int,
+    "tool": STR,
+    "arguments": OBJECT,
+    "output": STR,
+    "surfaced": STRS,
+    "added": INT,
+    "output_lines": INT,
 }
-CALL: dict[str, Check] = {"call": _int, "tool_calls": _int}
-JUDGMENT: dict[str, Check] = {"cost_usd": _count, "method": _str}
+CALL: dict[str, Check] = {"call": INT, "tool_calls": INT}
+JUDGMENT: dict[str, Check] = {"cost_usd": COUNT, "method": STR}
 EVENT: dict[str, Check] = {
-    "event": _str,
-    "query_id": _key,
-    "attempt": _int,
-    "t": _count,
-    "call": _int,
-    "tool_calls": _list,
-    "input_tokens": _count,
-    "output_tokens": _count,
-    "seconds": _count,
-    "tool": _str,
+    "event": STR,
+    "query_id": KEY,
+    "attempt": INT,
+    "t": COUNT,
+    "call": INT,
+    "tool_calls": LIST,
+    "input_tokens": COUNT,
+    "output_tokens": COUNT,
+    "seconds": COUNT,
+    "tool": STR,
 }
 RUN_META: dict[str, Check] = {
-    **dict.fromkeys(("system", "model", "corpus", "retriever", "gold", "config_hash"), _str),
-    **dict.fromkeys(("k", "corpus_docs", "repeat"), _int),
+    **dict.fromkeys(("system", "model", "corpus", "retriever", "gold", "config_hash"), STR),
+    **dict.fromkeys(("k", "corpus_docs", "repeat"), INT),
 }
+
+
+def _fails(check: Check, value: Any) -> bool:
+    kind = type(value)
+    if kind not in check.types:
+        return True
+    if kind is float:
+        return not math.isfinite(value)
+    return check.holds is not None and not check.holds(value)
 
 
 def _got(value: Any) -> str:
@@ -122,8 +108,8 @@ def field_problem(obj: dict[str, Any], fields: dict[str, Check], where: str = ""
     """The first field of `obj` whose value fails its check, as "field 'x' must be Y, got Z"; None when all pass."""
     for name, check in fields.items():
         value = obj.get(name)
-        if value is not None and not check(value):
-            return f"{where}field {name!r} must be {_WANT[check]}, got {_got(value)}"
+        if value is not None and _fails(check, value):
+            return f"{where}field {name!r} must be {check.want}, got {_got(value)}"
     return None
 
 
@@ -158,7 +144,7 @@ def clean_meta(meta: dict[str, Any], where: str, bad: list[str]) -> dict[str, An
     """`meta` (run.json, cell.json) without the fields of the wrong type, each named in `bad`."""
     out = dict(meta)
     for name, check in RUN_META.items():
-        if out.get(name) is not None and not check(out[name]):
-            bad.append(f"{where}: field {name!r} must be {_WANT[check]}, got {_got(out[name])}; left out")
+        if out.get(name) is not None and _fails(check, out[name]):
+            bad.append(f"{where}: field {name!r} must be {check.want}, got {_got(out[name])}; left out")
             del out[name]
     return out
