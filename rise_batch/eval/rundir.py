@@ -9,8 +9,11 @@ engine), so the two always pair up whatever the query ids look like.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
+
+import orjson
 
 from rise_batch.eval.runcheck import clean_meta, judgment_problem, trajectory_problem
 from rise_batch.io import RefusedFile, read_regular_file
@@ -45,11 +48,31 @@ def read_run_file(path: AnyPath, run_dir: AnyPath) -> Any:
     message names the file. A run directory may come from anywhere (a copy, an archive), so none of it is trusted."""
     data = read_run_bytes(path, run_dir, RUN_FILE_MAX_BYTES)
     try:
-        return json.loads(data)
+        return orjson.loads(data)  # a few times faster than json; what it refuses json decides (NaN, deep nesting)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return _no_lone_surrogates(json.loads(data))
     except RecursionError:
         raise ValueError(f"{path}: JSON nested too deeply to be a run file; fix or remove it") from None
     except ValueError as e:  # UnicodeDecodeError too
         raise ValueError(f"{path}: not valid JSON ({e}); fix or remove it") from None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _no_lone_surrogates(obj: Any) -> Any:
+    """`obj` with each lone surrogate (`\\ud800` escaped in the JSON: no character, and no UTF-8 can hold it) in
+    its texts replaced by U+FFFD, so a report can write it out. json.loads joins the escapes of a real pair into one
+    character, so any surrogate left is a lone one."""
+    if isinstance(obj, str):
+        return _SURROGATE.sub("\ufffd", obj)
+    if isinstance(obj, list):
+        return [_no_lone_surrogates(x) for x in obj]
+    if isinstance(obj, dict):
+        return {_no_lone_surrogates(k): _no_lone_surrogates(v) for k, v in obj.items()}
+    return obj
 
 
 def _read_dir(

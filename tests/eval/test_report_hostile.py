@@ -318,3 +318,18 @@ def test_md_code_and_md_text_keep_a_value_whole() -> None:
     assert rendered(md_text("# h", line_start=True)).startswith("<p>")
     assert rendered(md_text("1. item", line_start=True)).startswith("<p>")
     assert rendered(md_text("- item", line_start=True)).startswith("<p>")
+
+
+def test_a_run_file_holding_lone_surrogates_is_reported_with_replacement_characters(tmp_path: Path) -> None:
+    """`\\ud800` escaped in a trajectory's JSON (no character; no UTF-8 holds it) used to end the report in a
+    traceback when the page's data file was written; it is read as U+FFFD (a real pair stays one character)."""
+    run = make(tmp_path / "run", ("meta", "run.json", {}))
+    path = run / "trajectories" / "q1.json"
+    t = json.loads(path.read_text())
+    t["final_text"] = "a \ud800 b \U0001f600"
+    t["steps"][1]["output"] = "\udfff"
+    path.write_text(json.dumps(t))  # ensure_ascii: the lone surrogates as \ud800 escapes
+    done = report(tmp_path / "out", run)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    data = (tmp_path / "out" / "report_html" / "traj" / "0" / "1.js").read_text()
+    assert "a \ufffd b \U0001f600" in data and '"output":"\ufffd"' in data
