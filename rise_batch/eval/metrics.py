@@ -29,6 +29,7 @@ BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0
 UNJUDGED_FLAG = 0.10  # share of queries without a verdict above which a run's accuracy is flagged
 Z95 = 1.959963984540054
+DIRECT_MEDIAN_ABOVE = 1000  # values above which a bootstrap median is drawn directly (_resampled_medians)
 
 
 def mean(values: Sequence[float]) -> float | None:
@@ -55,11 +56,29 @@ def bootstrap_ci(
         return None
     x = np.asarray(outcomes, dtype=float)
     rng = np.random.default_rng(seed)
-    resampled = x[rng.integers(0, len(x), size=(samples, len(x)))]
-    stats = np.median(resampled, axis=1) if statistic == "median" else resampled.mean(axis=1)
+    if statistic == "median" and len(x) > DIRECT_MEDIAN_ABOVE:
+        stats = _resampled_medians(np.sort(x), samples, rng)
+    else:
+        resampled = x[rng.integers(0, len(x), size=(samples, len(x)))]
+        stats = np.median(resampled, axis=1) if statistic == "median" else resampled.mean(axis=1)
     tail = (1 - level) / 2 * 100
     lo, hi = np.percentile(stats, [tail, 100 - tail])
     return float(lo), float(hi)
+
+
+def _resampled_medians(ordered: Any, samples: int, rng: Any) -> Any:
+    """The medians of `samples` resamples (with replacement) of the sorted values `ordered`, drawn directly: a
+    resample's median is the value at its middle draw(s) of positions, and the k-th smallest of n uniform draws is
+    distributed as Beta(k, n + 1 - k) (the next one above it: that, plus the rest of the way times Beta(1, n - k)).
+    Same distribution as sorting every resample, in O(samples) instead of O(samples x n): 10,000 values took 3 s."""
+    import numpy as np
+
+    n = len(ordered)
+    k = (n + 1) // 2  # the lower middle, 1-based
+    low = rng.beta(k, n + 1 - k, size=samples)
+    picks = [low] if n % 2 else [low, low + (1 - low) * rng.beta(1, n - k, size=samples)]
+    at = [np.minimum((u * n).astype(np.int64), n - 1) for u in picks]
+    return sum(ordered[i] for i in at) / len(at)
 
 
 def wilson_ci(successes: int, n: int, z: float = Z95) -> tuple[float, float] | None:
