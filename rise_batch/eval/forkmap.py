@@ -9,6 +9,7 @@ travel back, pickled (small rows). Where fork is missing or the work is small, i
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 from collections.abc import Callable
@@ -41,8 +42,10 @@ def fork_map(fn: Callable[[int, int], list[Any]], n: int, *, processes: int | No
         return fn(0, n)
     spans = [(a, min(a + SPAN, n)) for a in range(0, n, SPAN)]
     _TASK = fn
+    gc.freeze()  # the inherited objects out of the workers' collections: a collection would touch (copy) every page
     try:
         with multiprocessing.get_context("fork").Pool(procs) as pool:
             return [x for part in pool.imap(_run, spans) for x in part]
     finally:
         _TASK = None
+        gc.unfreeze()

@@ -48,15 +48,20 @@ def read_run_file(path: AnyPath, run_dir: AnyPath) -> Any:
     message names the file. A run directory may come from anywhere (a copy, an archive), so none of it is trusted."""
     data = read_run_bytes(path, run_dir, RUN_FILE_MAX_BYTES)
     try:
-        return orjson.loads(data)  # a few times faster than json; what it refuses json decides (NaN, deep nesting)
+        return orjson.loads(data)  # a few times faster than json; what it refuses, json decides (deep nesting, NaN)
     except orjson.JSONDecodeError:
         pass
     try:
-        return _no_lone_surrogates(json.loads(data))
+        return _no_lone_surrogates(json.loads(data, parse_constant=_no_number))
     except RecursionError:
         raise ValueError(f"{path}: JSON nested too deeply to be a run file; fix or remove it") from None
     except ValueError as e:  # UnicodeDecodeError too
         raise ValueError(f"{path}: not valid JSON ({e}); fix or remove it") from None
+
+
+def _no_number(name: str) -> None:
+    """NaN, Infinity and -Infinity (Python's json writes them; JSON has no such numbers) are read as null."""
+    return None
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
