@@ -1,15 +1,20 @@
-"""report.html at scale: 2 runs (rise, rise-bm25) x 1,000 queries x 100 steps, opened in a real headless Chromium.
+"""report.html at scale: runs of synthetic trajectories, the report built and timed, the page opened in Chromium.
 
-Writes two synthetic run directories (trajectories with 100 tool calls each, outputs of realistic length, the
-per-step records the engine keeps for the interaction metrics, the events.jsonl it would log, judgments), builds
-the report (`write_report`, timed: it computes every query's interaction metrics and writes one data file per
+Writes `--runs` synthetic run directories (rise, rise-bm25, ...; trajectories with `--steps` tool calls each,
+outputs of realistic length, the per-step records the engine keeps for the interaction metrics, bash commands that
+differ from query to query, the events.jsonl it would log, judgments), builds the report (`write_report`, timed:
+it reads and checks every run file, computes every query's interaction metrics and writes one data file per
 trajectory), then loads report.html in Chromium (tests/browser.py) and reads two marks the page sets itself:
 `first-view-ms` (from navigation start to the query table drawn and laid out, filters included) and, with #q=ID,
 `trajectory-ms` (to both trajectories of that query drawn side by side). The Chromium process's wall time
-(start-up included) is reported apart. Target: the first view under 2 s (bench/targets.yaml). The work directory
-(runs, report, a screenshot of each view) is removed at the end unless `--work` names one to keep.
+(start-up included) is reported apart. Target: the first view under 2 s (bench/targets.yaml).
 
-    python -m bench.report_html [--queries 1000] [--steps 100] [--output-chars 800] [--repeats 3]
+Before and after, in the same run: the bash commands of every trajectory split by shlex (the old path) and by
+eval/shell_words.py, and with `--before` the whole report built once more the old way (shlex, one process).
+The work directory (runs, report, a screenshot of each view) is removed at the end unless `--work` names one to keep.
+
+    python -m bench.report_html [--runs 2] [--queries 1000] [--steps 100] [--output-chars 800] [--repeats 3]
+    python -m bench.report_html --runs 1 --queries 10000 --steps 50 --before --no-browser
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import argparse
 import json
 import random
 import re
+import resource
 import shutil
 import statistics
 import sys
@@ -39,6 +45,11 @@ def step(rng: random.Random, q: int, i: int, chars: int) -> dict:
     gold = f"gold{q}.txt"
     args = {"search": {"queries": [f"sub-query {i}"]}, "bash": {"command": f"rg -n 'term {i}' | head"},
             "read": {"path": gold if i == 25 else f"doc{i}.txt", "offset": 0, "limit": 40}}[tool]  # fmt: skip
+    if tool == "bash":  # commands as agents write them, different in every query (no cache hit across queries)
+        args["command"] = rng.choice((f"rg -n -i '{rng.choice(WORDS)} {q} {i}' . | head -n 20",
+                                      f'cat "doc{q}_{i}.txt" | sed -n \'1,40p\'',
+                                      f"grep -c \"{rng.choice(WORDS)}\" doc{i}.txt gold{q}.txt 2>/dev/null",
+                                      f"ls | wc -l && rg -l 'q{q} step {i}' | head"))  # fmt: skip
     body = " ".join(rng.choice(WORDS) for _ in range(chars // 6))[: max(chars, 200)]
     surfaced = [f"d{q}"] if (tool == "search" and i == 20) or (tool == "read" and i == 25) else [f"x{q}_{i}"]
     if tool == "read":  # numbered lines and the read tool's trailer
@@ -109,12 +120,61 @@ def load(url: str, repeats: int) -> dict[str, float | None]:
             "runs_ms": {"first_view": first, "trajectory": traj}, "load_1m": loads}  # fmt: skip
 
 
+def split_commands(runs: list[Path]) -> dict[str, float | int]:
+    """Every bash command of the runs split by shlex (the old path) and by shell_words (cache cleared), timed."""
+    from rise_batch.eval.shell_words import shell_words, shlex_words
+
+    commands = []
+    for root in runs:
+        for f in (root / "trajectories").glob("*.json"):
+            steps = json.loads(f.read_bytes())["steps"]
+            commands += [s["arguments"]["command"] for s in steps if s["tool"] == "bash"]
+    t0 = time.perf_counter()
+    old = [shlex_words(c) for c in commands]
+    shlex_s = time.perf_counter() - t0
+    shell_words.cache_clear()
+    t0 = time.perf_counter()
+    new = [shell_words.__wrapped__(c) for c in commands]
+    new_s = time.perf_counter() - t0
+    assert old == new
+    return {"commands": len(commands), "shlex_s": round(shlex_s, 2), "shell_words_s": round(new_s, 2),
+            "shlex_us_per_command": round(1e6 * shlex_s / len(commands), 1),
+            "shell_words_us_per_command": round(1e6 * new_s / len(commands), 1)}  # fmt: skip
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process and its finished children (the forked workers): a figure a loaded machine
+    stretches less than the wall time."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def report_the_old_way(runs: list[Path], out: Path) -> float:
+    """write_report with the bash commands split by shlex and every trajectory done in this process (the path
+    before eval/shell_words.py and eval/forkmap.py); seconds."""
+    from rise_batch.eval import forkmap, interaction
+    from rise_batch.eval.report import write_report
+    from rise_batch.eval.shell_words import shlex_words
+
+    saved = interaction.shell_words, forkmap.MIN_ITEMS
+    interaction.shell_words, forkmap.MIN_ITEMS = shlex_words, 1 << 62
+    try:
+        t0 = time.perf_counter()
+        write_report(runs, out)
+        return time.perf_counter() - t0
+    finally:
+        interaction.shell_words, forkmap.MIN_ITEMS = saved
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.report_html", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--queries", type=int, default=1000, help="queries per run (2 runs)")
+    ap.add_argument("--runs", type=int, default=2, help="runs (systems rise, rise-bm25, then rise-2, ...)")
+    ap.add_argument("--queries", type=int, default=1000, help="queries per run")
     ap.add_argument("--steps", type=int, default=100, help="tool calls per trajectory")
     ap.add_argument("--output-chars", type=int, default=800, help="mean characters of a tool output (max 2,000 kept)")
     ap.add_argument("--repeats", type=int, default=3, help="Chromium loads per view (the median is reported)")
+    ap.add_argument("--before", action="store_true", help="also build the report the old way (shlex, one process)")
+    ap.add_argument("--no-browser", action="store_true", help="time the report only, open no Chromium")
     ap.add_argument(
         "--work", type=Path, help="work directory to keep (runs, report, screenshots); default: a temporary one"
     )
@@ -132,25 +192,45 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     try:
         t0 = time.perf_counter()
-        runs = [write_run(work / s, s, args.queries, args.steps, args.output_chars, i)
-                for i, s in enumerate(("rise", "rise-bm25"))]  # fmt: skip
+        systems = [("rise", "rise-bm25")[i] if i < 2 else f"rise-{i}" for i in range(args.runs)]
+        runs = [write_run(work / s, s, args.queries, args.steps, args.output_chars, i) for i, s in enumerate(systems)]
         made_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        import matplotlib  # imported before the clocks start, so neither build pays for it
+
+        matplotlib.use("Agg", force=True)
+        import matplotlib.pyplot  # noqa: F401
+
+        for f in (f for root in runs for f in root.rglob("*") if f.is_file()):
+            f.read_bytes()  # in the page cache for both builds: the first would otherwise pay the disk's reads
+        load_before = load_average()
+        t0, c0 = time.perf_counter(), cpu_s()
         write_report(runs, work / "report")
-        report_s = time.perf_counter() - t0
+        report_s, report_cpu = time.perf_counter() - t0, cpu_s() - c0
         page = work / "report" / "report.html"
         data = list((work / "report" / "report_html" / "traj").rglob("*.js"))
         traj_url = page.as_uri() + "#q=" + quote(f"q{args.queries // 2:04d}")
         figures = {
+            "trajectories": args.runs * args.queries,
+            "steps": args.steps,
             "synthetic_runs_s": round(made_s, 1),
             "write_report_s": round(report_s, 1),
+            "write_report_cpu_s": round(report_cpu, 1),
+            "write_report_load_1m": [load_before[0], load_average()[0]],
+            "report_json_bytes": (work / "report" / "report.json").stat().st_size,
             "report_html_bytes": page.stat().st_size,
             "trajectory_files": len(data),
             "trajectory_file_bytes_mean": int(statistics.mean(p.stat().st_size for p in data)),
-            "first_view": load(page.as_uri(), args.repeats),
-            "open_trajectory": load(traj_url, args.repeats),
+            "split_commands": split_commands(runs),
         }
-        if args.work:
+        if args.before:
+            c0 = cpu_s()
+            figures["write_report_old_way_s"] = round(report_the_old_way(runs, work / "report-old"), 1)
+            figures["write_report_old_way_cpu_s"] = round(cpu_s() - c0, 1)
+            figures["write_report_old_way_load_1m"] = load_average()[0]
+        if not args.no_browser:
+            figures["first_view"] = load(page.as_uri(), args.repeats)
+            figures["open_trajectory"] = load(traj_url, args.repeats)
+        if args.work and not args.no_browser:
             figures["screenshots"] = [
                 str(screenshot(page.as_uri(), work / "first_view.png")),
                 str(screenshot(traj_url, work / "trajectory.png")),

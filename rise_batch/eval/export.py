@@ -21,7 +21,6 @@ do not apply.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -105,39 +104,6 @@ def _prefix_start(text: str, floor: int, at: int) -> int:
     return start
 
 
-def check_trajectory(traj: dict[str, Any], where: str | Path) -> None:
-    """Refuse, in one line naming the file and the field, a trajectory whose fields an export reads have the wrong
-    type: a run directory may have been copied, edited or forged, and a wrong type must not become a traceback."""
-
-    def bad(field: str, want: str) -> ValueError:
-        value = traj.get(field)
-        got = "nothing" if value is None else type(value).__name__
-        if isinstance(value, list | dict):
-            items = value if isinstance(value, list) else list(value.values())
-            got += f" holding {', '.join(sorted({type(v).__name__ for v in items}))}"
-        return ValueError(f"{where}: field {field!r} must be {want}, got {got}: not a trajectory of `rise-batch run`")
-
-    if not isinstance(traj.get("query_id"), str | int) or isinstance(traj.get("query_id"), bool):
-        raise bad("query_id", "a string")
-    for field in ("retrieved_docids", "surfaced_docids"):
-        value = traj.get(field)
-        if value is not None and not (isinstance(value, list) and all(isinstance(d, str) for d in value)):
-            raise bad(field, "a list of docid strings")
-    steps = traj.get("steps")
-    if steps is not None and not (isinstance(steps, list) and all(isinstance(s, dict) for s in steps)):
-        raise bad("steps", "a list of objects")
-    if not isinstance(traj.get("final_text"), str | None):
-        raise bad("final_text", "a string")
-    for field in ("usage", "tool_calls"):
-        value = traj.get(field)
-        if value is not None and not (isinstance(value, dict) and all(_count(v) for v in value.values())):
-            raise bad(field, "an object of counts")
-
-
-def _count(value: Any) -> bool:
-    return value is None or (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value))
-
-
 def bcp_record(traj: dict[str, Any], relpath_of: dict[str, str], bare_docids: bool) -> dict[str, Any]:
     """One BCP run file from one trajectory; `relpath_of` maps docid -> relpath (the docs' docmap)."""
     in_hand = dict.fromkeys([*(traj.get("retrieved_docids") or ()), *(traj.get("surfaced_docids") or ())])
@@ -189,8 +155,6 @@ def export_bcp(run_dir: str | Path, out_dir: str | Path, docs: str | Path | None
         raise ValueError(f"cannot export {run.path}: {run.unreadable[0]}")
     if not run.trajectories:
         raise ValueError(f"{run.path} has no trajectory of its configuration to export")
-    for stem, traj in run.trajectories.items():
-        check_trajectory(traj, run.path / "trajectories" / f"{stem}.json")
     config = run.meta.get("config")
     docs = docs or (config.get("docs") if isinstance(config, dict) else None)
     if not isinstance(docs, str | Path) or not docs or not (location(docs) / "docmap.parquet").is_file():

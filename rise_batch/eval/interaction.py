@@ -13,7 +13,8 @@ What counts, tool by tool:
   each search call.
 - `read` (and `get_document`): reads the document it names (`surfaced`, else a gold path given as `path`, else the
   `docid` argument); lines read = the `[lines A-B` trailer when stored, else the output's numbered lines.
-- `bash`: the command is split (shlex) into simple commands at `|`, `;`, `&&`, `||`. Of those:
+- `bash`: the command is split as shlex splits it (eval/shell_words.py), into simple commands at `|`, `;`, `&&`,
+  `||`. Of those:
   * `cat`, `head`, `tail`, `sed`, `awk`, `nl`, `tac`, `less`, `more` with file operands read those files (sed's
     and awk's first operand is their script unless -e/-f gives it; `head -n 20`'s 20 is an option's value); the
     lines read are the call's output lines, credited to the gold when every file read is gold;
@@ -34,9 +35,10 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import shlex
 from collections.abc import Collection
 from typing import Any
+
+from rise_batch.eval.shell_words import shell_words
 
 READERS = frozenset({"cat", "head", "tail", "sed", "awk", "nl", "tac", "less", "more"})
 SEARCHERS = frozenset({"rg", "grep", "egrep", "fgrep"})
@@ -218,11 +220,8 @@ def _bash_lines(command: str, step: dict[str, Any], out: str, paths: dict[str, s
 
 def _simple_commands(command: str) -> list[list[str]]:
     """The simple commands of a shell line (words, env assignments dropped); [] when it does not tokenize."""
-    try:
-        lex = shlex.shlex(command, posix=True, punctuation_chars=True)
-        lex.whitespace_split = True
-        tokens = list(lex)
-    except ValueError:  # unbalanced quotes
+    tokens = shell_words(command)  # shlex's split, fast (eval/shell_words.py)
+    if tokens is None:  # unbalanced quotes
         return []
     out, cur, skip = [], [], False
     for tok in [*tokens, ";"]:

@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from rise_batch.eval.forkmap import fork_map
 from rise_batch.eval.interaction import interaction
 from rise_batch.eval.judge import is_empty_answer, is_unjudged, judges
 
@@ -28,6 +29,7 @@ BOOTSTRAP_SAMPLES = 2000
 BOOTSTRAP_SEED = 0
 UNJUDGED_FLAG = 0.10  # share of queries without a verdict above which a run's accuracy is flagged
 Z95 = 1.959963984540054
+DIRECT_MEDIAN_ABOVE = 1000  # values above which a bootstrap median is drawn directly (_resampled_medians)
 
 
 def mean(values: Sequence[float]) -> float | None:
@@ -54,22 +56,42 @@ def bootstrap_ci(
         return None
     x = np.asarray(outcomes, dtype=float)
     rng = np.random.default_rng(seed)
-    resampled = x[rng.integers(0, len(x), size=(samples, len(x)))]
-    stats = np.median(resampled, axis=1) if statistic == "median" else resampled.mean(axis=1)
+    if statistic == "median" and len(x) > DIRECT_MEDIAN_ABOVE:
+        stats = _resampled_medians(np.sort(x), samples, rng)
+    else:
+        resampled = x[rng.integers(0, len(x), size=(samples, len(x)))]
+        stats = np.median(resampled, axis=1) if statistic == "median" else resampled.mean(axis=1)
     tail = (1 - level) / 2 * 100
     lo, hi = np.percentile(stats, [tail, 100 - tail])
     return float(lo), float(hi)
 
 
+def _resampled_medians(ordered: Any, samples: int, rng: Any) -> Any:
+    """The medians of `samples` resamples (with replacement) of the sorted values `ordered`, drawn directly: a
+    resample's median is the value at its middle draw(s) of positions, and the k-th smallest of n uniform draws is
+    distributed as Beta(k, n + 1 - k) (the next one above it: that, plus the rest of the way times Beta(1, n - k)).
+    Same distribution as sorting every resample, in O(samples) instead of O(samples x n): 10,000 values took 3 s."""
+    import numpy as np
+
+    n = len(ordered)
+    k = (n + 1) // 2  # the lower middle, 1-based
+    low = rng.beta(k, n + 1 - k, size=samples)
+    picks = [low] if n % 2 else [low, low + (1 - low) * rng.beta(1, n - k, size=samples)]
+    at = [np.minimum((u * n).astype(np.int64), n - 1) for u in picks]
+    return sum(ordered[i] for i in at) / len(at)
+
+
 def wilson_ci(successes: int, n: int, z: float = Z95) -> tuple[float, float] | None:
     """Wilson score interval of a proportion (95% by default); None for n = 0. Unlike the normal or bootstrap
-    interval it neither collapses at 0 or n successes nor leaves [0, 1]."""
+    interval it neither collapses at 0 or n successes nor leaves [0, 1]. The bounds are clamped to hold the
+    proportion itself: in floating point, 0 of 100 gives a lower bound of 3.5e-18 and 2,000 of 2,000 an upper
+    bound of 0.9999999999999998, which a figure would draw as a negative error bar (and refuse)."""
     if n <= 0:
         return None
     p, z2 = successes / n, z * z
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    return min(max(0.0, centre - half), p), max(min(1.0, centre + half), p)
 
 
 def calibration_bins(
@@ -204,29 +226,29 @@ def per_query_rows(
     trajectories: dict[str, dict[str, Any]], judgments: dict[str, dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """One row per query (for paired comparisons between runs in report.json): None where not judged; with the
-    query's interaction-space figures (eval/interaction.py)."""
-    rows = []
-    for stem, t in trajectories.items():
-        j = judgments.get(stem)
-        j = j if j is not None and judges(j, t) else None
-        unjudged = j is not None and is_unjudged(j)
-        rows.append(
-            {
-                "query_id": t.get("query_id"),
-                "correct": None if j is None or unjudged else bool(j.get("correct")),
-                "unjudged": unjudged,
-                "method": None if j is None else j.get("method"),
-                "stop_reason": t.get("stop_reason"),
-                "model_calls": t.get("model_calls"),
-                "tool_calls": sum((t.get("tool_calls") or {}).values()),
-                "agent_usd": t.get("cost_usd"),
-                "judge_usd": None if j is None else j.get("cost_usd"),
-                "gold_R": gold_fraction(t.get("gold_doc_ids") or (), t.get("retrieved_docids") or ()),
-                "cov": gold_fraction(t.get("gold_doc_ids") or (), t.get("surfaced_docids") or ()),
-                **interaction(t, t.get("gold_doc_ids") or ()),
-            }
-        )
-    return rows
+    query's interaction-space figures (eval/interaction.py). Computed by forked workers on a large run
+    (eval/forkmap.py)."""
+    items = list(trajectories.items())
+    return fork_map(lambda a, b: [_row(t, judgments.get(stem)) for stem, t in items[a:b]], len(items))
+
+
+def _row(t: dict[str, Any], j: dict[str, Any] | None) -> dict[str, Any]:
+    j = j if j is not None and judges(j, t) else None
+    unjudged = j is not None and is_unjudged(j)
+    return {
+        "query_id": t.get("query_id"),
+        "correct": None if j is None or unjudged else bool(j.get("correct")),
+        "unjudged": unjudged,
+        "method": None if j is None else j.get("method"),
+        "stop_reason": t.get("stop_reason"),
+        "model_calls": t.get("model_calls"),
+        "tool_calls": sum((t.get("tool_calls") or {}).values()),
+        "agent_usd": t.get("cost_usd"),
+        "judge_usd": None if j is None else j.get("cost_usd"),
+        "gold_R": gold_fraction(t.get("gold_doc_ids") or (), t.get("retrieved_docids") or ()),
+        "cov": gold_fraction(t.get("gold_doc_ids") or (), t.get("surfaced_docids") or ()),
+        **interaction(t, t.get("gold_doc_ids") or ()),
+    }
 
 
 def _confidence(trajectory: dict[str, Any], judgment: dict[str, Any]) -> float:

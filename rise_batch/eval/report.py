@@ -13,6 +13,7 @@ which labels it in sweep plots.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -38,6 +39,8 @@ from rise_batch.io import read_json, write_json_atomic
 from rise_batch.queries import gold_label, read_qrels
 from rise_batch.storage import ObjectPath, location, publish_tree
 
+log = logging.getLogger(__name__)
+
 
 def regold(trajectories: dict[str, dict[str, Any]], qrels: str | Path) -> dict[str, dict[str, Any]]:
     """The trajectories with their gold documents taken from a TREC qrels file (gold_R and cov are then scored
@@ -58,9 +61,7 @@ def summarize_loaded(
     run: RunData, *, bin_size: int = CALIBRATION_BIN, qrels: str | Path | None = None
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """A loaded run's summary, and its trajectories as scored (gold from `qrels` when given)."""
-    meta = dict(run.meta)
-    if (run.path / "cell.json").is_file():
-        meta.update(read_json(run.path / "cell.json"))
+    meta = dict(run.meta) | (run.cell or {})
     trajectories = regold(run.trajectories, qrels) if qrels else run.trajectories
     summary = run_metrics(meta, trajectories, run.judgments, bin_size=bin_size)
     summary["gold"] = gold_label(qrels=qrels) if qrels else meta.get("gold", gold_label())
@@ -69,6 +70,21 @@ def summarize_loaded(
     summary["run_dir"] = str(run.path)
     summary["unreadable_files"] = list(run.unreadable)
     return summary, trajectories
+
+
+ROW_LIST_MAX = 20  # entries a per-query row of report.json keeps of each list (the steps where gold was shown...)
+
+
+def bounded_rows(summary: dict[str, Any]) -> dict[str, Any]:
+    """A summary as report.json keeps it: each per-query row's lists (steps that surfaced or read a gold document,
+    the workspace's growth at each search) cut to their first ROW_LIST_MAX entries, the full length of each cut list
+    in the row's `cut`, so a run of 300-step trajectories does not make report.json grow with the steps (report.html's
+    data files keep them whole)."""
+    rows = []
+    for row in summary.get("per_query") or ():
+        long = {k: len(v) for k, v in row.items() if isinstance(v, list) and len(v) > ROW_LIST_MAX}
+        rows.append(row | {k: row[k][:ROW_LIST_MAX] for k in long} | ({"cut": long} if long else {}))
+    return summary | {"per_query": rows}
 
 
 def write_report(
@@ -90,7 +106,9 @@ def write_report(
         run = load_run(d)
         summary, trajectories = summarize_loaded(run, bin_size=bin_size, qrels=qrels)
         summaries.append(summary)
-        rows += write_trajectories(out, i, run.path, trajectories, summary["per_query"])
+        rows += write_trajectories(out, i, run.path, trajectories, summary["per_query"], summary["unreadable_files"])
+        for line in summary["unreadable_files"]:
+            log.warning("report: skipped %s", line)
     retrieval = [(location(f).stem, read_json(f)) for f in retrieval_files]
     plots = [
         plot_frontier(summaries, out / "accuracy_vs_cost.png"),
@@ -118,7 +136,7 @@ def write_report(
         "retrieval": [{"name": n, "retriever": retriever_of(r), "summary": r.get("summary", {})} for n, r in retrieval],
         "plots": written,
     }
-    write_json_atomic(out / "report.json", report)
+    write_json_atomic(out / "report.json", report | {"runs": [bounded_rows(s) for s in summaries]})
     if isinstance(final, ObjectPath):
         publish_tree(out, final, "report.json")
         shutil.rmtree(out, ignore_errors=True)

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from rise_batch.eval.forkmap import fork_map
 from rise_batch.eval.report_rows import Block
 from rise_batch.eval.trajectory_view import interaction_of, read_events, trajectory_view, verdict
 from rise_batch.io import write_bytes_atomic, write_text_atomic
@@ -64,19 +65,30 @@ def query_row(run: int, n: int, trajectory: dict[str, Any], row: dict[str, Any])
 
 
 def write_trajectories(
-    out: Path, run: int, run_dir: AnyPath, trajectories: dict[str, dict[str, Any]], rows: Sequence[dict[str, Any]]
+    out: Path,
+    run: int,
+    run_dir: AnyPath,
+    trajectories: dict[str, dict[str, Any]],
+    rows: Sequence[dict[str, Any]],
+    bad: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Each trajectory of run number `run` as out/report_html/traj/<run>/<n>.js; the page's rows for them.
-    `rows` are the run's per-query rows, in the order of `trajectories`."""
-    events = read_events(run_dir)
+    `rows` are the run's per-query rows, in the order of `trajectories`; events files or lines skipped go to `bad`."""
+    events = read_events(run_dir, bad)
     folder = out / DATA_DIR / "traj" / str(run)
     folder.mkdir(parents=True, exist_ok=True)
-    page_rows = []
-    for n, (t, row) in enumerate(zip(trajectories.values(), rows, strict=True)):
-        view = trajectory_view(t, events.get(str(t.get("query_id")), ()), interaction_of(row))
-        write_bytes_atomic(folder / f"{n}.js", f"RISE.loaded({run},{n},{js_json(view)});\n".encode())
-        page_rows.append(query_row(run, n, t, row))
-    return page_rows
+    items = list(zip(trajectories.values(), rows, strict=True))
+
+    def write(start: int, stop: int) -> list[dict[str, Any]]:
+        page_rows = []
+        for n in range(start, stop):
+            t, row = items[n]
+            view = trajectory_view(t, events.get(str(t.get("query_id")), ()), interaction_of(row))
+            write_bytes_atomic(folder / f"{n}.js", f"RISE.loaded({run},{n},{js_json(view)});\n".encode())
+            page_rows.append(query_row(run, n, t, row))
+        return page_rows
+
+    return fork_map(write, len(items))  # the data files written by forked workers on a large run
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

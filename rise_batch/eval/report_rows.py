@@ -173,6 +173,20 @@ def unjudged_warnings(summaries: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+SKIPPED_SHOWN = 5  # skipped files named per run in the report (report.json's unreadable_files has them all)
+
+
+def skipped_warnings(summaries: Sequence[dict[str, Any]]) -> list[str]:
+    """A warning per run file or events file the report skipped (unreadable, or fields of the wrong types)."""
+    lines = []
+    for i, s in enumerate(summaries, 1):
+        skipped = s.get("unreadable_files") or []
+        lines += [f"run {i}: skipped {line}" for line in skipped[:SKIPPED_SHOWN]]
+        if len(skipped) > SKIPPED_SHOWN:
+            lines.append(f"run {i}: {len(skipped) - SKIPPED_SHOWN} more skipped (report.json: unreadable_files)")
+    return lines
+
+
 def report_blocks(
     summaries: Sequence[dict[str, Any]],
     retrieval: Sequence[tuple[str, dict[str, Any]]] = (),
@@ -183,7 +197,7 @@ def report_blocks(
     if summaries:
         n = sorted({s.get("n_queries", 0) for s in summaries})
         out.append(("p", f"{len(summaries)} run(s), {'/'.join(map(str, n))} queries each."))
-        if warnings := unjudged_warnings(summaries):
+        if warnings := unjudged_warnings(summaries) + skipped_warnings(summaries):
             out.append(("warnings", warnings))
         out += [("table", *main_rows(summaries)), ("p", ACCURACY_NOTE)]
         out.append(

@@ -17,63 +17,64 @@ import functools
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import orjson
 
 from rise_batch.eval.interaction import FIELDS
+from rise_batch.eval.runcheck import event_problem
+from rise_batch.eval.rundir import read_run_bytes
 from rise_batch.llm.pricing import PriceTable
-from rise_batch.safe_read import RefusedFile, open_regular
 from rise_batch.storage import AnyPath
 
 log = logging.getLogger(__name__)
 EVENTS_FILE, EVENT_PARTS = "events.jsonl", "events"  # as agent/runner.py writes them (eval sits above, not below)
+EVENTS_MAX_BYTES = 2**31  # ~250 bytes an event, two a step: 10,000 queries x 300 steps stay far below
 _WORKSPACE = re.compile(r"Workspace: ([\d,]+) documents \(\+([\d,]+) this call\)")
 
 
-def read_events(run_dir: AnyPath) -> dict[str, list[dict[str, Any]]]:
+def read_events(run_dir: AnyPath, bad: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
     """The model_call and tool_call events of each query's last attempt, in the order they were written (one
     events.jsonl on disk; one file per process under events/ in object storage). A line that is not JSON (a
-    process killed mid-write) is skipped: events only add time and cost to a page, they never decide a number."""
+    process killed mid-write) or whose fields have the wrong types (runcheck.EVENT) is skipped, and each file that
+    had such lines is one line in `bad`: events only add time and cost to a page, they never decide a number. An
+    events file is read as run files are (a regular file below the run, bounded)."""
     files = [run_dir / EVENTS_FILE] if (run_dir / EVENTS_FILE).is_file() else []
     if (run_dir / EVENT_PARTS).is_dir():
         files += sorted((run_dir / EVENT_PARTS).glob("*.jsonl"))
     by_query: dict[str, list[dict[str, Any]]] = defaultdict(list)
     last: dict[str, Any] = {}
+    problems = [] if bad is None else bad
     for f in files:
-        for line in _lines(f, run_dir):
-            try:
-                e = orjson.loads(line)
-            except orjson.JSONDecodeError:
+        try:
+            data = read_run_bytes(f, run_dir, EVENTS_MAX_BYTES)
+        except (OSError, ValueError) as e:
+            problems.append(str(e) if str(e).startswith(str(f)) else f"{f}: {e}")
+            continue
+        skipped, first = 0, ""
+        for n, line in enumerate(data.splitlines(), 1):
+            if not line.strip():
                 continue
-            if not isinstance(e, dict) or e.get("event") not in ("start", "model_call", "tool_call"):
+            try:
+                e, why = orjson.loads(line), None
+            except orjson.JSONDecodeError:
+                e, why = None, "not JSON"
+            if why := why or event_problem(e):
+                skipped, first = skipped + 1, first or f"line {n}: {why}"
+                continue
+            if e.get("event") not in ("start", "model_call", "tool_call"):
                 continue
             qid = str(e.get("query_id"))
             if e["event"] == "start":  # a new attempt replaces what an earlier one logged
                 by_query[qid], last[qid] = [], e.get("attempt")
             elif e.get("attempt") == last.get(qid, e.get("attempt")):
                 by_query[qid].append(e)
+        if skipped:
+            problems.append(f"{f}: {skipped} line(s) skipped (first: {first})")
     for events in by_query.values():
         events.sort(key=lambda e: e.get("t") or 0)
     return dict(by_query)
-
-
-def _lines(f: AnyPath, run_dir: AnyPath) -> Iterator[bytes]:
-    """The lines of an events file; a local one opened as every file the engine reads (safe_read: below the run
-    directory, no link followed, a regular file), read line by line: a link (to /dev/zero, to a file elsewhere) is
-    skipped with one warning naming it, never read."""
-    if not isinstance(f, Path):
-        yield from f.read_bytes().splitlines()
-        return
-    try:
-        fh = open_regular(f, below=run_dir)
-    except RefusedFile as e:
-        log.warning("%s; its events are left out", e)
-        return
-    with fh:
-        yield from fh
 
 
 def interaction_of(row: dict[str, Any]) -> dict[str, Any] | None:
