@@ -1,20 +1,27 @@
 """Node-local caches of what must be a POSIX tree: the structured corpus (hardlinked into workspaces, read by `rg`),
 the index (memory-mapped) and the original-text twin, made once per node from object storage.
 
-Each entry is `ROOT/<kind>/<key>/`, where ROOT is the run's `cache_dir` (default `storage.cache_root()`, under the
-node's temporary directory) and the key a digest of what the copy is made from (the source's URI without its
-credentials, its objects' names and sizes, and the small files that pin its content: an index's meta.json, a
-structure run's manifest). So a changed source gets a new entry and an unchanged one is reused, run after run.
+Each entry is `ROOT/<kind>/<key>/`, where ROOT is the run's `cache_dir` (default `storage.cache_root()`, the user's
+own cache directory) and the key a digest of what the copy is made from (the source's URI without its credentials,
+its objects' names and sizes, and the small files that pin its content: an index's meta.json, a structure run's
+manifest). So a changed source gets a new entry and an unchanged one is reused, run after run.
+
+ROOT is private (`private_root`): created 0700, refused when it is a link, another user's or writable by others.
+Below it nothing is reached through a link: kind directories, locks and staging directories are opened by
+descriptor with O_NOFOLLOW, and a link planted in place of an entry is removed, never followed.
 
 Every actor of a node may ask at once; one makes the copy and the others wait for it:
 - an entry is made under an exclusive `fcntl.flock` on `ROOT/<kind>/.<key>.lock` (released by the kernel when its
   holder dies, so a killed copy never blocks the next);
 - it is filled into a staging directory `ROOT/<kind>/.<key>.staging-<pid>`, checked, given its marker last and
   renamed into place; staging directories the lock holder finds are a killed copy's and are removed, never used;
-- the marker (`.rise-batch-cache.json`) records the key and the names and sizes of the entry's small files (all of
-  an index, docmap and manifest of a docs tree, with the tree's file count) and a digest over them. An entry is used
-  only when its marker is there, names its key and still matches the files (checked on every use, cheaply: the
-  bulk trees, corpus/ and original/, are counted when made, not walked on every use).
+- the marker (`.rise-batch-cache.json`) records the key, the source's name and the names and sizes of the entry's
+  small files (all of an index, docmap and manifest of a docs tree, with the tree's file count) and a digest over
+  them. An entry is used only when its marker is there, names its key and still matches the files, and when those
+  files match what the source records (`Source`: sizes, pinned files byte for byte, published digests); the bulk
+  trees, corpus/ and original/, are counted when made, not walked on every use;
+- every process using an entry holds `ROOT/<kind>/.<key>.use` shared until it exits: `cache prune`
+  (rise_batch/cache_admin.py) removes only entries whose `.use` it can lock exclusively.
 
 Pure stdlib; no Ray, no network (the `fill` callables bring those).
 """
@@ -41,6 +48,7 @@ from rise_batch.storage import SUMS, cache_root
 log = logging.getLogger(__name__)
 
 MARKER = ".rise-batch-cache.json"
+KINDS = ("docs", "index")  # ROOT/<kind>/ of the entries (ROOT/workspaces/ holds runs' workspaces, not entries)
 BULK = ("corpus", "original")  # trees counted when made, not re-read on every use
 
 
@@ -148,9 +156,16 @@ def _remove(dir_fd: int, name: str) -> None:
         os.unlink(name, dir_fd=dir_fd)
 
 
-def materialize(root: Path, kind: str, key: str, fill: Callable[[Path], int], source: Source | None = None) -> Cached:
+_IN_USE: dict[tuple[str, str], int] = {}  # (kind dir, key) -> the `.use` lock this process holds shared
+
+
+def materialize(
+    root: Path, kind: str, key: str, fill: Callable[[Path], int], source: Source | None = None, label: str = ""
+) -> Cached:
     """`root/kind/key`, made once by `fill(staging) -> bytes fetched` (which raises if what it fetched is not
-    whole) and reused while its marker and its `source` match (see the module docstring)."""
+    whole) and reused while its marker and its `source` match (see the module docstring). `label` names the source
+    in the marker (for `cache list`; no credentials). This process then holds the entry's `.use` lock shared until
+    it exits, so `cache prune` never removes an entry a run is using, and the marker's time says when it was used."""
     t0 = time.monotonic()
     root = private_root(root)
     where = root / kind
@@ -161,22 +176,34 @@ def materialize(root: Path, kind: str, key: str, fill: Callable[[Path], int], so
     finally:
         os.close(root_fd)
     try:
-        if _verified(kind_fd, dest, key, source):
-            return Cached(dest, 0, time.monotonic() - t0, True)
-        lock = _open_lock(kind_fd, f".{key}.lock", where)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # another process of this node copying: wait for it, then use its copy
-            if _verified(kind_fd, dest, key, source):
-                return Cached(dest, 0, time.monotonic() - t0, True)
-            fetched = _make(kind_fd, where, key, fill, source)
-        finally:
-            os.close(lock)
+        _hold(kind_fd, where, key)  # before looking: a prune holding it exclusively is done before we look
+        fetched, reused = 0, _verified(kind_fd, dest, key, source)
+        if not reused:
+            lock = _open_lock(kind_fd, f".{key}.lock", where)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # another process of this node copying: wait, then use its copy
+                reused = _verified(kind_fd, dest, key, source)
+                if not reused:
+                    fetched = _make(kind_fd, where, key, fill, source, label)
+            finally:
+                os.close(lock)
     finally:
         os.close(kind_fd)
-    return Cached(dest, fetched, time.monotonic() - t0, False)
+    with contextlib.suppress(OSError):
+        os.utime(dest / MARKER)  # its last use, for `cache list` and `cache prune --older-than`
+    return Cached(dest, fetched, time.monotonic() - t0, reused)
 
 
-def _make(kind_fd: int, where: Path, key: str, fill: Callable[[Path], int], source: Source | None) -> int:
+def _hold(kind_fd: int, where: Path, key: str) -> None:
+    """Take the entry's `.use` lock shared, once per process, kept until it exits (the kernel drops it then)."""
+    if (str(where), key) in _IN_USE:
+        return
+    fd = _open_lock(kind_fd, f".{key}.use", where)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    _IN_USE[(str(where), key)] = fd
+
+
+def _make(kind_fd: int, where: Path, key: str, fill: Callable[[Path], int], source: Source | None, label: str) -> int:
     """Fill a new staging directory, check it against its source, mark it and rename it into place (we hold the
     lock). Staging directories left by a killed copy are removed, never used."""
     for old in os.listdir(kind_fd):
@@ -195,7 +222,7 @@ def _make(kind_fd: int, where: Path, key: str, fill: Callable[[Path], int], sour
         problem = _source_problem(staging, key, source)
         if problem:
             raise OSError(f"{staging}: the copy does not match its source: {problem}")
-        _write_marker(staging, key)
+        _write_marker(staging, key, label)
         _remove(kind_fd, key)  # an entry without a (matching) marker, or not its source's: never used
         os.rename(name, key, src_dir_fd=kind_fd, dst_dir_fd=kind_fd)
     finally:
@@ -228,9 +255,9 @@ def _digest(key: str, sizes: dict[str, int], bulk: int) -> str:
     return hashlib.sha256(json.dumps([key, sorted(sizes.items()), bulk]).encode()).hexdigest()
 
 
-def _write_marker(tree: Path, key: str) -> None:
+def _write_marker(tree: Path, key: str, label: str = "") -> None:
     sizes, bulk = _small_files(tree)
-    marker = {"key": key, "files": sizes, "bulk_files": bulk, "digest": _digest(key, sizes, bulk)}
+    marker = {"key": key, "files": sizes, "bulk_files": bulk, "digest": _digest(key, sizes, bulk), "source": label}
     (tree / MARKER).write_text(json.dumps(marker, sort_keys=True), encoding="utf-8")
 
 
@@ -320,7 +347,7 @@ def fetch_objects(src, root: Path, kind: str, marker: str) -> Cached:
         raise FileNotFoundError(f"{src}: no {marker} (not written, or not finished)")
     source = published(src, listing, marker)
     key = key_of(str(src), listing, source.exact[marker])
-    return materialize(root, kind, key, lambda tmp: copy_objects(src, listing, tmp), source)
+    return materialize(root, kind, key, lambda tmp: copy_objects(src, listing, tmp), source, str(src))
 
 
 def published(src, listing: list[tuple[str, int]], marker: str) -> Source:

@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "report",
     "export",
     "plan",
+    "cache",
 ]
 
 

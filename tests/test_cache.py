@@ -71,7 +71,7 @@ def test_two_processes_asking_at_once_make_one_copy(tmp_path):
     assert first.returncode == second.returncode == 0
     assert log.read_text().split() == [str(first.pid)]  # one copy made, by the first
     assert a["path"] == b["path"] and not a["reused"] and b["reused"] and (a["bytes"], b["bytes"]) == (103, 0)
-    assert sorted(p.name for p in (root / "docs").iterdir()) == [".k1.lock", "k1"]  # no staging left
+    assert sorted(p.name for p in (root / "docs").iterdir()) == [".k1.lock", ".k1.use", "k1"]  # no staging left
 
 
 def fill_one(calls: list[int]):
@@ -110,7 +110,7 @@ def test_a_failed_copy_leaves_nothing_and_the_next_ask_makes_it(tmp_path):
 
     with pytest.raises(OSError, match="went away"):
         materialize(tmp_path, "index", "k3", broken)
-    assert [p.name for p in (tmp_path / "index").iterdir()] == [".k3.lock"]
+    assert sorted(p.name for p in (tmp_path / "index").iterdir()) == [".k3.lock", ".k3.use"]
     calls: list[int] = []
     assert not materialize(tmp_path, "index", "k3", fill_one(calls)).reused and calls == [1]
 

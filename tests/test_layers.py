@@ -66,6 +66,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "rise_batch.strtable",  # memory-mapped string tables (index docids, vocabulary, docmap)
         "rise_batch.counters",  # transport counters summed across workers
         "rise_batch.cache",  # node-local copies of object storage (index, docs tree), made once per node
+        "rise_batch.cache_admin",  # listing and pruning those copies (`rise-batch cache`)
         "rise_batch.options",  # config fields as options: their flags and the docs' option tables
     ),
     ("rise_batch.corpus",),

@@ -76,7 +76,7 @@ def local_docs(uri: str, root: Path) -> Cached:
             )
         return read + sum(location(src).stat().st_size for src in {s.source for s in shards})
 
-    return materialize(root, "docs", key, fill, source)
+    return materialize(root, "docs", key, fill, source, str(out))
 
 
 def _recorded(out: ObjectPath, listing: list[tuple[str, int]]) -> Source:
