@@ -3,11 +3,13 @@ beside busy processes, for this checkout and others side by side.
 
 The corpus is derived from wiki2015 (bench/derive_corpus.py, bench/scratch/syn<N>), uploaded to a local S3 server,
 structured there with `--index` (heuristic tier, 2 workers) once, by this checkout. Then, per rep and mode, each
-checkout runs `rise-batch run --workers 1` with an empty `--cache-dir` (a fresh node: nothing made yet), 2 queries
-answered by the scripted agent (fake server, 50 ms a call). Recorded from the run's own stats: the node's seconds
-to make its docs tree and its index copy, and its first trajectory's start after its worker started; and the
-command's wall. "Busy" is `--busy` CPU-bound processes (`while 1: pass`, default 2 per core: load ~2x the cores).
-Runs are interleaved (rep 1: every checkout idle then busy, ...), each with the 1-minute load average before it.
+checkout runs `rise-batch run --workers W` with an empty `--cache-dir` (a fresh node: nothing made yet) and 2
+queries answered by the scripted agent (fake server, 50 ms a call). W defaults to 0: the node's worker is the
+command's own process, so Ray's start-up (the same for every checkout, and timing out on a loaded machine) is not in
+the figure. Recorded from the run's own stats: the node's seconds to make its docs tree and its index copy, and its
+first trajectory's start after its worker started; and the command's wall. "Busy" is `--busy` CPU-bound processes
+(`while 1: pass`, default 2 per core: load ~2x the cores). Runs are interleaved (rep 1: every checkout idle then
+busy, ...), each with the 1-minute load average before it.
 
     python -m bench.node_start --docs 20000 --code before=../before     # bench/results/node_start_20k.json
 """
@@ -71,15 +73,37 @@ def prepare(a: argparse.Namespace, env: dict, bucket: str, work: Path) -> tuple[
     return out, write_queries(work / "q.jsonl", titles, 2)
 
 
-def fresh_node(code: Path, out: str, queries: Path, work: Path, url: str, env: dict) -> dict[str, Any]:
+def fresh_node(code: Path, out: str, queries: Path, work: Path, url: str, env: dict, workers: int) -> dict[str, Any]:
     """One run on an empty cache: the node's figures from the run's stats."""
     cache, run = work / "cache", work / "run"
     shutil.rmtree(cache, ignore_errors=True)
     shutil.rmtree(run, ignore_errors=True)
     load = os.getloadavg()[0]
-    stats, wall = cli(code, ["run", "--queries", queries, "--system", "rise", "--docs", out, "--index",
-                             f"{out}/index", "--out", run, "--workers", 1, "--cache-dir", cache, "--base-url", url,
-                             "--model", "gpt-5.4-mini", "--no-progress"], env)  # fmt: skip
+    try:
+        args = [
+            "run",
+            "--queries",
+            queries,
+            "--system",
+            "rise",
+            "--docs",
+            out,
+            "--index",
+            f"{out}/index",
+            "--out",
+            run,
+            "--workers",
+            workers,
+            "--cache-dir",
+            cache,
+            "--base-url",
+            url,
+            "--model",
+            "gpt-5.4-mini",
+        ]
+        stats, wall = cli(code, [*args, "--no-progress"], env)
+    except RuntimeError as e:  # recorded, never timed: under heavy load Ray's node start can time out
+        return {"failed": str(e).strip().splitlines()[-1][-300:], "load_1m": round(load, 2)}
     (node,) = stats["cache"].values()
     inputs = node["inputs"]
     shutil.rmtree(cache, ignore_errors=True)
@@ -113,7 +137,7 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
                     time.sleep(a.settle_s if burners else 0)
                     for name, code in codes.items():
                         row = {"rep": rep, "mode": mode, "code": name}
-                        row |= fresh_node(code, out, queries, work, server.base_url, env)
+                        row |= fresh_node(code, out, queries, work, server.base_url, env, a.workers)
                         print(json.dumps(row), flush=True)
                         res["runs"].append(row)
                 finally:
@@ -135,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--settle-s", type=float, default=5.0, help="wait after starting the busy processes")
     ap.add_argument("--code", action="append", default=[], help="NAME=PATH of another checkout to compare")
     ap.add_argument("--name", default="after", help="this checkout's name in the results")
+    ap.add_argument("--workers", type=int, default=0, help="the run's --workers (0: the node is this process)")
     ap.add_argument("--src", type=Path, default=WIKI, help="the corpus the derived one is drawn from")
     ap.add_argument("--scratch", type=Path, default=SCRATCH)
     ap.add_argument("--out", type=Path, help="the results file (default bench/results/node_start_<docs>.json)")

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from rise_batch.cache import Cached, Source, cache_dir, copy_objects, fetch_objects, key_of, materialize
 from rise_batch.corpus.scan import shards_from_json
 from rise_batch.errors import ConfigError
-from rise_batch.executor.local import process_map
+from rise_batch.executor.local import node_cpus, process_map
 from rise_batch.index.build import META_FILE
 from rise_batch.io import read_json
 from rise_batch.storage import ObjectPath, location
@@ -89,14 +88,6 @@ def _recorded(out: ObjectPath, listing: list[tuple[str, int]]) -> Source:
             for part in json.loads(data).get("parts") or []:
                 digests[f"checkpoint/{part['file']}"] = ("blake2b", part["blake2b"])
     return Source(dict(listing), exact, digests)
-
-
-def node_cpus() -> int:
-    """The cores this process may run on (its affinity, which a container or `taskset` narrows)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def render_tree(tmp: Path, shards: list, max_chars: int, workers: int | None = None) -> int:
