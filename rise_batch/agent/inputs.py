@@ -16,7 +16,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rise_batch.cache import Cached, Source, cache_dir, copy_objects, fetch_objects, key_of, materialize
+from rise_batch.cache import (
+    Cached,
+    Source,
+    cache_dir,
+    copy_objects,
+    fetch_objects,
+    key_of,
+    materialize,
+    read_objects,
+)
 from rise_batch.corpus.scan import shards_from_json
 from rise_batch.errors import ConfigError
 from rise_batch.executor.local import node_cpus, process_map
@@ -81,7 +90,7 @@ def local_docs(uri: str, root: Path) -> Cached:
 def _recorded(out: ObjectPath, listing: list[tuple[str, int]]) -> Source:
     """What a structure OUT records of the files a node copies: their sizes, its manifest and done markers (their
     bytes) and, in each done marker, the digest of each checkpoint part."""
-    exact = {name: (out / name).read_bytes() for name, _ in listing if name == MANIFEST or name.startswith("stats/")}
+    exact = read_objects(out, [name for name, _ in listing if name == MANIFEST or name.startswith("stats/")])
     digests: dict[str, tuple[str, str]] = {}
     for name, data in exact.items():
         if name.startswith("stats/") and name.endswith(".json"):
