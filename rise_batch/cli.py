@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "report",
     "export",
     "plan",
+    "cache",
 ]
 
 

@@ -338,13 +338,18 @@ def move(src: AnyPath, dest: AnyPath) -> None:
     src.unlink()
 
 
+SUMS = ".sha256.json"  # beside a published tree: {relpath: sha256} of its other objects
+
+
 def cache_root() -> Path:
     """Where this node's local copies of objects that must be POSIX trees live (an index to memory-map, a docs
-    tree; rise_batch/cache.py) unless a run names its own `cache_dir`: $RISE_BATCH_CACHE, default
-    <tmp>/rise-batch-cache."""
-    import tempfile
-
-    return Path(os.environ.get("RISE_BATCH_CACHE") or Path(tempfile.gettempdir()) / "rise-batch-cache")
+    tree; rise_batch/cache.py) unless a run names its own `cache_dir`: $RISE_BATCH_CACHE, else the user's own
+    cache directory ($XDG_CACHE_HOME/rise-batch, default ~/.cache/rise-batch), never a shared name in /tmp."""
+    if os.environ.get("RISE_BATCH_CACHE"):
+        return Path(os.environ["RISE_BATCH_CACHE"])
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"  # the XDG spec ignores a relative one
+    return base / "rise-batch"
 
 
 def staging_path(obj: ObjectPath) -> Path:
@@ -359,13 +364,26 @@ def staging_path(obj: ObjectPath) -> Path:
     return where / obj.name
 
 
-def publish_tree(local: Path, dest: ObjectPath, last: str) -> None:
+def publish_tree(local: Path, dest: ObjectPath, last: str, sums: bool = False) -> None:
     """A finished local directory as the objects under `dest`, `last` (its done marker, e.g. meta.json) written
-    last, so a reader that finds `last` finds every other file. What `dest` held before is removed first, marker
-    first: an interrupted publish leaves no marker, hence nothing a reader would take for whole."""
+    last, so a reader that finds `last` finds every other file; with `sums`, `SUMS` (the sha256 of every other
+    object) just before it, against which a node checks its copy (rise_batch/cache.py). What `dest` held before is
+    removed first, marker first: an interrupted publish leaves no marker, hence nothing a reader would take for
+    whole."""
+    import hashlib
+    import json
+
     old = dest.list(recursive=True)
     for obj, _ in sorted(old, key=lambda o: o[0].name != last):
         obj.unlink(missing_ok=True)
     files = sorted((f for f in local.rglob("*") if f.is_file()), key=lambda f: f.relative_to(local).as_posix() == last)
-    for f in files:
+    digests = {}
+    for f in files if sums else ():
+        with f.open("rb") as fh:
+            digests[f.relative_to(local).as_posix()] = hashlib.file_digest(fh, "sha256").hexdigest()
+    for f in files[:-1]:
         (dest / f.relative_to(local).as_posix()).upload(f)
+    if sums:
+        (dest / SUMS).write_bytes(json.dumps(digests, sort_keys=True, indent=0).encode())
+    if files:
+        (dest / files[-1].relative_to(local).as_posix()).upload(files[-1])

@@ -3,21 +3,32 @@
 The agent's workspace hardlinks documents, `rg` reads files and the index is memory-mapped: all three need a POSIX
 tree on the node's own disk, on the file system its workspaces are on. A `--docs` in object storage is a `structure`
 OUT there, which holds the checkpoint but no file per document, so its tree is materialized from the checkpoint and
-the corpus; an index is copied. Each worker asks for them when it starts (`localize`), and the node-local cache
-(rise_batch/cache.py, under the run's `cache_dir`) makes each one once per node: the other workers of the node wait
-for that copy, later runs reuse it. The driver only checks that the sources are whole (`check_sources`): it never
-needs the trees itself.
+the corpus, by every core of the node (a spawned process per core, a shard at a time); an index is copied. Each
+worker asks for them when it starts (`localize`), and the node-local cache (rise_batch/cache.py, under the run's
+`cache_dir`) makes each one once per node: the other workers of the node wait for that copy, later runs reuse it.
+The driver only checks that the sources are whole (`check_sources`): it never needs the trees itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
-from rise_batch.cache import Cached, cache_dir, copy_objects, fetch_objects, key_of, materialize
+from rise_batch.cache import (
+    Cached,
+    Source,
+    cache_dir,
+    copy_objects,
+    fetch_objects,
+    key_of,
+    materialize,
+    read_objects,
+)
 from rise_batch.corpus.scan import shards_from_json
 from rise_batch.errors import ConfigError
+from rise_batch.executor.local import node_cpus, process_map
 from rise_batch.index.build import META_FILE
 from rise_batch.index.search import index_marker
 from rise_batch.io import read_json
@@ -56,15 +67,17 @@ def local_docs(uri: str, root: Path) -> Cached:
     docmap.parquet and manifest.json copied (a structure OUT again, so the original-text twin is derived from it
     and checked against the checkpoint's content hashes as for any OUT), and corpus/<relpath> rendered from that
     local checkpoint and the corpus. Refuses an unfinished or damaged run, naming it. Its bytes are what it reads:
-    the objects copied and the corpus files."""
+    the objects copied and the corpus files. The copy is checked against the OUT on every use: its manifest and
+    done markers byte for byte, each checkpoint part against the BLAKE2b digest the OUT's done marker records."""
     out, manifest, shards = _docs_source(uri)
     listing = [(str(p.relative_to(out)), n) for sub in ("checkpoint", "stats") for p, n in (out / sub).list()]
     key = key_of(str(out), manifest["run_hash"], listing)
     listing += [(name, (out / name).stat().st_size) for name in ("docmap.parquet", MANIFEST)]
+    source = _recorded(out, listing)
 
     def fill(tmp: Path) -> int:
         read = copy_objects(out, listing, tmp)
-        n = sum(materialize_shard(tmp, s, manifest["config"]["max_doc_chars"]) for s in shards)
+        n = render_tree(tmp, shards, manifest["config"]["max_doc_chars"])
         if n != manifest["n_docs"]:
             raise ConfigError(
                 f"docs {out}: {n} of {manifest['n_docs']} documents are structured (an unfinished run): finish it "
@@ -72,7 +85,28 @@ def local_docs(uri: str, root: Path) -> Cached:
             )
         return read + sum(location(src).stat().st_size for src in {s.source for s in shards})
 
-    return materialize(root, "docs", key, fill)
+    return materialize(root, "docs", key, fill, source, str(out))
+
+
+def _recorded(out: ObjectPath, listing: list[tuple[str, int]]) -> Source:
+    """What a structure OUT records of the files a node copies: their sizes, its manifest and done markers (their
+    bytes) and, in each done marker, the digest of each checkpoint part."""
+    exact = read_objects(out, [name for name, _ in listing if name == MANIFEST or name.startswith("stats/")])
+    digests: dict[str, tuple[str, str]] = {}
+    for name, data in exact.items():
+        if name.startswith("stats/") and name.endswith(".json"):
+            for part in json.loads(data).get("parts") or []:
+                digests[f"checkpoint/{part['file']}"] = ("blake2b", part["blake2b"])
+    return Source(dict(listing), exact, digests)
+
+
+def render_tree(tmp: Path, shards: list, max_chars: int, workers: int | None = None) -> int:
+    """corpus/<relpath> of every shard under the staging entry `tmp` (its checkpoint and docmap already copied
+    there), rendered by one spawned process per core of the node (`workers`, default all of them), each shard
+    whole in one process; returns the documents written. Each file is created in place (the entry appears whole
+    once its marker is written and it is renamed, so no per-file temporary is needed)."""
+    calls = [(tmp, s, max_chars, None, None, None, True) for s in shards]
+    return sum(process_map(materialize_shard, calls, min(workers or node_cpus(), len(calls))))
 
 
 def localize(cfg: Any, uses_index: bool) -> tuple[Any, dict[str, dict]]:

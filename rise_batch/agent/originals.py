@@ -19,9 +19,9 @@ import logging
 import os
 import shutil
 import stat
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from rise_batch.executor.local import process_map
 from rise_batch.safe_read import RefusedFile, open_regular, read_regular_file
 from rise_batch.space.safe_open import Below, NotADocument, link_from, read_from
 from rise_batch.space.workspace import DocStore
@@ -117,19 +117,19 @@ def _build(docs: Path, twin: Path, workers: int) -> None:
     store = DocStore(docs)  # every relpath checked before it is joined below
     rows = checkpoint_outcomes(docs)
     for old in docs.glob(f".{ORIGINAL_DIR}.tmp-*"):  # a build killed on this node (we hold the lock)
-        shutil.rmtree(old, ignore_errors=True)
+        if old.is_symlink():
+            old.unlink()  # the link, never what it points to
+        else:
+            shutil.rmtree(old, ignore_errors=True)
     tmp = docs / f".{ORIGINAL_DIR}.tmp-{os.getpid()}"
     try:
-        (tmp / "corpus").mkdir(parents=True)
+        tmp.mkdir()  # new: never a planted name (the killed builds' were removed above)
+        (tmp / "corpus").mkdir()
         items = [(docid, rel, *rows.get(docid, (False, None))) for docid, rel in store.relpath.items()]
         chunks = [items[i : i + _CHUNK] for i in range(0, len(items), _CHUNK)]
         src, dst = str(store.corpus_dir), str(tmp / "corpus")
-        if workers > 1 and len(chunks) > 1:
-            with ProcessPoolExecutor(workers) as pool:
-                refused = [r for rs in pool.map(_strip_chunk, [src] * len(chunks), [dst] * len(chunks), chunks)
-                           for r in rs]  # fmt: skip
-        else:
-            refused = [r for chunk in chunks for r in _strip_chunk(src, dst, chunk)]
+        calls = [(src, dst, chunk) for chunk in chunks]  # spawned processes: a Ray worker holds threads
+        refused = [r for rs in process_map(_strip_chunk, calls, min(workers, len(chunks))) for r in rs]
         for line in refused:  # absent from the twin, as from the workspaces made from the structured files
             log.warning("%s", line)
         shutil.copyfile(docs / "docmap.parquet", tmp / "docmap.parquet")

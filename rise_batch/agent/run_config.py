@@ -95,7 +95,7 @@ class RunConfig:
         None,
         path=local("the node's copies of object storage live on its own disk"),
         help="where each node keeps its copies of --docs/--index in object storage, made once per node and reused",
-        shown="$RISE_BATCH_CACHE, else <node's temp dir>/rise-batch-cache",
+        shown="$RISE_BATCH_CACHE, else ~/.cache/rise-batch (under $XDG_CACHE_HOME if set)",
     )
     keep_workspaces: bool = option(False, help="keep workspaces after each query")
     bash_timeout_s: float = option(60.0, help="cap of one bash call of the agent in seconds")

@@ -30,6 +30,7 @@ from rise_batch.agent.run_config import RunConfig
 from rise_batch.agent.systems import ORIGINAL, get_system, open_tools, workspace_docs
 from rise_batch.agent.workspace_root import claim_workspace_root
 from rise_batch.cache import same_filesystem
+from rise_batch.executor.local import node_cpus
 from rise_batch.index.retriever import open_retriever, parse_retriever
 from rise_batch.io import read_json, write_json_atomic
 from rise_batch.llm.errors import KeyRefused
@@ -103,7 +104,7 @@ def system_docs(cfg: RunConfig) -> str:
 
     if cfg.original_docs and Path(cfg.original_docs) != Path(cfg.docs) / ORIGINAL_DIR:
         return cfg.original_docs  # the user's own originals
-    return str(original_docs(cfg.docs, workers=1))
+    return str(original_docs(cfg.docs, workers=node_cpus()))  # every core of the node: it waits for this
 
 
 class WorkerContext:

@@ -62,6 +62,16 @@ class LocalExecutor:
         return [report]
 
 
+def node_cpus() -> int:
+    """The cores this process may run on (its affinity, which a container or `taskset` narrows)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def process_map(
     fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], workers: int, start_method: str = "spawn"
 ) -> Iterator[Any]:

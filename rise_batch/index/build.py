@@ -245,7 +245,7 @@ def _corpus_record(corpus_path: str | AnyPath, run: _Run, n_chars: int, n_dups: 
 def _publish(tmp: Path, out: AnyPath) -> None:
     """The built directory into place: published to object storage (meta.json last), or renamed over `out`."""
     if isinstance(out, ObjectPath):
-        publish_tree(tmp, out, META_FILE)
+        publish_tree(tmp, out, META_FILE, sums=True)  # what each node's cached copy is checked against
         return
     if out.exists():
         shutil.rmtree(out)

@@ -55,13 +55,22 @@ def shard_relpaths(out_dir: AnyPath, shard_id: int) -> dict[str, str]:
     return dict(zip(docids, rels, strict=True))
 
 
-def _write_doc(path: Path, text: str, made: set[Path] | None = None) -> None:
-    """One corpus/<relpath> file, atomically; `made` remembers directories already created (one mkdir each)."""
+def _write_doc(path: Path, text: str, made: set[Path] | None = None, fresh: bool = False) -> None:
+    """One corpus/<relpath> file, atomically; `made` remembers directories already created (one mkdir each).
+
+    `fresh`: `path` is in a staging tree this process made and that appears as a whole (a node-local cache entry),
+    so the file is created in place (O_EXCL | O_NOFOLLOW: never through a planted name, never twice) instead of via
+    a temporary and a rename, which cost a third of the time of a node's docs tree."""
     if made is None or path.parent not in made:
         path.parent.mkdir(parents=True, exist_ok=True)
         if made is not None:
             made.add(path.parent)
-    write_text_atomic(path, text)
+    if not fresh:
+        write_text_atomic(path, text)
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    with open(fd, "wb") as f:
+        f.write(text.encode("utf-8"))
 
 
 def materialize_shard(
@@ -71,9 +80,10 @@ def materialize_shard(
     rows: list[DocResult] | None = None,
     rendered: dict[str, str] | None = None,
     dest: Path | None = None,
+    fresh: bool = False,
 ) -> int:
     """Write <dest>/<relpath> (default OUT/corpus/) for every checkpointed doc of a shard: structured text, or the
-    original text.
+    original text. `fresh`: `dest` is a staging tree that appears whole once finished (see `_write_doc`).
 
     `rendered` holds texts the backend already rendered in this process; only docs missing from it (checkpointed
     by an earlier, interrupted run) cost a re-read of the shard and a re-render from their checkpoint row.
@@ -86,14 +96,14 @@ def materialize_shard(
     made: set[Path] = set()
     n = 0
     for docid in by_id.keys() & rendered.keys():
-        _write_doc(dest / rel[docid], rendered[docid], made)
+        _write_doc(dest / rel[docid], rendered[docid], made, fresh)
         n += 1
     if len(by_id) > n:
         for doc in read_shard(spec, max_chars):
             row = by_id.get(doc.docid)
             if row is None or doc.docid in rendered:
                 continue
-            _write_doc(dest / rel[doc.docid], render_result(doc.text, row), made)
+            _write_doc(dest / rel[doc.docid], render_result(doc.text, row), made, fresh)
             n += 1
     return n
 

@@ -24,8 +24,8 @@ pytestmark = pytest.mark.slow
 
 
 def entries(cache: Path, kind: str) -> list[Path]:
-    """The finished and unfinished entries of one kind under a node's cache (lock files aside)."""
-    return sorted(p for p in (cache / kind).iterdir() if not p.name.endswith(".lock"))
+    """The finished and unfinished entries of one kind under a node's cache (lock files aside: build and use)."""
+    return sorted(p for p in (cache / kind).iterdir() if not p.name.endswith((".lock", ".use")))
 
 
 def run(two_nodes, tmp: Path, system: str, docs: str, index: str, out: str, server_url: str, env: dict) -> dict:

@@ -4,9 +4,12 @@ published with meta.json last; opening it searches a verified local copy, made o
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
+from rise_batch.cache import MARKER
 from rise_batch.cli import main
 from rise_batch.index.retriever import open_retriever
 from rise_batch.index.search import local_index
@@ -62,3 +65,35 @@ def test_dense_and_hybrid_indexes_in_s3_search_as_local_ones(retriever, tmp_path
     assert not any(p.name.startswith("s3") for p in tmp_path.iterdir())
     assert main(["index", *common, "--out", f"{root}/idx"]) == 2  # an existing one, as on disk
     assert "exists and is not empty" in capsys.readouterr().err
+
+
+def swap(path, a: str, b: str) -> None:
+    """Two same-length docids swapped in a file in place (its size, hence a size-only check, unchanged)."""
+    data = path.read_bytes().replace(a.encode(), b"\0SWAP\0").replace(b.encode(), a.encode())
+    path.write_bytes(data.replace(b"\0SWAP\0", b.encode()))
+
+
+def test_a_forged_cached_index_is_made_again_from_its_source(tmp_path, s3, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("RISE_BATCH_CACHE", str(cache))
+    data = "".join(json.dumps(r) + "\n" for r in sample_rows(50)).encode()
+    root = location(s3.uri())
+    (root / "c.jsonl").write_bytes(data)
+    assert main(["index", "--corpus", f"{root}/c.jsonl", "--out", f"{root}/idx", "--workers", "1"]) == 0
+    want = open_retriever(f"{root}/idx").search(["anarchism"], 3)[0].docids
+    entry = Path(local_index(f"{root}/idx"))
+    first = want[0]
+    other = next(d for d in json.loads((entry / "docids.json").read_text()) if len(d) == len(first) and d != first)
+    for name in ("docids.json", "docids.strtab"):  # docids swapped; the entry's own marker still matches
+        swap(entry / name, first, other)
+    marker = json.loads((entry / MARKER).read_text())
+    assert all((entry / rel).stat().st_size == n for rel, n in marker["files"].items())
+    assert open_retriever(f"{root}/idx").search(["anarchism"], 3)[0].docids == want
+    forged = tmp_path / "forged"  # the entry a link to a forged tree, marker and all
+    shutil.copytree(entry, forged)
+    for name in ("docids.json", "docids.strtab"):
+        swap(forged / name, first, other)
+    shutil.rmtree(entry)
+    entry.symlink_to(forged)
+    assert open_retriever(f"{root}/idx").search(["anarchism"], 3)[0].docids == want
+    assert entry.is_dir() and not entry.is_symlink() and (forged / "docids.json").is_file()
