@@ -10,6 +10,8 @@ import argparse
 import re
 import sys
 
+from rise_batch.option_paths import local, path_argument
+
 _UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -53,7 +55,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ls = csub.add_parser("list", help="each entry: kind, source, size, last use, in use by a run or not")
     pr = csub.add_parser("prune", help="remove old, oversized or unused entries (never one a run holds)")
     for q in (ls, pr):
-        q.add_argument("--cache-dir", help="the cache root (default: $RISE_BATCH_CACHE, else ~/.cache/rise-batch)")
+        path_argument(
+            q, "--cache-dir", path=local("the node's cache is a directory on its own disk"),
+            help="the cache root (default: $RISE_BATCH_CACHE, else ~/.cache/rise-batch)",
+        )  # fmt: skip
         q.add_argument("--json", action="store_true", help="print the result as JSON")
         q.set_defaults(func=run)
     pr.add_argument("--older-than", type=age_arg, metavar="AGE", help="entries last used over AGE ago (12h, 7d)")

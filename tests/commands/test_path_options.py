@@ -124,6 +124,10 @@ def scenarios(url: str) -> dict[str, Scenario]:
             {"--index": "st/index", "--docs": "st", "--workspace": NEW},
         ),
         "rise-batch workspace bash": Scenario(["workspace", "bash", ws, "ls"], {"workspace": "ws"}),
+        "rise-batch cache list": Scenario(["cache", "list", "--cache-dir", "{--cache-dir}"], {"--cache-dir": NEW}),
+        "rise-batch cache prune": Scenario(
+            ["cache", "prune", "--unused", "--cache-dir", "{--cache-dir}"], {"--cache-dir": NEW}
+        ),
         "rise-batch workspace read": Scenario(["workspace", "read", ws, "x.txt"], {"workspace": "ws"}),
         "rise-batch workspace info": Scenario(["workspace", "info", ws], {"workspace": "ws"}),
         "rise-batch judge": Scenario(
