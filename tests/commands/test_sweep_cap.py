@@ -32,8 +32,17 @@ def recorded(out: Path) -> float:
     )
 
 
-def test_max_cost_caps_the_whole_sweep_mid_run_and_a_higher_cap_resumes(agent_world, capsys) -> None:  # noqa: F811
-    d = run_dir("sweep-cap")
+@pytest.mark.parametrize("workers", [0, 2], ids=["in-process", "ray"])
+def test_max_cost_caps_the_whole_sweep_mid_run_and_a_higher_cap_resumes(
+    agent_world,  # noqa: F811
+    capsys,
+    request,
+    workers: int,
+) -> None:
+    """On Ray the cells' calls reserve from one BudgetActor, which the driver's judgings reserve from too."""
+    if workers:
+        request.getfixturevalue("ray_local")
+    d = run_dir(f"sweep-cap-{workers}")
     rows = [
         title_query(doc, t, f"[fake:calls={2 + 3 * (i % 4)}]")
         for i, (doc, t) in enumerate(list(agent_world.titles.items())[:8])
@@ -45,6 +54,7 @@ def test_max_cost_caps_the_whole_sweep_mid_run_and_a_higher_cap_resumes(agent_wo
         data = yaml.safe_load(cfg.read_text())  # reply caps: what each call reserves (its worst case)
         data["sweep"]["run"]["llm"]["max_output_tokens"] = 2000
         data["sweep"]["judge"]["max_output_tokens"] = 500
+        data["sweep"]["run"]["workers"] = workers
         cfg.write_text(yaml.safe_dump(data))
         cap = 0.06
         assert main(["sweep", str(cfg), "--max-cost", str(cap)]) == 3
@@ -74,4 +84,19 @@ def test_max_cost_caps_the_whole_sweep_mid_run_and_a_higher_cap_resumes(agent_wo
         assert total == pytest.approx(first + billed(server, mark), abs=1e-5)
         assert result["cost_usd"] == pytest.approx(total, abs=1e-5)
     with capsys.disabled():
-        print(f"\nsweep cap ${cap}: capped run recorded ${first:.4f}; resumed to ${total:.4f}")
+        print(f"\nsweep cap ${cap}, workers={workers}: capped run recorded ${first:.4f}; resumed to ${total:.4f}")
+
+
+def test_an_unpriced_model_under_a_cap_is_refused_before_anything_is_sent(agent_world, capsys) -> None:  # noqa: F811
+    d = run_dir("sweep-cap-unpriced")
+    q = write_queries(d / "q.jsonl", [title_query(doc, t) for doc, t in list(agent_world.titles.items())[:2]])
+    with FakeLLMServer() as server:
+        cfg = sweep_config(d / "s.yaml", str(d / "out"), str(q), str(agent_world.docs), str(agent_world.index),
+                           server.base_url)  # fmt: skip
+        data = yaml.safe_load(cfg.read_text())
+        data["sweep"]["models"] = ["my-own-model"]
+        cfg.write_text(yaml.safe_dump(data))
+        assert main(["sweep", str(cfg), "--max-cost", "1"]) == 2
+        err = capsys.readouterr().err
+        assert "my-own-model" in err and "Traceback" not in err and not server.log()
+        assert not (d / "out" / "cells").exists()
