@@ -29,20 +29,20 @@ from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from rise_batch.agent.job import Progress
+from rise_batch.agent.job import Progress, prepare_run
 from rise_batch.agent.ledger import recorded_spend
+from rise_batch.agent.pilot import pilot_sample, require_plan_price
 from rise_batch.agent.run_stats import RunStats
 from rise_batch.agent.runner import TRAJECTORIES
 from rise_batch.eval.judge_runner import recorded_judge_spend
 from rise_batch.eval.judging import judge_run_sync
 from rise_batch.eval.report import write_report
 from rise_batch.eval.sweep import SweepConfig, SweepRun, cell_dir, cell_run_config, expand, judge_llm_config
-from rise_batch.eval.sweep_plan import cell_plan, pilot_sample, plan_total
+from rise_batch.eval.sweep_plan import cell_plan, plan_total
 from rise_batch.eval.sweep_queue import CellRun, prepare_cells, run_queue
 from rise_batch.io import make_output_dir, read_json, write_json_atomic
 from rise_batch.llm.cost_cap import HeldCap
 from rise_batch.llm.spend import BudgetExceeded, CostLimitReached, require_cap_price
-from rise_batch.queries import read_queries
 from rise_batch.storage import AnyPath, child, location, redact
 
 STATE = "sweep.json"
@@ -242,6 +242,9 @@ def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
     keys = tuple(dict.fromkeys(r.llm.api_key_env for _, r in todo))
     uses_ray = any(r.workers >= 1 for _, r in todo)
     env = (*keys, judge_llm.api_key_env) if judge_llm else keys
+    if run.plan:  # a plan in dollars of an unpriced model would be a lie: refused before any pilot is paid
+        for llm in [r.llm for _, r in plan] + ([judge_llm] if judge_llm else []):
+            require_plan_price(llm.model, llm.prices_file)
     cap = sweep_cap(cfg, todo, judge_llm, uses_ray, env)
     judge_limiter = _JudgeLimiter(cfg, judge_llm, uses_ray, keys) if judge_llm and todo else None
     cells = _Cells(cfg, state, len(plan), run.force_judge, (judge_llm, judge_limiter), cap)
@@ -252,7 +255,7 @@ def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
         runs = prepare_cells(todo)
         if run.plan:  # only each cell's pilot runs: the rest is what the plan prices
             for r in runs:
-                r.plan = r.plan._replace(pending=pilot_sample(r.cid, r.plan.queries, r.plan.pending, cfg.pilot))
+                r.plan = r.plan._replace(pending=pilot_sample(r.plan, cfg.pilot))
         pending = sum(len(r.plan.pending) for r in runs)
         total = sum(len(r.plan.queries) for r in runs)
         _log(f"{len(runs)} cell(s) to run, {pending} of their {total} queries pending, in one queue")
@@ -268,9 +271,9 @@ def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
         if cap is not None and (stop is not None or cap.tripped()):
             raise CostLimitReached(cap_line(cfg, state, plan))
     if run.plan:
-        n_queries = {c.cell_id: len(read_queries(r.queries, r.limit)) for c, r in plan}
+        plans = {r.cid: r.plan for r in runs} if todo else {}
         per_cell = [
-            cell_plan(c.cell_id, cell_dir(cfg, c), n_queries[c.cell_id], r.budget().wall_clock_s, r.concurrency)
+            cell_plan(c.cell_id, r, plans.get(c.cell_id) or prepare_run(r), judge_llm, cfg.judge.prompt)
             for c, r in plan
         ]
         return {"name": cfg.name, "pilot": cfg.pilot, "cells": per_cell, "total": plan_total(per_cell)}
