@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -183,10 +184,11 @@ class _Routes:
 
         names: dict[str, str] = {}
         started: dict[str, tuple[str, Any]] = {}
+        salt = uuid.uuid4().hex[:8]  # this stage's own actors: never an earlier invocation's, reclaimed meanwhile
         for cid, r in self.by_id.items():
             key = limiter_key(r.plan.cfg.llm)
             if key not in started:
-                started[key] = start_limiter(r.plan.cfg.llm, key)
+                started[key] = start_limiter(r.plan.cfg.llm, f"{key}-{salt}")
             names[cid] = started[key][0]
         return join_services(({"limiters": names}, [h for _, h in started.values()]), budget)
 

@@ -25,6 +25,7 @@ import hashlib
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -92,7 +93,10 @@ class _JudgeLimiter:
             from rise_batch.llm.limiter_actor import start_limiter  # lazy: loads ray (Ray runs only)
 
             init_ray(cfg.run.get("ray_address"), env=(*env, llm.api_key_env))  # the process's first init decides
-            key = hashlib.sha256(f"judge\0{cfg.name}\0{redact(cfg.out)}\0{llm.model}".encode()).hexdigest()[:16]
+            # this invocation's own: a sweep re-run in one process (a test, a notebook) must not find the earlier
+            # invocation's actor by name while Ray reclaims it (the lookup then fails)
+            basis = f"judge\0{cfg.name}\0{redact(cfg.out)}\0{llm.model}\0{uuid.uuid4()}"
+            key = hashlib.sha256(basis.encode()).hexdigest()[:16]
             self.name, self._handle = start_limiter(llm, key)
 
     def limiter(self) -> Any:
