@@ -45,7 +45,7 @@ from rise_batch.eval.judge import (
 )
 from rise_batch.eval.rundir import judgment_path, load_run
 from rise_batch.io import write_json_atomic
-from rise_batch.llm.cost_cap import BUDGET, CostCap
+from rise_batch.llm.cost_cap import CostCap, worker_budget
 from rise_batch.llm.errors import LLMError
 from rise_batch.llm.limiter import Limiter
 from rise_batch.llm.spend import BudgetExceeded, CostBudget
@@ -338,7 +338,7 @@ def judge_budget(cap: CostCap | None) -> CostBudget | None:
     if cap is None:
         return None
     try:
-        return cap.services("local")[0][BUDGET]
+        return worker_budget(cap.services("local")[0])  # a sweep's cap hands its shared budget (HeldCap)
     except BudgetExceeded as e:
         budget = CostBudget(cap.limit, e.spent)
         budget.tripped = e

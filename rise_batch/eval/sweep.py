@@ -29,9 +29,9 @@ from rise_batch.storage import AnyPath, child, location, open_binary
 @dataclass(frozen=True)
 class CorpusSpec:
     name: str = ""
-    docs: str = ""  # a `rise-batch structure` output dir (corpus/ + docmap.parquet)
-    index: str | None = None  # BM25 index dir (systems that search)
-    original_docs: str | None = None
+    docs: str = option("", path=URI, help="a `rise-batch structure` output dir (corpus/ + docmap.parquet)")
+    index: str | None = option(None, path=URI, help="BM25 index dir (systems that search)")
+    original_docs: str | None = option(None, path=URI, help="the corpus's original documents (systems that read them)")
     size: int | None = None  # documents; default: rows of docs/docmap.parquet (for accuracy vs corpus size)
 
 
@@ -74,8 +74,8 @@ class JudgeSpec:
 @dataclass(frozen=True)
 class SweepConfig:
     name: str = "sweep"
-    out: str = ""
-    queries: str = ""
+    out: str = option("", path=URI, help="the sweep's directory: OUT/cells/<cell>/, OUT/sweep.json, OUT/report/")
+    queries: str = option("", path=URI, help="queries JSONL (or Parquet) every cell runs")
     limit: int | None = None
     systems: tuple[str, ...] = ()
     models: tuple[str, ...] = ()

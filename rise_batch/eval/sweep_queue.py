@@ -13,8 +13,10 @@ Rate limits are per model, not per cell: cells of one model share one limiter (a
 limiter for `workers: 0`), as they share the provider's limits. The watchdog's deadline is the longest budget among
 the cells (each trajectory still stops at its own budget in its worker).
 
-Where a sweep-wide spend cap plugs in: `CellsWorker.run` is where a shared ledger would reserve a call's worst
-case before a trajectory starts, raising an error listed in the stage's `stop_on` (no new item then starts).
+Under the sweep's --max-cost every model call of every cell reserves its worst case from one budget (a CostBudget
+in process, a BudgetActor on Ray: llm/cost_cap.py), the one the sweep's judgings reserve from too; a refused call
+ends its trajectory as `budget` (retryable, its spend kept) and stops the stage (BudgetExceeded in `stop_on`): no
+new trajectory starts.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -34,9 +37,11 @@ from rise_batch.errors import StorageError
 from rise_batch.executor import executor_for
 from rise_batch.executor.base import MapOptions, Stage, WorkerSpec
 from rise_batch.executor.probe import REMEDY
+from rise_batch.llm.cost_cap import CostCap, join_services, worker_budget
 from rise_batch.llm.errors import KeyRefused
 from rise_batch.llm.limiter import AsyncLimiter
 from rise_batch.llm.ratelimit import RateLimits
+from rise_batch.llm.spend import BudgetExceeded
 from rise_batch.queries import Query
 
 
@@ -55,12 +60,14 @@ def limiter_key(llm: Any) -> str:
 
 class CellsWorker:
     """config: {"cells": {cell id: (RunConfig, config hash)}, "sweep": a key}; services: {"limiters": {cell id: actor
-    name}} on Ray. Builds every cell's context at start (warm_up), so no trajectory's clock pays an index load."""
+    name}} on Ray, {"budget": ...} under --max-cost (one for every cell). Builds every cell's context at start
+    (warm_up), so no trajectory's clock pays an index load."""
 
     def __init__(self, config: Mapping[str, Any], services: Mapping[str, Any]) -> None:
         self.cells: dict[str, tuple[Any, str]] = dict(config["cells"])
         self.names: dict[str, str] = dict(services.get("limiters") or {})
         self.node = services.get("node")
+        self.budget = worker_budget(dict(services))
         self.contexts: dict[str, WorkerContext] = {}
         self._shared: dict[str, Any] = {}  # in process: one limiter per limiter_key
         self._locks: dict[str, asyncio.Lock] = {}
@@ -79,7 +86,7 @@ class CellsWorker:
     def _context(self, cid: str) -> WorkerContext:
         if cid not in self.contexts:
             cfg, ch = self.cells[cid]
-            ctx = WorkerContext(cfg, ch, self._limiter(cid, cfg), node=self.node)
+            ctx = WorkerContext(cfg, ch, self._limiter(cid, cfg), node=self.node, budget=self.budget)
             if ctx.system.uses_index:
                 ctx.index()
             self.contexts[cid] = ctx
@@ -134,9 +141,11 @@ def prepare_cells(cells: list[tuple[Any, Any]]) -> list[CellRun]:
 class _Routes:
     """The stage's hooks, each routed to the item's cell; `on_cell(run)` when a cell's last query is back."""
 
-    def __init__(self, runs: list[CellRun], progress: Any, on_cell: Callable[[CellRun], None]) -> None:
+    def __init__(
+        self, runs: list[CellRun], progress: Any, on_cell: Callable[[CellRun], None], cap: CostCap | None = None
+    ) -> None:
         self.by_id = {r.cid: r for r in runs}
-        self.on_cell = on_cell
+        self.on_cell, self.cap = on_cell, cap
         for r in runs:
             r.outcomes = TrajectoryOutcomes(r.plan.cfg, r.plan.config_hash, progress)
 
@@ -166,19 +175,22 @@ class _Routes:
             r.outcomes.on_event(event, item.query if item is not None else None, fields)
 
     def services(self, kind: str) -> tuple[dict[str, Any], Any]:
-        """On Ray, one limiter actor per limiter_key, held until every item is done."""
+        """On Ray, one limiter actor per limiter_key, held until every item is done; under --max-cost, the
+        sweep's budget (the cap's, started by the sweep: HeldCap)."""
+        budget = self.cap.services(kind) if self.cap is not None else ({}, None)
         if kind == "local":
-            return {}, None
+            return budget
         from rise_batch.llm.limiter_actor import start_limiter  # lazy: loads ray (Ray runs only)
 
         names: dict[str, str] = {}
         started: dict[str, tuple[str, Any]] = {}
+        salt = uuid.uuid4().hex[:8]  # this stage's own actors: never an earlier invocation's, reclaimed meanwhile
         for cid, r in self.by_id.items():
             key = limiter_key(r.plan.cfg.llm)
             if key not in started:
-                started[key] = start_limiter(r.plan.cfg.llm, key)
+                started[key] = start_limiter(r.plan.cfg.llm, f"{key}-{salt}")
             names[cid] = started[key][0]
-        return {"limiters": names}, [h for _, h in started.values()]
+        return join_services(({"limiters": names}, [h for _, h in started.values()]), budget)
 
     def close(self) -> None:
         for r in self.by_id.values():
@@ -206,12 +218,17 @@ def map_options(runs: list[CellRun]) -> tuple[int, MapOptions, str | None]:
 
 
 def run_queue(
-    runs: list[CellRun], progress: Any, on_cell: Callable[[CellRun], None], env: tuple[str, ...] = ()
+    runs: list[CellRun],
+    progress: Any,
+    on_cell: Callable[[CellRun], None],
+    env: tuple[str, ...] = (),
+    cap: CostCap | None = None,
 ) -> None:
     """Every pending query of `runs` through one pool; `on_cell` for each cell once all its trajectories are in (at
     once for a cell with none pending). A query whose file the driver does not find runs once more; still missing,
-    the sweep fails naming it (the driver verifies, as `run` does). `env`: variables lent to the actors."""
-    routes = _Routes(runs, progress, on_cell)
+    the sweep fails naming it (the driver verifies, as `run` does). `env`: variables lent to the actors. `cap`:
+    the sweep's --max-cost; a refused call raises BudgetExceeded once the running trajectories have ended."""
+    routes = _Routes(runs, progress, on_cell, cap)
     try:
         todo = {r.cid: r.plan.pending for r in runs}
         for attempt in (1, 2):
@@ -262,7 +279,7 @@ def _map(active: list[CellRun], items: list[CellQuery], routes: _Routes, progres
         on_event=routes.on_event,
         finished=lambda item: routes.outcomes(item).finished(item.query),
         services=routes.services,
-        stop_on=(KeyRefused,),
+        stop_on=(KeyRefused, BudgetExceeded),
         stuck_why=STUCK_WHY,
     )
     for report in executor_for(workers, options, address, env).map(stage, items):

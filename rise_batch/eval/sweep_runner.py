@@ -11,9 +11,12 @@ OUT may be object storage: each cell's run directory is a prefix there, sweep.js
 changes (one writer: this driver, under a lock), the report is drawn locally and put there, and a resume reads it
 all back from the bucket.
 
-The hooks a plan and a cap plug into: `plan_sweep` (every cell's RunConfig, before anything runs: where a per-cell
-pilot plan is computed), `spent_usd` (what OUT already records: the sweep's ledger across resumes) and
-`sweep_queue.CellsWorker.run` (where a call's worst case would be reserved against a shared ledger).
+`--max-cost` is one limit on the whole sweep's total: what every cell's trajectory and judgment files record
+(`spent_usd`, earlier invocations and cut trajectories included) plus what this one spends. One budget is started
+for it (`HeldCap`: a CostBudget in process, a BudgetActor on Ray) and every model call reserves its worst case from
+it, the cells' agents on any worker and the driver's judgings alike; once one is refused no new trajectory or
+judgment starts, the trajectories it cut end as `budget` (retryable, their spend kept) and the sweep exits 3 with one
+line. A higher cap resumes: nothing finished runs again.
 """
 
 from __future__ import annotations
@@ -22,30 +25,32 @@ import hashlib
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from rise_batch.agent.job import Progress
+from rise_batch.agent.job import Progress, prepare_run
+from rise_batch.agent.ledger import recorded_spend
+from rise_batch.agent.pilot import pilot_sample, require_plan_price
 from rise_batch.agent.run_stats import RunStats
-from rise_batch.errors import EXIT_BUDGET, CleanExit
+from rise_batch.agent.runner import TRAJECTORIES
+from rise_batch.eval.judge_runner import recorded_judge_spend
 from rise_batch.eval.judging import judge_run_sync
 from rise_batch.eval.report import write_report
-from rise_batch.eval.rundir import load_run
 from rise_batch.eval.sweep import SweepConfig, SweepRun, cell_dir, cell_run_config, expand, judge_llm_config
-from rise_batch.eval.sweep_plan import cell_plan, pilot_sample, plan_total
+from rise_batch.eval.sweep_plan import cell_plan, plan_total
 from rise_batch.eval.sweep_queue import CellRun, prepare_cells, run_queue
 from rise_batch.io import make_output_dir, read_json, write_json_atomic
-from rise_batch.queries import read_queries
+from rise_batch.llm.cost_cap import HeldCap
+from rise_batch.llm.spend import BudgetExceeded, CostLimitReached, require_cap_price
 from rise_batch.storage import AnyPath, child, location, redact
 
 STATE = "sweep.json"
 
 
-class SweepBudgetSpent(CleanExit, Exception):
+class SweepBudgetSpent(CostLimitReached):
     """The sweep's records already reach its --max-cost: nothing new starts; a higher cap resumes."""
-
-    exit_code = EXIT_BUDGET
 
 
 class SweepState:
@@ -88,7 +93,10 @@ class _JudgeLimiter:
             from rise_batch.llm.limiter_actor import start_limiter  # lazy: loads ray (Ray runs only)
 
             init_ray(cfg.run.get("ray_address"), env=(*env, llm.api_key_env))  # the process's first init decides
-            key = hashlib.sha256(f"judge\0{cfg.name}\0{redact(cfg.out)}\0{llm.model}".encode()).hexdigest()[:16]
+            # this invocation's own: a sweep re-run in one process (a test, a notebook) must not find the earlier
+            # invocation's actor by name while Ray reclaims it (the lookup then fails)
+            basis = f"judge\0{cfg.name}\0{redact(cfg.out)}\0{llm.model}\0{uuid.uuid4()}"
+            key = hashlib.sha256(basis.encode()).hexdigest()[:16]
             self.name, self._handle = start_limiter(llm, key)
 
     def limiter(self) -> Any:
@@ -110,30 +118,61 @@ def plan_sweep(cfg: SweepConfig, only: list[str] | None = None) -> list[tuple[An
     return plan
 
 
-def spent_usd(cfg: SweepConfig, state: SweepState) -> float:
-    """What the sweep's OUT records it has spent, agents and judge, every cell: a done cell's figures from
-    sweep.json, any other cell's from its trajectory and judgment files (a killed driver's too). The ledger a
-    sweep-wide cap starts from on a resume."""
-    total = 0.0
-    for cell in expand(cfg):
-        entry = state.cells.get(cell.cell_id) or {}
-        if entry.get("status") == "done":
-            total += (entry.get("run") or {}).get("cost_usd") or 0.0
-            total += (entry.get("judge") or {}).get("cost_usd") or 0.0
-            continue
-        where = cell_dir(cfg, cell)
-        if (where / "trajectories").is_dir():
-            run = load_run(where)
-            total += sum(t.get("cost_usd") or 0.0 for t in run.trajectories.values())
-            total += sum(j.get("cost_usd") or 0.0 for j in run.judgments.values())
-    return total
+def spent_usd(cfg: SweepConfig) -> float:
+    """What the sweep's OUT records it has spent, agents and judge, every cell: the sum over its trajectory files
+    (cut runs' spend included) and judgment files (replaced judgments' too), a killed driver's as well. The ledger
+    the sweep's cap is on, asked afresh on every invocation."""
+    dirs = [d for d in (cell_dir(cfg, c) for c in expand(cfg)) if (d / TRAJECTORIES).is_dir()]
+    return sum(recorded_spend(d / TRAJECTORIES) for d in dirs) + recorded_judge_spend(dirs)
+
+
+def sweep_cap(
+    cfg: SweepConfig, todo: list[tuple[Any, Any]], judge_llm: Any, uses_ray: bool, env: tuple[str, ...]
+) -> HeldCap | None:
+    """The sweep's one budget (None without --max-cost), after every model it would call is checked to have a
+    price and a reply cap (nothing is paid before); SweepBudgetSpent when the records already reach the limit.
+    On Ray a BudgetActor on this node (`env`: the variables every actor is lent, the process's first init decides)."""
+    if cfg.max_cost_usd is None or not todo:
+        return None
+    llms = [r.llm for _, r in todo] + ([judge_llm] if judge_llm is not None else [])
+    for llm in llms:
+        require_cap_price(llm.model, llm.prices_file, cfg.max_cost_usd, llm.max_output_tokens)
+    if uses_ray:
+        from rise_batch.executor.ray import init_ray  # lazy: loads ray (Ray runs only)
+
+        init_ray(cfg.run.get("ray_address"), env=env)
+    try:
+        return HeldCap(cfg.max_cost_usd, lambda: spent_usd(cfg), "ray" if uses_ray else "local")
+    except BudgetExceeded as e:
+        raise SweepBudgetSpent(
+            f"sweep {cfg.name}: its records already show ${e.spent:,.4f} spent, at or over --max-cost "
+            f"${cfg.max_cost_usd:,.4f}; nothing started. Re-run with a higher --max-cost to continue."
+        ) from None
+
+
+def cap_line(cfg: SweepConfig, state: SweepState, plan: list[tuple[Any, Any]]) -> str:
+    """The one line a sweep stopped at its --max-cost ends with: what its files record, what was cut, how to go on."""
+    cut = 0
+    for c, _ in plan:
+        entry = (state.cells.get(c.cell_id) or {}).get("run") or {}
+        cut += (entry.get("stop_reasons") or {}).get("budget", 0)
+    done = sum(1 for c, _ in plan if (state.cells.get(c.cell_id) or {}).get("status") == "done")
+    return (
+        f"sweep {cfg.name}: stopped at the cost limit: the sweep has spent ${spent_usd(cfg):.4f} of --max-cost "
+        f"${cfg.max_cost_usd:.4f} (the sum of what its cells' trajectory and judgment files record); {done} of "
+        f"{len(plan)} cells are done, trajectories cut by the limit end with stop reason budget (marked retryable, "
+        f"their spend recorded){f', {cut} in cells already recorded' if cut else ''}. Re-run the same command with a "
+        f"higher --max-cost to continue: finished work is not paid again. (out={redact(cfg.out)})"
+    )
 
 
 class _Cells:
     """What happens to a cell once its trajectories are in: its stats, its judging, its line in sweep.json."""
 
-    def __init__(self, cfg: SweepConfig, state: SweepState, n: int, force_judge: bool, judge: Any) -> None:
-        self.cfg, self.state, self.n, self.force_judge = cfg, state, n, force_judge
+    def __init__(
+        self, cfg: SweepConfig, state: SweepState, n: int, force_judge: bool, judge: Any, cap: HeldCap | None
+    ) -> None:
+        self.cfg, self.state, self.n, self.force_judge, self.cap = cfg, state, n, force_judge, cap
         self.judge_llm, self.judge_limiter = judge
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sweep-cell")  # judgings one at a time
         self.futures: list[Future] = []
@@ -169,6 +208,7 @@ class _Cells:
                 force=self.force_judge,
                 limiter=self.judge_limiter.limiter() if self.judge_limiter else None,
                 prompt=self.cfg.judge.prompt,
+                cap=self.cap,  # the sweep's one budget, shared with the trajectories still running
             )
             entry["judge"] = judged.as_dict()
             judge_cost = judged.cost_usd
@@ -197,12 +237,6 @@ def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
     plan = plan_sweep(cfg, run.only)
     out = make_output_dir(location(cfg.out))
     state = SweepState(out, cfg.name)
-    spent = spent_usd(cfg, state) if cfg.max_cost_usd is not None else 0.0
-    if cfg.max_cost_usd is not None and spent >= cfg.max_cost_usd:
-        raise SweepBudgetSpent(
-            f"sweep {cfg.name}: its records already show ${spent:,.4f} spent, at or over --max-cost "
-            f"${cfg.max_cost_usd:,.4f}; nothing started. Re-run with a higher --max-cost to continue."
-        )
     todo = [(c, r) for c, r in plan if state.cells.get(c.cell_id, {}).get("status") != "done" or run.force_judge]
     waiting = {c.cell_id for c, _ in todo}
     for i, (c, _) in enumerate(plan, 1):
@@ -211,8 +245,13 @@ def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
     judge_llm = judge_llm_config(cfg.judge) if cfg.judge.enabled else None
     keys = tuple(dict.fromkeys(r.llm.api_key_env for _, r in todo))
     uses_ray = any(r.workers >= 1 for _, r in todo)
+    env = (*keys, judge_llm.api_key_env) if judge_llm else keys
+    if run.plan:  # a plan in dollars of an unpriced model would be a lie: refused before any pilot is paid
+        for llm in [r.llm for _, r in plan] + ([judge_llm] if judge_llm else []):
+            require_plan_price(llm.model, llm.prices_file)
+    cap = sweep_cap(cfg, todo, judge_llm, uses_ray, env)
     judge_limiter = _JudgeLimiter(cfg, judge_llm, uses_ray, keys) if judge_llm and todo else None
-    cells = _Cells(cfg, state, len(plan), run.force_judge, (judge_llm, judge_limiter))
+    cells = _Cells(cfg, state, len(plan), run.force_judge, (judge_llm, judge_limiter), cap)
     cells.index = {c.cell_id: i for i, (c, _) in enumerate(plan, 1)}
     if todo:
         for c, _ in todo:
@@ -220,21 +259,25 @@ def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
         runs = prepare_cells(todo)
         if run.plan:  # only each cell's pilot runs: the rest is what the plan prices
             for r in runs:
-                r.plan = r.plan._replace(pending=pilot_sample(r.cid, r.plan.queries, r.plan.pending, cfg.pilot))
+                r.plan = r.plan._replace(pending=pilot_sample(r.plan, cfg.pilot))
         pending = sum(len(r.plan.pending) for r in runs)
         total = sum(len(r.plan.queries) for r in runs)
         _log(f"{len(runs)} cell(s) to run, {pending} of their {total} queries pending, in one queue")
         progress = Progress(total, total - pending, runs[0].plan.cfg.progress)
-        env = (*keys, judge_llm.api_key_env) if judge_llm else keys
+        stop: BudgetExceeded | None = None
         try:
-            run_queue(runs, progress, cells.submit, env)
+            run_queue(runs, progress, cells.submit, env, cap)
+        except BudgetExceeded as e:  # what ran is in its files; the cells finished before are still judged
+            stop = e
         finally:
             progress.close()
             cells.wait()
+        if cap is not None and (stop is not None or cap.tripped()):
+            raise CostLimitReached(cap_line(cfg, state, plan))
     if run.plan:
-        n_queries = {c.cell_id: len(read_queries(r.queries, r.limit)) for c, r in plan}
+        plans = {r.cid: r.plan for r in runs} if todo else {}
         per_cell = [
-            cell_plan(c.cell_id, cell_dir(cfg, c), n_queries[c.cell_id], r.budget().wall_clock_s, r.concurrency)
+            cell_plan(c.cell_id, r, plans.get(c.cell_id) or prepare_run(r), judge_llm, cfg.judge.prompt)
             for c, r in plan
         ]
         return {"name": cfg.name, "pilot": cfg.pilot, "cells": per_cell, "total": plan_total(per_cell)}
@@ -244,7 +287,7 @@ def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
         "ran": len(todo),
         "skipped": len(plan) - len(todo),
         "incomplete": sorted(c.cell_id for c, _ in plan if state.cells.get(c.cell_id, {}).get("status") != "done"),
-        "cost_usd": round(spent_usd(cfg, state), 6),
+        "cost_usd": round(spent_usd(cfg), 6),
     }
     if cfg.report:
         dirs = [cell_dir(cfg, c) for c, _ in plan_sweep(cfg) if (cell_dir(cfg, c) / "trajectories").is_dir()]

@@ -43,6 +43,28 @@ class CostCap:
         return {BUDGET: name}, handle
 
 
+class HeldCap(CostCap):
+    """One budget started once and handed to every stage of a driver that runs several at once (a sweep's queue of
+    trajectories and its judgings beside it): each reserves from the same ledger, so the limit holds on their sum.
+    `kind` is where it lives ("local": a CostBudget here; else a BudgetActor, held by this object). BudgetExceeded
+    at construction when the records already reach the limit."""
+
+    def __init__(self, limit_usd: float, recorded: Callable[[], float], kind: str) -> None:
+        super().__init__(limit_usd, recorded)
+        self.names, self.handle = CostCap.services(self, kind)
+
+    def services(self, kind: str) -> tuple[dict[str, Any], Any]:
+        return dict(self.names), None
+
+    def tripped(self) -> bool:
+        """Whether a call was refused (asked of the actor on Ray)."""
+        if isinstance(self.handle, CostBudget):
+            return self.handle.tripped is not None
+        from rise_batch.llm.limiter_actor import budget_state  # lazy: loads ray (Ray runs only)
+
+        return bool(budget_state(self.handle)["tripped"])
+
+
 def worker_budget(services: dict[str, Any]) -> Any:
     """The budget a worker's client reserves from: the in-process CostBudget, a RemoteBudget over the job's actor
     when it was handed a name, None without a limit."""

@@ -296,6 +296,21 @@ class RemoteBudget:
     def settle(self, reserved: float, actual: float) -> None:
         self.actor.settle.remote(reserved, actual)  # a caller's calls reach an actor in order: after its reserve
 
+    def reserve(self, usd: float) -> None:
+        """CostBudget.reserve for a driver that holds worst cases up front (a sweep's batch-mode judging on Ray):
+        held when it fits beside what is spent and held now, else BudgetExceeded. One that would fit once the
+        calls in flight settle is refused too (a batch cannot wait for them), without tripping the budget."""
+        if self.tripped is not None:
+            raise self.tripped
+        got = ray.get(self.actor.try_reserve.remote(usd), timeout=60)
+        if got is True:
+            return
+        if got is False:
+            state = ray.get(self.actor.state.remote(), timeout=60)
+            raise BudgetExceeded(state["limit"], state["spent"] + state["reserved"], usd)
+        self.tripped = BudgetExceeded(*got)
+        raise self.tripped
+
 
 def start_budget(limit_usd: float, spent_usd: float) -> tuple[str, Any]:
     """Create the job's BudgetActor on this (the driver's) node: its name (what workers look it up by) and the

@@ -12,6 +12,9 @@ import pytest
 import yaml
 
 from rise_batch.cli import main
+from rise_batch.eval.rundir import load_run
+from rise_batch.eval.sweep import JudgeSpec, judge_llm_config
+from rise_batch.eval.sweep_plan import judge_costs
 from rise_batch.fake_llm import FakeLLMServer
 from rise_batch.storage import location
 from tests.agent.conftest import agent_world  # noqa: F401 - the shared docs + index world
@@ -80,6 +83,24 @@ def test_plan_runs_pilots_then_the_sweep_resumes_past_them_under_a_cap(agent_wor
         assert plan["total"]["cost_usd"]["estimate"] == pytest.approx(
             sum(c["cost_usd"]["estimate"] for c in plan["cells"])
         )
+        figures = {"estimate", "low", "high"}
+        for c in plan["cells"]:  # the agent's and the judge's cost per cell, the judge's measured by the pilot
+            assert {"cell", "cost_usd", "hours"} <= set(c) and set(c["cost_usd"]) == set(c["hours"]) == figures
+            assert c["judge_basis"] == "pilot judgments" and c["judge_cost_usd"]["estimate"] > 0
+            assert c["cost_usd"]["estimate"] == pytest.approx(
+                c["agent_cost_usd"]["estimate"] + c["judge_cost_usd"]["estimate"], abs=1e-4
+            )
+        for key in ("cost_usd", "hours"):
+            tot = plan["total"][key]
+            assert set(tot) == figures and tot["low"] <= sum(c[key]["estimate"] for c in plan["cells"]) <= tot["high"]
+        cell = d / "out" / "cells" / plan["cells"][0]["cell"]
+        run = load_run(cell)  # without judgments the grader's cost is counted from its prompt and the final texts
+        stems = sorted(run.trajectories)
+        counted, basis = judge_costs(run._replace(judgments={}), stems, judge_llm_config(JudgeSpec()), None)
+        assert basis.startswith("prompt + final text") and len(counted) == 2 and all(x > 0 for x in counted)
+        assert main(["sweep", str(cfg), "--plan"]) == 0  # the pilots are done: nothing runs, the table again
+        table = capsys.readouterr().out
+        assert table.splitlines()[3].startswith("total") and "judge cost per trajectory from: pilot judgments" in table
         piloted = {p: p.read_text() for p in (d / "out" / "cells").rglob("trajectories/*.json")}
         assert len(piloted) == 4
         assert not (d / "out" / "report").exists()  # a plan runs nothing else

@@ -128,3 +128,17 @@ def test_corpus_size_reads_the_docmap_footer(tmp_path: Path) -> None:
     write_parquet(tmp_path / "docmap.parquet", [{"docid": str(i), "relpath": f"{i}.txt"} for i in range(7)])
     assert corpus_size(str(tmp_path)) == 7
     assert corpus_size(str(tmp_path / "missing")) is None
+
+
+def test_the_sweeps_paths_are_declared_path_options_so_a_file_uri_is_the_path_it_names() -> None:
+    """`out`, `queries` and each corpus's docs/index/original_docs go through the config-key check (a `file://` URI
+    read as its path, as every other path key), not taken as the relative directory `file:/...`."""
+    corpus = {"name": "c", "docs": "file:///data/docs", "index": "file:///data/index", "original_docs": "file:///o"}
+    cfg = parse_sweep(sweep(out="file:///runs/s", queries="file:///data/q.jsonl", corpora=[corpus]))
+    assert (cfg.out, cfg.queries) == ("/runs/s", "/data/q.jsonl")
+    assert (cfg.corpora[0].docs, cfg.corpora[0].index, cfg.corpora[0].original_docs) == (
+        "/data/docs",
+        "/data/index",
+        "/o",
+    )
+    assert parse_sweep(sweep(out="s3://bucket/runs")).out == "s3://bucket/runs"  # a storage URI is taken as it is
