@@ -109,7 +109,6 @@ class Completion(NamedTuple):
     headers: dict[str, str]
 
 
-
 def usage_tokens(usage: Any) -> tuple[int, int, int] | None:
     """A reply's `usage` as (input, cached input, output) tokens; None when it says nothing readable."""
     if not isinstance(usage, dict):
@@ -118,6 +117,7 @@ def usage_tokens(usage: Any) -> tuple[int, int, int] | None:
     details = usage.get("prompt_tokens_details")
     cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
     return prompt, cached, output
+
 
 class LLMClient:
     """`await client.chat(messages) -> Reply`, rate limited, retried and priced. Use as an async context manager."""
