@@ -157,8 +157,8 @@ def cap_runs(scratch: Path, docs: Path, queries: Path, server: FakeLLMServer, n:
     return [{"total_usd_uncapped": round(total, 6), "queries": n}, *rows]
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.plan_pilot", description=__doc__.split("\n")[0])
     p.add_argument("--queries", type=int, default=300)
     p.add_argument("--pilot", type=int, default=20, help="the real --plan run's pilot")
     p.add_argument("--pilots", default="10,20,40,80")
@@ -167,7 +167,11 @@ def main() -> None:
     p.add_argument("--cap-fractions", default="0.25,0.5")
     p.add_argument("--skip-cap", action="store_true")
     p.add_argument("--reuse", action="store_true", help="take the pilot and the population from an earlier run")
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     bench = Run("plan_pilot", args)
     scratch = SCRATCH / "plan_pilot"
     scratch.mkdir(parents=True, exist_ok=True)

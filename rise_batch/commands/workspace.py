@@ -130,12 +130,15 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    check_workspace(ws_dir)  # made by the engine, files/ no link (bash would bind what a link names): else exit 2
-    if args.ws_command == "bash":
-        from rise_batch.space.sandbox import Sandbox, SandboxLimits, check_limit
+    if args.ws_command == "bash":  # a bad flag is named before the directory is looked at
+        from rise_batch.space.sandbox import check_limit
 
         check_limit("--timeout", args.timeout)  # NaN, inf, 0 and negatives: exit 2 naming the flag
         check_limit("--max-output", args.max_output, integer=True)
+    check_workspace(ws_dir)  # made by the engine, files/ no link (bash would bind what a link names): else exit 2
+    if args.ws_command == "bash":
+        from rise_batch.space.sandbox import Sandbox, SandboxLimits
+
         limits = SandboxLimits(timeout_s=args.timeout, max_output_chars=args.max_output)
         box = Sandbox(ws_dir / FILES, limits, allow_unsandboxed=args.unsandboxed)  # SandboxUnavailable: exit 2
         res = box.run(args.shell_command)

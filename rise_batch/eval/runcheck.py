@@ -47,6 +47,7 @@ STR_MAP = Check(frozenset({dict}), "an object of strings", _all_str)
 OBJECTS = Check(frozenset({list}), "a list of objects", _all_objects)
 OBJECT = Check(frozenset({dict}), "an object")
 LIST = Check(frozenset({list}), "a list")
+LIST_OR_INT = Check(frozenset({list, int}), "a list or an integer")  # a model_call's calls; an end event's count
 
 TRAJECTORY: dict[str, Check] = {
     "query_id": KEY,
@@ -74,7 +75,7 @@ EVENT: dict[str, Check] = {
     "attempt": INT,
     "t": COUNT,
     "call": INT,
-    "tool_calls": LIST,
+    "tool_calls": LIST_OR_INT,
     "input_tokens": COUNT,
     "output_tokens": COUNT,
     "seconds": COUNT,

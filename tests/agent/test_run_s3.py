@@ -88,6 +88,7 @@ def test_pipeline_on_s3_equals_posix(agent_world, fake_server, s3, cache, tmp_pa
     assert main(["report", str(remote), "--out", str(root / "report")]) == 0
     a = json.loads((root / "report" / "report.json").read_text())["runs"][0]
     b = json.loads((tmp_path / "report" / "report.json").read_text())["runs"][0]
+    assert not a["unreadable_files"] and not b["unreadable_files"]  # a real run's own files all read
     assert strip({**a, "run_dir": ""}) == strip({**b, "run_dir": ""})
     assert (root / "report" / "report.md").is_file()
     assert main(["export", "bcp", str(ref), "--out", str(tmp_path / "bcp")]) == 0

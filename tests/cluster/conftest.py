@@ -19,3 +19,14 @@ def node_disks(two_nodes):
     for d, kept in before.items():
         for p in set(d.iterdir()) - kept:
             shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+@pytest.fixture(autouse=True)
+def _detached_afterwards():
+    """A test that runs a command in this process against the 2-node cluster leaves this process attached to it;
+    later tests' commands would then place their actors there (on node B, without their environment). Detach."""
+    yield
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
