@@ -47,7 +47,6 @@ STR_MAP = Check(frozenset({dict}), "an object of strings", _all_str)
 OBJECTS = Check(frozenset({list}), "a list of objects", _all_objects)
 OBJECT = Check(frozenset({dict}), "an object")
 LIST = Check(frozenset({list}), "a list")
-LIST_OR_INT = Check(frozenset({list, int}), "a list or an integer")  # a model_call's calls; an end event's count
 
 TRAJECTORY: dict[str, Check] = {
     "query_id": KEY,
@@ -75,7 +74,7 @@ EVENT: dict[str, Check] = {
     "attempt": INT,
     "t": COUNT,
     "call": INT,
-    "tool_calls": LIST_OR_INT,
+    "tool_calls": LIST,
     "input_tokens": COUNT,
     "output_tokens": COUNT,
     "seconds": COUNT,
@@ -153,6 +152,8 @@ def event_problem(e: Any) -> str | None:
     """What is wrong with an events.jsonl line (parsed), or None."""
     if not isinstance(e, dict):
         return f"holds a JSON {type(e).__name__}, not an object"
+    if e.get("event") == "end" and type(e.get("tool_calls")) is int:  # an end event counts its tool calls
+        return field_problem({k: v for k, v in e.items() if k != "tool_calls"}, EVENT)
     return field_problem(e, EVENT)
 
 

@@ -128,7 +128,7 @@ def _turns(trajectory: dict[str, Any], events: Iterable[dict[str, Any]]) -> list
             }
             for c, w in zip(calls, weights, strict=True)
         ]
-        sizes = [len(c.get("tool_calls") or ()) for c in calls]
+        sizes = [len(tc) if isinstance(tc := c.get("tool_calls"), list) else 0 for c in calls]  # an end event: a count
     elif said:
         heads = [{"call": c.get("call")} for c in said]
         sizes = [n if isinstance(n := c.get("tool_calls"), int) and n > 0 else 0 for c in said]
