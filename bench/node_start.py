@@ -29,7 +29,7 @@ from typing import Any
 
 from bench.common import REPO, RESULTS, SCRATCH, WIKI, Run
 from bench.pipeline_prep import short
-from bench.run_startup import Burners
+from bench.run_startup import rounds
 from bench.trajectories import FakeServer, write_queries
 
 
@@ -130,19 +130,12 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
         env = dict(os.environ, OPENAI_API_KEY="x") | s3.env
         os.environ.update(s3.env)  # this process uploads and reads the docmap
         out, queries = prepare(a, env, s3.uri("bench"), work)
-        for rep in range(a.reps):
-            for mode in a.modes.split(","):
-                burners = Burners(a.busy) if mode == "busy" else None
-                try:
-                    time.sleep(a.settle_s if burners else 0)
-                    for name, code in codes.items():
-                        row = {"rep": rep, "mode": mode, "code": name}
-                        row |= fresh_node(code, out, queries, work, server.base_url, env, a.workers)
-                        print(json.dumps(row), flush=True)
-                        res["runs"].append(row)
-                finally:
-                    if burners:
-                        burners.close()
+        for rep, mode in rounds(a.reps, a.modes, a.busy, a.settle_s):
+            for name, code in codes.items():
+                row = {"rep": rep, "mode": mode, "code": name}
+                row |= fresh_node(code, out, queries, work, server.base_url, env, a.workers)
+                print(json.dumps(row), flush=True)
+                res["runs"].append(row)
     finally:
         server.close()
         s3.stop()

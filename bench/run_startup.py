@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,20 @@ class Burners:
             p.wait()
 
 
+def rounds(reps: int, modes: str, busy: int, settle_s: float) -> Iterator[tuple[int, str]]:
+    """(rep, mode) for every rep and each of `modes` ("idle,busy"), interleaved so that the checkouts compared in a
+    round see the same machine; in a busy round `busy` CPU-bound processes run (started `settle_s` before)."""
+    for rep in range(reps):
+        for mode in modes.split(","):
+            burners = Burners(busy) if mode == "busy" else None
+            try:
+                time.sleep(settle_s if burners else 0)
+                yield rep, mode
+            finally:
+                if burners:
+                    burners.close()
+
+
 EXIT_PROBE = """
 import time, ray
 from rise_batch.executor.ray import init_ray
@@ -145,24 +160,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     try:
         docs, queries = prepare(root, args.corpus, args.docs, args.queries)
         server = FakeServer(50.0)
-        for rep in range(args.reps):
-            for mode in args.modes.split(","):
-                burners = Burners(args.busy) if mode == "busy" else None
-                try:
-                    time.sleep(args.settle_s if burners else 0)
-                    for name, code in codes.items():
-                        row = {"rep": rep, "mode": mode, "code": name}
-                        for w in (0, 2):
-                            r = run_once(Path(code), docs, queries, root / "out", w, args.budget_s, server.base_url)
-                            row[f"workers_{w}"] = r
-                        failed = any("failed" in row[f"workers_{w}"] for w in (0, 2))
-                        extra = row["workers_2"]["wall_s"] - row["workers_0"]["wall_s"]
-                        row["extra_s"] = None if failed else round(extra, 2)
-                        print(json.dumps(row), flush=True)
-                        res["runs"].append(row)
-                finally:
-                    if burners:
-                        burners.close()
+        for rep, mode in rounds(args.reps, args.modes, args.busy, args.settle_s):
+            for name, code in codes.items():
+                row = {"rep": rep, "mode": mode, "code": name}
+                for w in (0, 2):
+                    r = run_once(Path(code), docs, queries, root / "out", w, args.budget_s, server.base_url)
+                    row[f"workers_{w}"] = r
+                failed = any("failed" in row[f"workers_{w}"] for w in (0, 2))
+                extra = row["workers_2"]["wall_s"] - row["workers_0"]["wall_s"]
+                row["extra_s"] = None if failed else round(extra, 2)
+                print(json.dumps(row), flush=True)
+                res["runs"].append(row)
     finally:
         if server is not None:
             server.close()
