@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,13 +72,35 @@ def own_ray_workers(actor: str) -> list:
     return found
 
 
+def _ray_up() -> bool:
+    ray = sys.modules.get("ray")  # never imported here: most tests never touch Ray
+    return ray is not None and ray.is_initialized()
+
+
+@pytest.fixture(autouse=True)
+def no_ray_left_behind(request):
+    """A Ray that a command run in-process started is shut down when its test ends.
+
+    Left up, the session's `ray_local` would find it and reuse it: its workers take the cwd that test chdir'd to
+    (a tmp directory) as their first import path, so every later task that imports `tests` failed in CI."""
+    before = _ray_up()
+    yield
+    if not before and _ray_up() and "ray_local" not in request.fixturenames:
+        from rise_batch.executor.ray import stop_local_ray
+
+        stop_local_ray()
+
+
 @pytest.fixture(scope="session")
 def ray_local():
-    """One real local Ray for the whole session (2 CPUs, like CI): starting Ray costs 10-20 s, so tests share it."""
+    """One real local Ray for the whole session (2 CPUs, like CI): starting Ray costs 10-20 s, so tests share it.
+
+    Always its own: a Ray some test left up (other CPUs, another cwd on its workers' import path) is replaced."""
     import ray
 
-    if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False)  # never a `ray start` cluster of this machine
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(address="local", num_cpus=2, include_dashboard=False)  # never a `ray start` cluster of this machine
     yield
     ray.shutdown()
 
