@@ -21,11 +21,11 @@ import hashlib
 import logging
 import os
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rise_batch.cache import cache_dir
 from rise_batch.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -148,11 +148,10 @@ def _load_wordllama(spec: EmbedderSpec) -> Embedder:
             f"embedder {spec}: wordllama {_version(wordllama)} bundles no {weights.name} and "
             f"{bundled.name} in {pkg}; the offline model is l2_supercat at 256 dimensions"
         )
-    cache = Path(os.environ.get("RISE_BATCH_CACHE") or Path(tempfile.gettempdir()) / f"rise_batch-{os.getuid()}")
-    tok_dir = cache / "wordllama" / "tokenizers"
+    tok_dir = cache_dir() / "wordllama" / "tokenizers"  # the user's private cache root (0700, checked), never /tmp
     tok_dir.mkdir(parents=True, exist_ok=True)
     copy = tok_dir / bundled.name
-    if not copy.is_file() or copy.stat().st_size != bundled.stat().st_size:
+    if copy.is_symlink() or not copy.is_file() or copy.read_bytes() != bundled.read_bytes():  # whatever is there
         tmp = tok_dir / f".{bundled.name}.{os.getpid()}"
         shutil.copyfile(bundled, tmp)
         tmp.replace(copy)

@@ -61,6 +61,35 @@ def test_embedder_equals_wordllamas_own_embed(tmp_path):
     np.testing.assert_allclose(ours, ref.embed(texts, norm=True), rtol=1e-5, atol=1e-6)
 
 
+def test_a_tokenizer_planted_in_the_cache_is_replaced_by_the_bundled_one(tmp_path, monkeypatch):
+    """The tokenizer copy lives under the user's private cache root (never a shared name in /tmp), and what is
+    found there is used only when it is byte for byte the bundled file: a planted one of the same size, or a
+    link to one, is replaced."""
+    import wordllama
+
+    from rise_batch.index.embedders import _load_wordllama, parse_embedder
+
+    def load_embedder(spec):  # past load_embedder's per-process memo: every call reads the cache folder
+        return _load_wordllama(parse_embedder(spec))
+
+    bundled = Path(wordllama.__file__).parent / "tokenizers" / "l2_supercat_tokenizer_config.json"
+    monkeypatch.setenv("RISE_BATCH_CACHE", str(tmp_path / "cache"))
+    want = load_embedder("wordllama").embed(["Lyon is a city in France."])
+    copy = tmp_path / "cache" / "wordllama" / "tokenizers" / bundled.name
+    assert copy.read_bytes() == bundled.read_bytes() and (tmp_path / "cache").stat().st_mode & 0o077 == 0
+    planted = bytearray(bundled.read_bytes())
+    planted[planted.index(b'"')] = ord("'")  # same size, other bytes: no longer valid JSON
+    for how in ("file", "link"):
+        copy.unlink()
+        if how == "file":
+            copy.write_bytes(bytes(planted))
+        else:
+            (tmp_path / "elsewhere.json").write_bytes(bytes(planted))
+            copy.symlink_to(tmp_path / "elsewhere.json")
+        np.testing.assert_array_equal(load_embedder("wordllama").embed(["Lyon is a city in France."]), want)
+        assert not copy.is_symlink() and copy.read_bytes() == bundled.read_bytes(), how
+
+
 def test_each_retriever_finds_articles_by_title(hybrid_dir):
     from rise_batch.index.recall import recall_at
     from rise_batch.index.retriever import open_retriever
