@@ -9,12 +9,22 @@ trajectory), then loads report.html in Chromium (tests/browser.py) and reads two
 `trajectory-ms` (to both trajectories of that query drawn side by side). The Chromium process's wall time
 (start-up included) is reported apart. Target: the first view under 2 s (bench/targets.yaml).
 
+With `--sweep [CONFIG]` the runs are the cells of a sweep (by default jobs/sweep_table1.yaml, the paper's Table 1:
+4 systems x 3 models, 12 cells), laid out as `rise-batch sweep` writes them (OUT/cells/<cell>/ with cell.json; DCI's
+cells search nothing) and reported by the sweep's own call (eval/sweep_runner.report_sweep): one report over every
+cell, each cell paired with the first.
+
 Before and after, in the same run: the bash commands of every trajectory split by shlex (the old path) and by
-eval/shell_words.py, and with `--before` the whole report built once more the old way (shlex, one process).
-The work directory (runs, report, a screenshot of each view) is removed at the end unless `--work` names one to keep.
+eval/shell_words.py; with `--code NAME=PATH` (another checkout, e.g. `git archive` of the commit before a change)
+each checkout's `rise-batch report` over the same runs, in its own process, `--rounds` times in turn: wall and CPU
+seconds (forked workers included) with the load average beside them, and whether its files equal this checkout's
+byte for byte; with `--before` the whole report built once more the old way (shlex, one process).
+The work directory (runs, report, a screenshot of each view) is removed at the end unless `--work` names one to keep
+(a kept one's runs are reused by the next invocation).
 
     python -m bench.report_html [--runs 2] [--queries 1000] [--steps 100] [--output-chars 800] [--repeats 3]
     python -m bench.report_html --runs 1 --queries 10000 --steps 50 --before --no-browser
+    python -m bench.report_html --sweep --queries 830 --steps 50 --no-browser --code before=../before --rounds 2
 """
 
 from __future__ import annotations
@@ -201,13 +211,16 @@ def make_runs(args: argparse.Namespace, work: Path) -> tuple[Any, list[Path]]:
     else:
         cfg, systems = None, [("rise", "rise-bm25")[i] if i < 2 else f"rise-{i}" for i in range(args.runs)]
         jobs = [(work / s, s, args.queries, args.steps, args.output_chars, i, None) for i, s in enumerate(systems)]
+    made = [job[0] for job in jobs if (job[0] / "trajectories").is_dir()]  # a kept --work's runs, taken as they are
     with multiprocessing.get_context("fork").Pool(os.cpu_count() or 1) as pool:
-        return cfg, pool.starmap(write_run, jobs)
+        pool.starmap(write_run, [job for job in jobs if job[0] not in made])
+    return cfg, [job[0] for job in jobs]
 
 
 def build_with(code: Path, runs: list[Path], out: Path) -> dict[str, Any]:
     """`rise-batch report RUNS --out OUT` of the checkout at `code`, in its own process (the same write_report call
     the sweep makes): wall seconds, CPU seconds (its forked workers included) and the load average around it."""
+    shutil.rmtree(out, ignore_errors=True)
     load0, c0, t0 = load_average()[0], children_cpu_s(), time.perf_counter()
     cmd = [sys.executable, "-m", "rise_batch.cli", "report", *map(str, runs), "--out", str(out)]
     done = subprocess.run(cmd, env=os.environ | {"PYTHONPATH": str(code)}, cwd=code, capture_output=True, text=True)
@@ -274,7 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--rounds", type=int, default=1, help="builds of each checkout with --code, in turn")
     ap.add_argument("--no-browser", action="store_true", help="time the report only, open no Chromium")
     ap.add_argument(
-        "--work", type=Path, help="work directory to keep (runs, report, screenshots); default: a temporary one"
+        "--work",
+        type=Path,
+        help="work directory to keep (runs, report, screenshots; runs already in it are reused as they are, so give "
+        "it the same shape again); default: a temporary one",
     )
     ap.add_argument("--out", help="results file (default bench/results/report_html.json)")
     return ap
@@ -301,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         for f in (f for root in runs for f in root.rglob("*") if f.is_file()):
             f.read_bytes()  # in the page cache for both builds: the first would otherwise pay the disk's reads
         report_dir = work / "sweep" / "report" if cfg else work / "report"
+        shutil.rmtree(report_dir, ignore_errors=True)
         load_before = load_average()
         t0, c0 = time.perf_counter(), cpu_s()
         report_sweep(cfg) if cfg else write_report(runs, report_dir)  # the sweep's own call for a sweep

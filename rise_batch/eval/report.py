@@ -109,8 +109,10 @@ def write_report(
         rows = write_trajectories(out, i, run.path, trajectories, summary["per_query"], summary["unreadable_files"])
         return summary, rows
 
-    # a worker per core, each with one run in memory at a time; one run alone is spread over the cores by forkmap
-    done = fork_each(one_run, len(run_dirs))
+    # a worker per core, each with one run in memory at a time; one run alone is spread over the cores by forkmap.
+    # Runs in object storage are read here: a forked copy of this process's S3 client is not safe to use.
+    local = all(isinstance(location(d), Path) for d in run_dirs)
+    done = fork_each(one_run, len(run_dirs), processes=None if local else 1)
     summaries = [summary for summary, _ in done]
     rows = [row for _, page_rows in done for row in page_rows]
     for line in (line for s in summaries for line in s["unreadable_files"]):
