@@ -48,12 +48,32 @@ def spare_cores() -> int:
 
 def fork_map(fn: Callable[[int, int], list[Any]], n: int, *, processes: int | None = None) -> list[Any]:
     """fn(0, a) + fn(a, b) + ... + fn(z, n), in order, computed by forked workers when it pays (`processes`
-    of them, by default one per spare core)."""
-    global _TASK
+    of them, by default one per spare core). In a worker of another fork_map or fork_each it runs in this process
+    (a pool's worker may not fork one of its own)."""
     procs = min(processes or spare_cores(), -(-n // SPAN))
-    if procs < 2 or n < MIN_ITEMS or "fork" not in multiprocessing.get_all_start_methods():
+    if procs < 2 or n < MIN_ITEMS or not can_fork():
         return fn(0, n)
-    spans = [(a, min(a + SPAN, n)) for a in range(0, n, SPAN)]
+    return _pool_map(fn, [(a, min(a + SPAN, n)) for a in range(0, n, SPAN)], procs)
+
+
+def fork_each(fn: Callable[[int], Any], n: int, *, processes: int | None = None) -> list[Any]:
+    """[fn(0), fn(1), ..., fn(n - 1)] in order, each call in a forked worker (`processes` of them, by default one
+    per core of this process, busy or not), for a few large items that each load their own data (a report's
+    runs): unlike fork_map's items they share nothing with the driver, so a worker copies no pages of it, and
+    two workers take a fair share of the cores twice over on a loaded machine."""
+    procs = min(processes or workers(), n)
+    if procs < 2 or not can_fork():
+        return [fn(i) for i in range(n)]
+    return _pool_map(lambda a, b: [fn(i) for i in range(a, b)], [(i, i + 1) for i in range(n)], procs)
+
+
+def can_fork() -> bool:
+    """Whether this process may fork a pool: fork exists and it is no pool worker itself."""
+    return "fork" in multiprocessing.get_all_start_methods() and not multiprocessing.current_process().daemon
+
+
+def _pool_map(fn: Callable[[int, int], list[Any]], spans: list[tuple[int, int]], procs: int) -> list[Any]:
+    global _TASK
     _TASK = fn
     gc.freeze()  # the inherited objects out of the workers' collections: a collection would touch (copy) every page
     try:

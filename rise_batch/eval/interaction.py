@@ -34,8 +34,9 @@ records (no `surfaced` in their steps): there, when a gold document arrived or w
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from rise_batch.eval.shell_words import shell_words
@@ -78,6 +79,10 @@ _VALUED = {
     "grep": {"-e", "-f", "-m", "-A", "-B", "-C", "--regexp", "--file", "--max-count", "--context"},
 }
 _SPLIT = frozenset({"|", "||", "&", "&&", ";", ";;", "\n", "(", ")"})
+_OPERATOR_START = frozenset("<>&|;()\n")  # a token that starts otherwise is a word
+_REDIRECTION = re.compile(r"[<>&]*[<>][<>&]*")  # only <, > and &, with a < or a >
+_SEPARATOR = re.compile(r"[|&;()]*")
+_ASSIGNMENT = re.compile(r"[A-Za-z_]\w*=")
 _TOC_ENTRY = re.compile(r"(?:- |\| )L\d+[\u2013-]\d+: ")
 _READ_SPAN = re.compile(r"^\[lines (\d+)-(\d+)", re.MULTILINE)
 _NUMBERED = re.compile(r"^\s*\d+\t", re.MULTILINE)
@@ -112,7 +117,8 @@ def interaction(trajectory: dict[str, Any], gold: Collection[str]) -> dict[str, 
     growth: list[list[int]] = []
     for i, s in enumerate(steps):
         out = str(s.get("output") or "")
-        toc_lines += len(_TOC_ENTRY.findall(out))
+        if "- L" in out or "| L" in out:  # a plain search for the entries' start: most outputs have none
+            toc_lines += len(_TOC_ENTRY.findall(out))
         added = _added(s, out)
         if in_ws_step is None and gold.intersection(retrieved[pos : pos + added]):
             in_ws_step = i
@@ -175,7 +181,7 @@ def _lines_read(step: dict[str, Any], out: str, paths: dict[str, str], gold: set
             return 0, 0, set()
         doc = (step.get("surfaced") or [None])[0] or paths.get(_norm(str(args.get("path", ""))))
         doc = doc or (str(args["docid"]) if tool == "get_document" and "docid" in args else None)
-        span, total = _READ_SPAN.search(out), step.get("output_lines")
+        span, total = _READ_SPAN.search(out) if "[lines " in out else None, step.get("output_lines")
         if span:
             n = int(span.group(2)) - int(span.group(1)) + 1
         elif isinstance(total, int):  # the numbered lines, less the trailer (and a leading "[... capped" note)
@@ -218,37 +224,42 @@ def _bash_lines(command: str, step: dict[str, Any], out: str, paths: dict[str, s
     return n, gold_lines, docs
 
 
-def _simple_commands(command: str) -> list[list[str]]:
-    """The simple commands of a shell line (words, env assignments dropped); [] when it does not tokenize."""
+@functools.lru_cache(maxsize=65536)
+def _simple_commands(command: str) -> tuple[tuple[str, ...], ...]:
+    """The simple commands of a shell line (words, env assignments dropped); () when it does not tokenize. Parsed
+    once per distinct command (agents run the same command again and again), every token looked at once."""
     tokens = shell_words(command)  # shlex's split, fast (eval/shell_words.py)
     if tokens is None:  # unbalanced quotes
-        return []
-    out, cur, skip = [], [], False
+        return ()
+    out: list[tuple[str, ...]] = []
+    cur: list[str] = []
+    skip = False
     for tok in [*tokens, ";"]:
         if skip:
             skip = False
-        elif set(tok) <= set("<>&") and set(tok) & set("<>"):  # a redirection: it and its target are no operands
+        elif tok and tok[0] not in _OPERATOR_START:  # a word (the common case): no operator starts so
+            if cur or not _ASSIGNMENT.match(tok):
+                cur.append(tok)
+        elif _REDIRECTION.fullmatch(tok):  # a redirection: it and its target are no operands
             skip = True
             if cur and cur[-1].isdigit():
                 cur.pop()  # the 2 of 2>/dev/null
-        elif tok in _SPLIT or set(tok) <= set("|&;()"):
+        elif tok in _SPLIT or _SEPARATOR.fullmatch(tok):  # (an empty word, '' quoted, separates too)
             if cur:
-                out.append(cur)
+                out.append(tuple(cur))
             cur = []
-        elif not cur and re.match(r"^[A-Za-z_]\w*=", tok):
-            continue
-        else:
+        elif cur or not _ASSIGNMENT.match(tok):
             cur.append(tok)
     if any(w[0] == "cd" for w in out):  # later relative paths are relative to somewhere unknown
         out = out[: next(i for i, w in enumerate(out) if w[0] == "cd")]
-    return out
+    return tuple(out)
 
 
 def _short_flag(word: str, letters: str) -> bool:
     return word.startswith("-") and not word.startswith("--") and any(c in word[1:] for c in letters)
 
 
-def _operands(prog: str, words: list[str], pattern: bool = False) -> list[str]:
+def _operands(prog: str, words: Sequence[str], pattern: bool = False) -> list[str]:
     """The file operands among a command's words (option values, a sed/awk script or a search pattern skipped)."""
     valued = _VALUED.get(prog, set())
     script_given = pattern is False and prog not in _SCRIPT_FIRST

@@ -50,15 +50,19 @@ def paired_bootstrap(
     *,
     samples: int = BOOTSTRAP_SAMPLES,
     seed: int = BOOTSTRAP_SEED,
+    drawn: dict[int, Any] | None = None,
 ) -> tuple[float, float] | None:
     """Percentile interval of stat(B) - stat(A), the same resampled queries on both sides; None without queries,
-    or when the statistic is undefined (a ratio with no correct answer) in too many resamples."""
+    or when the statistic is undefined (a ratio with no correct answer) in too many resamples. `drawn` keeps the
+    resampled positions by query count, for the next metric of the same size: the same seed draws the same."""
     import numpy as np
 
     if not len(a):
         return None
     va, vb, ca, cb = (np.asarray(x, dtype=float) for x in (a, b, correct_a, correct_b))
-    idx = np.random.default_rng(seed).integers(0, len(va), size=(samples, len(va)))
+    drawn = {} if drawn is None else drawn
+    if (idx := drawn.get(len(va))) is None:
+        idx = drawn[len(va)] = np.random.default_rng(seed).integers(0, len(va), size=(samples, len(va)))
     diff = _stat(kind, vb[idx], cb[idx], 1) - _stat(kind, va[idx], ca[idx], 1)
     if np.isnan(diff).mean() > UNDEFINED_SHARE:
         return None
@@ -75,7 +79,8 @@ def paired_comparison(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | 
     common = [q for q in rows_a if q in rows_b]
     if not common:
         return None
-    rows = []
+    rows: list[dict[str, Any]] = []
+    drawn: dict[int, Any] = {}  # the resampled positions by query count, drawn once for the metrics of that size
     for name, (counts, value, kind) in METRICS.items():
         qs = [q for q in common if counts(rows_a[q]) and counts(rows_b[q])]
         va, vb = [value(rows_a[q]) for q in qs], [value(rows_b[q]) for q in qs]
@@ -91,7 +96,7 @@ def paired_comparison(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | 
                 "a": None if stat_a is None or np.isnan(stat_a) else stat_a,
                 "b": None if stat_b is None or np.isnan(stat_b) else stat_b,
                 "diff": stat_b - stat_a if defined else None,
-                "diff_ci95": paired_bootstrap(va, vb, ca, cb, kind) if defined else None,
+                "diff_ci95": paired_bootstrap(va, vb, ca, cb, kind, drawn=drawn) if defined else None,
             }
         )
     judged = [q for q in common if rows_a[q].get("correct") is not None and rows_b[q].get("correct") is not None]

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rise_batch.eval.forkmap import fork_each
 from rise_batch.eval.interaction_stats import interaction_summary
 from rise_batch.eval.metrics import CALIBRATION_BIN, per_query_rows, run_metrics
 from rise_batch.eval.paired import paired_comparison
@@ -100,15 +101,22 @@ def write_report(
     final = location(out_dir)  # in object storage: drawn on local disk, then each file put once, report.json last
     out = Path(tempfile.mkdtemp(prefix="rise-report-")) if isinstance(final, ObjectPath) else final
     out.mkdir(parents=True, exist_ok=True)
-    summaries: list[dict[str, Any]] = []
-    rows: list[dict[str, Any]] = []
-    for i, d in enumerate(run_dirs):  # one run in memory at a time: its trajectories go to the page's data files
-        run = load_run(d)
+
+    def one_run(i: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Run i read, summarised, and its trajectories written as the page's data files: its summary and page rows."""
+        run = load_run(run_dirs[i])
         summary, trajectories = summarize_loaded(run, bin_size=bin_size, qrels=qrels)
-        summaries.append(summary)
-        rows += write_trajectories(out, i, run.path, trajectories, summary["per_query"], summary["unreadable_files"])
-        for line in summary["unreadable_files"]:
-            log.warning("report: skipped %s", line)
+        rows = write_trajectories(out, i, run.path, trajectories, summary["per_query"], summary["unreadable_files"])
+        return summary, rows
+
+    # a worker per core, each with one run in memory at a time; one run alone is spread over the cores by forkmap.
+    # Runs in object storage are read here: a forked copy of this process's S3 client is not safe to use.
+    local = all(isinstance(location(d), Path) for d in run_dirs)
+    done = fork_each(one_run, len(run_dirs), processes=None if local else 1)
+    summaries = [summary for summary, _ in done]
+    rows = [row for _, page_rows in done for row in page_rows]
+    for line in (line for s in summaries for line in s["unreadable_files"]):
+        log.warning("report: skipped %s", line)
     retrieval = [(location(f).stem, read_json(f)) for f in retrieval_files]
     plots = [
         plot_frontier(summaries, out / "accuracy_vs_cost.png"),
@@ -125,7 +133,8 @@ def write_report(
         series = {f"{n} ({retriever_of(r)})": r.get("summary", {}).get("recall", {}) for n, r in retrieval}
         plots.append(plot_recalls(series, out / "recall_retrievers.png"))
     written = [str(final / Path(p).name) for p in plots if p is not None]
-    paired = [p for s in summaries[1:] if (p := paired_comparison(summaries[0], s)) is not None]
+    pairs = fork_each(lambda i: paired_comparison(summaries[0], summaries[i + 1]), len(summaries) - 1)  # bootstraps
+    paired = [p for p in pairs if p is not None]
     blocks = report_blocks(summaries, retrieval, paired)
     (out / "report.md").write_text(render_markdown(blocks, written), encoding="utf-8")
     figures = [out / Path(p).name for p in plots if p is not None]

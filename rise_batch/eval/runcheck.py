@@ -25,16 +25,20 @@ class Check(NamedTuple):
     holds: Callable[[Any], bool] | None = None
 
 
+# the contents' types gathered by map and set, in C: a trajectory's retrieved_docids alone are 1,000 strings
+_STR_ONLY, _COUNT_TYPES, _DICT_ONLY = frozenset({str}), frozenset({type(None), int, float}), frozenset({dict})
+
+
 def _all_str(v: list[Any] | dict[str, Any]) -> bool:
-    return all(type(x) is str for x in (v.values() if type(v) is dict else v))
+    return set(map(type, v.values() if type(v) is dict else v)) <= _STR_ONLY
 
 
 def _all_counts(v: dict[str, Any]) -> bool:
-    return all(x is None or type(x) is int or type(x) is float for x in v.values())
+    return set(map(type, v.values())) <= _COUNT_TYPES
 
 
 def _all_objects(v: list[Any]) -> bool:
-    return all(type(x) is dict for x in v)
+    return set(map(type, v)) <= _DICT_ONLY
 
 
 COUNT = Check(frozenset({int, float}), "a number")
@@ -106,25 +110,26 @@ def _deep(fields: dict[str, Check]) -> tuple[tuple[str, Check], ...]:
 
 
 _DEEP: dict[int, tuple[tuple[str, Check], ...]] = {}
-_PASSED: dict[int, set[tuple[tuple[str, ...], tuple[type, ...]]]] = {}  # per field table: key/type lists that passed
-_PASSED_MAX = 4096
+_PASSED: set[tuple[Any, ...]] = set()  # (field table, keys..., value types...) of the objects that passed
+_PASSED_MAX = 16384
 
 
 def field_problem(obj: dict[str, Any], fields: dict[str, Check], where: str = "") -> str | None:
     """The first field of `obj` whose value fails its check, as "field 'x' must be Y, got Z"; None when all pass.
 
     A report checks a million events and steps, which come in a few shapes: the keys and value types of an object
-    that passed are remembered, and an object of a known shape only has its lists' and objects' contents checked.
+    that passed are remembered (in one flat tuple with its table, the cheapest key to build), and an object of a
+    known shape only has its lists' and objects' contents checked (an event: nothing more).
     Numbers need no check for NaN: rundir reads NaN and infinities as null."""
-    shape = (tuple(obj), tuple(map(type, obj.values())))
-    passed = _PASSED.setdefault(id(fields), set())
-    known = shape in passed
-    for name, check in _deep(fields) if known else fields.items():
+    shape = (id(fields), *obj, *map(type, obj.values()))  # n keys then n types: the split is never ambiguous
+    known = shape in _PASSED
+    checks = _deep(fields) if known else fields.items()
+    for name, check in checks:
         value = obj.get(name)
         if value is not None and (type(value) not in check.types or (check.holds and not check.holds(value))):
             return f"{where}field {name!r} must be {check.want}, got {_got(value)}"
-    if not known and len(passed) < _PASSED_MAX:
-        passed.add(shape)
+    if not known and len(_PASSED) < _PASSED_MAX:
+        _PASSED.add(shape)
     return None
 
 

@@ -289,14 +289,19 @@ def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
         "incomplete": sorted(c.cell_id for c, _ in plan if state.cells.get(c.cell_id, {}).get("status") != "done"),
         "cost_usd": round(spent_usd(cfg), 6),
     }
-    if cfg.report:
-        dirs = [cell_dir(cfg, c) for c, _ in plan_sweep(cfg) if (cell_dir(cfg, c) / "trajectories").is_dir()]
-        if dirs:
-            report = write_report(dirs, location(child(cfg.out, "report")))
-            result["report"] = str(location(child(cfg.out, "report", "report.md")))
-            result["plots"] = report["plots"]
+    if cfg.report and (report := report_sweep(cfg)) is not None:
+        result["report"] = str(location(child(cfg.out, "report", "report.md")))
+        result["plots"] = report["plots"]
     result["wall_seconds"] = round(time.monotonic() - t0, 3)
     return result
+
+
+def report_sweep(cfg: SweepConfig) -> dict[str, Any] | None:
+    """The sweep's one report, OUT/report/, over every cell of the grid that has trajectories (not only the `--only`
+    ones), in the grid's order: the first cell is the one every other is paired with. None when no cell has run.
+    bench/report_html.py times this call at the Table 1 grid's size."""
+    dirs = [cell_dir(cfg, c) for c in expand(cfg) if (cell_dir(cfg, c) / "trajectories").is_dir()]
+    return write_report(dirs, location(child(cfg.out, "report"))) if dirs else None
 
 
 def summary_line(result: dict[str, Any], out: str) -> str:
