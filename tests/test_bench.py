@@ -74,6 +74,7 @@ def test_no_bench_file_edits_the_import_path() -> None:
     edits = [
         f"{p.relative_to(REPO)}:{i}"
         for p in sorted(BENCH.rglob("*.py"))
+        if p.relative_to(BENCH).parts[0] not in ("scratch", "results")  # work files: a checkout copied for --code
         for i, line in enumerate(p.read_text().splitlines(), 1)
         if _PATH_EDIT.search(line)
     ]
