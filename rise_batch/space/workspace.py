@@ -281,8 +281,12 @@ class Workspace:
         rel_of = dict(zip(fresh, self.store.relpaths_of(fresh), strict=True))  # one batch, not a lookup each
         root_fd, opener, fstat, close, is_regular = self.store.docs.fd(), open_path, os.fstat, os.close, stat.S_ISREG
         link, dir_of = link_from, self._dir_of
+        if self._dirs_pid != os.getpid():  # once per call, not per document (getpid is a system call)
+            self._dirs, self._dirs_pid = {}, os.getpid()
+        dirs, files_fd = self._dirs, self.files.fd()  # dirs: cleared in place when full (_close_dirs), not replaced
         lines: list[bytes] = []
-        # The loop runs ~3,000 times per search; it is written for speed (locals; open, fstat, link, close inline).
+        # The loop runs ~3,000 times per search; it is written for speed (locals; open, fstat, link, close inline;
+        # a parent directory already open is looked up here, the others opened by _dir_of).
         try:
             for docid in asked:
                 if docid in arrivals:
@@ -310,7 +314,10 @@ class Workspace:
                     placed = False
                     if self._link_ok:
                         try:
-                            parent, name = dir_of(rel)
+                            head, _, name = rel.rpartition("/")
+                            parent = dirs.get(head) if head else files_fd
+                            if parent is None:
+                                parent, name = dir_of(rel)
                             link(fd, st, name, parent)
                             placed = True
                         except OSError:  # another file system, the link limit, a name taken
@@ -448,7 +455,7 @@ class Workspace:
         if self._dirs_pid == os.getpid():
             for fd in self._dirs.values():
                 os.close(fd)
-        self._dirs = {}
+        self._dirs.clear()  # in place: add() holds this dict
 
     def _refuse(self, rel: str, what: str) -> str:
         """Log a refused document once per process, one line naming the path and the remedy; `what` (no host
