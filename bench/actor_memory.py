@@ -132,7 +132,8 @@ def child(root: Path, actor: int, searches: int, threads: int) -> None:
     import threading
 
     if os.environ.get("RISE_BENCH_IMPORTS", "actor") == "actor":  # what a trajectory actor has loaded: Ray's
-        import ray  # noqa: F401  worker, and the QueryWorker module (the agent loop, the LLM client, openai)
+        import openai  # noqa: F401  worker, the QueryWorker module (the agent loop, the LLM client) and openai
+        import ray  # noqa: F401
 
         import rise_batch.agent.stage  # noqa: F401
     from rise_batch.heap import keep_heap_small
