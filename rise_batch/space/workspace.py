@@ -3,7 +3,10 @@
 Hardlinks make a 3,000-document workspace cost a few milliseconds and no disk, and keep the corpus-relative paths
 the agent sees in `rg` output identical to the corpus's. Each document is opened below DOCS/corpus without
 following links and must be a regular file (space/safe_open.py); the link is made from that open file, so a
-symlink, a FIFO or a device in a shared docs dir is refused (one line naming it) and never reaches the agent. Where
+symlink, a FIFO or a device in a shared docs dir is refused (one line naming it) and never reaches the agent. Once a
+directory is open on both sides (below DOCS/corpus, reached the same way, and below files/), its next documents are
+linked by name between the two without following a final link, and the new name must be a regular file (a link or a
+FIFO linked as itself is removed at once and takes the way above): 2 system calls a document instead of 4. Where
 a hardlink is impossible (workspace on another file system, the kernel's protected_hardlinks refusing a file we do
 not own, a file at the hardlink limit) we copy from the open file instead, and say so once.
 The manifest (docid -> which search call and when) lives next to the files, not among them, so the agent never
