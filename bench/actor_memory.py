@@ -4,7 +4,10 @@ A trajectory actor loads the index (`open_retriever`) and the docs' map (`DocSto
 hits to relpaths (`Workspace.add`) and paths shown to the agent back to docids. This bench synthesizes a 1M-document
 index-like set of files once (no text: only what those loads read), then starts N such processes at once, each
 loading both and running its own searches from `--threads` threads at once, as an actor runs its trajectories'
-tool calls (3 sub-queries x top-1000, the union's relpaths, the top-10's reverse lookups). WHILE they search, each
+tool calls (3 sub-queries x top-1000, the union's relpaths, the top-10's reverse lookups). Each first imports what a
+trajectory actor has loaded (ray, the QueryWorker module with the agent loop and the LLM client; `--imports bare`
+leaves that out), and opens the index with the actors' scorer (`--backends numba,auto` alternates bm25s's numba
+kernel, the scorer before, with today's numpy one, side by side in one run). WHILE they search, each
 process's /proc/PID/smaps_rollup is sampled every `--every` seconds (Rss, Pss, Private_Dirty: the figures of a
 real run's actors, peak and median); after the searches, /proc/PID/smaps splits USS (Private_Clean +
 Private_Dirty) into anonymous memory (the Python heap) and file mappings (the index's arrays, the string tables).
@@ -19,7 +22,7 @@ a CSC score matrix with Zipf-distributed document frequencies (`--postings` in a
 2-4 words drawn from the 20,000 most frequent terms. The string tables of the index are written as the build writes
 them, the docs' table is derived by one process first, as the first actor of a node would.
 
-    python -m bench.actor_memory [--docs 1000000 --terms 2500000 --actors 2 --threads 4 --searches 50]
+    python -m bench.actor_memory [--docs 1000000 --terms 2500000 --actors 2 --threads 4 --backends numba,auto]
 
 Writes bench/results/actor_memory.json.
 """
@@ -39,6 +42,7 @@ from bench.common import REPO, SCRATCH, Run
 
 MB = 1024**2
 CHILD = "--child"
+HEAVY = ("numba", "llvmlite", "bm25s", "scipy", "ray", "openai")  # modules a child reports having loaded
 
 
 def synthesize(root: Path, n_docs: int, n_terms: int, n_postings: int, seed: int = 22) -> dict:
@@ -127,6 +131,11 @@ def child(root: Path, actor: int, searches: int, threads: int) -> None:
     trajectories' tool calls on several threads); report; then wait (alive) until the parent says so."""
     import threading
 
+    if os.environ.get("RISE_BENCH_IMPORTS", "actor") == "actor":  # what a trajectory actor has loaded: Ray's
+        import openai  # noqa: F401  worker, the QueryWorker module (the agent loop, the LLM client) and openai
+        import ray  # noqa: F401
+
+        import rise_batch.agent.stage  # noqa: F401
     from rise_batch.heap import keep_heap_small
     from rise_batch.index.retriever import open_retriever
     from rise_batch.space.workspace import DocStore
@@ -137,7 +146,8 @@ def child(root: Path, actor: int, searches: int, threads: int) -> None:
     if heap != "default":  # as a trajectory worker sets it when it starts (rise_batch/heap.py)
         keep_heap_small(fixed_mmap_threshold=heap == "small")
     t0 = time.perf_counter()
-    index = open_retriever(root / "index", "bm25", backend="numba")
+    backend = os.environ.get("RISE_BENCH_BACKEND", "auto")
+    index = open_retriever(root / "index", "bm25", backend=backend)
     store = DocStore(root / "docs")
     loaded = time.perf_counter() - t0
     say(loaded=True)
@@ -145,7 +155,7 @@ def child(root: Path, actor: int, searches: int, threads: int) -> None:
 
     def work(t: int) -> None:
         rng = __import__("random").Random(t)  # every actor runs the same searches: answers compared by digest
-        digest, ms, cpu_ms, found, back = hashlib.sha256(), [], [], 0, 0
+        digest, scored, ms, cpu_ms, found, back = hashlib.sha256(), hashlib.sha256(), [], [], 0, 0
         for _ in range(searches):
             subs = [queries[rng.randrange(len(queries))] for _ in range(3)]
             t1, c = time.perf_counter(), time.thread_time()
@@ -157,7 +167,8 @@ def child(root: Path, actor: int, searches: int, threads: int) -> None:
             ms.append((time.perf_counter() - t1) * 1000)
             cpu_ms.append((time.thread_time() - c) * 1000)
             digest.update(json.dumps([[h.docids, h.scores] for h in hits]).encode())
-        results.append((t, digest.hexdigest(), ms, cpu_ms, found, back))
+            scored.update(json.dumps([h.scores for h in hits]).encode())
+        results.append((t, digest.hexdigest(), ms, cpu_ms, found, back, scored.hexdigest()))
 
     workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
     for w in workers:
@@ -167,9 +178,17 @@ def child(root: Path, actor: int, searches: int, threads: int) -> None:
     results.sort()
     ms, cpu = [x for r in results for x in r[2]], [x for r in results for x in r[3]]
     p50 = lambda xs: round(sorted(xs)[len(xs) // 2], 2)  # noqa: E731
-    say(ready=True, heap=heap, load_s=round(loaded, 2), search_map_p50_ms=p50(ms), search_map_cpu_p50_ms=p50(cpu))
+    say(
+        ready=True,
+        heap=heap,
+        backend=index.backend,
+        load_s=round(loaded, 2),
+        search_map_p50_ms=p50(ms),
+        search_map_cpu_p50_ms=p50(cpu),
+    )
     say(hits=sum(r[4] for r in results), reverse=sum(r[5] for r in results))
-    say(digest=hashlib.sha256("".join(r[1] for r in results).encode()).hexdigest())
+    joined = lambda i: hashlib.sha256("".join(r[i] for r in results).encode()).hexdigest()  # noqa: E731
+    say(digest=joined(1), scores_digest=joined(6), modules=sorted(m for m in HEAVY if m in sys.modules))
     sys.stdin.readline()
 
 
@@ -244,7 +263,9 @@ def measure(pid: int) -> dict:
     return {k: round(v / MB, 1) for k, v in out.items()}
 
 
-def run_actors(code: Path, root: Path, n: int, searches: int, threads: int, every: float, heaps: list[str]) -> dict:
+def run_actors(
+    code: Path, root: Path, n: int, searches: int, threads: int, every: float, heaps: list[str], backends: list[str]
+) -> dict:
     # PWD too: a site hook may put the checkout named by the working directory first on the import path
     env = dict(os.environ, PYTHONPATH=str(code), PWD=str(code), DISABLE_TQDM="1")
     cmd = [sys.executable, "-m", "bench.actor_memory", CHILD, str(root)]
@@ -253,7 +274,7 @@ def run_actors(code: Path, root: Path, n: int, searches: int, threads: int, ever
         subprocess.Popen(
             [*cmd, str(i), str(searches), str(threads)],
             cwd=code,
-            env=env | {"RISE_BENCH_HEAP": heap(i)},
+            env=env | {"RISE_BENCH_HEAP": heap(i), "RISE_BENCH_BACKEND": backends[i % len(backends)]},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -276,11 +297,19 @@ def run_actors(code: Path, root: Path, n: int, searches: int, threads: int, ever
     for p in procs:
         p.stdin.write("exit\n")
         p.stdin.flush()
-    digests = [json.loads(p.stdout.readline())["digest"] for p in procs]
+    ends = [json.loads(p.stdout.readline()) for p in procs]
     for p in procs:
         p.wait()
-    actors = [r | {"while_searching": s} | m for r, s, m in zip(reports, searching, mem, strict=True)]
-    return {"code": str(code), "actors": actors, "digests": digests}
+    actors = [
+        r | {"modules": e["modules"], "while_searching": s} | m
+        for r, e, s, m in zip(reports, ends, searching, mem, strict=True)
+    ]
+    return {
+        "code": str(code),
+        "actors": actors,
+        "digests": [e["digest"] for e in ends],
+        "scores_digests": [e["scores_digest"] for e in ends],
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -297,6 +326,19 @@ def build_parser() -> argparse.ArgumentParser:
         default="arenas",
         help="malloc settings of the actors, in turn: default (glibc's, the heap before), arenas (the worker's: two "
         "arenas), small (two arenas and a fixed mmap threshold); e.g. default,arenas",
+    )
+    ap.add_argument(
+        "--backends",
+        default="auto",
+        help="index_backend of the actors, in turn: auto (numpy: neither bm25s nor numba loaded), numba (bm25s's "
+        "kernel, the scorer before); e.g. numba,auto",
+    )
+    ap.add_argument(
+        "--imports",
+        choices=["actor", "bare"],
+        default="actor",
+        help="actor: each process first imports what a trajectory actor has (ray, the QueryWorker module: the agent "
+        "loop, the LLM client); bare: only the index and the docs' map",
     )
     ap.add_argument("--scratch", type=Path, default=SCRATCH / "actor_memory")
     ap.add_argument("--out", type=Path, help="the results file (default bench/results/actor_memory.json)")
@@ -318,10 +360,16 @@ def main(argv: list[str] | None = None) -> None:
 
     DocStore(root / "docs")  # the docs' table, derived once, as the first actor of a node derives it
     res = {"made": json.loads(made_file.read_text())}
-    res["run"] = run_actors(REPO, root, a.actors, a.searches, a.threads, a.every, a.heaps.split(","))
+    os.environ["RISE_BENCH_IMPORTS"] = a.imports
+    backends = a.backends.split(",")
+    res["run"] = run_actors(REPO, root, a.actors, a.searches, a.threads, a.every, a.heaps.split(","), backends)
     print(json.dumps(res["run"]["actors"]), flush=True)
-    res["same_answers"] = len(set(res["run"]["digests"])) == 1
-    print(json.dumps({"same_answers": res["same_answers"]}))
+    # the same docids and scores within each scorer; the same scores across scorers (ties may be ordered apart)
+    res["same_answers"] = all(
+        len({d for i, d in enumerate(res["run"]["digests"]) if backends[i % len(backends)] == b}) == 1 for b in backends
+    )
+    res["same_scores"] = len(set(res["run"]["scores_digests"])) == 1
+    print(json.dumps({"same_answers": res["same_answers"], "same_scores": res["same_scores"]}))
     run.write(res, a.out)
 
 

@@ -51,23 +51,20 @@ def pcts(xs: list[float]) -> dict:
     return {"n": len(xs), **{f"p{p}_ms": round(pct(xs, p), 2) for p in (50, 90, 99)}}
 
 
-def one_by_one(index, store: DocStore):
-    """The search path as it was before batched string-table lookups (`--ab`): every hit's docid and relpath looked
-    up from Python one at a time, as `take` and `get` do; set on these two objects only."""
-    docids = index.docids
-    docids.take_many = lambda rows: docids.take(rows.tolist())
-    store.relpaths_of = lambda ids: [store.relpath.get(d) for d in ids]
+def kernel(index) -> None:
+    """The scorer before (`--ab`): bm25s's numba kernel, as trajectory actors searched with it; set on this index
+    object only (the numba import and its compiled kernel stay in this process, never in the actors)."""
+    index.backend = "numba"
 
 
-def batched(index, store: DocStore) -> None:
-    """Today's search path: undo `one_by_one`."""
-    for obj, name in ((index.docids, "take_many"), (store, "relpaths_of")):
-        obj.__dict__.pop(name, None)
+def numpy_scorer(index) -> None:
+    """Today's scorer: plain numpy (rise_batch/index/topk.py)."""
+    index.backend = "numpy"
 
 
 class SpaceProbe:
     """Rounds of: search alone, the search tool call into a fresh workspace, `true` in the long-lived sandbox.
-    With `ab`, rounds alternate the search path before batched lookups and today's, each summarised apart."""
+    With `ab`, rounds alternate the scorer before (bm25s's numba kernel) and today's, each summarised apart."""
 
     def __init__(self, index, store: DocStore, scratch: Path, seed: int, subqueries: int, ab: bool) -> None:
         self.index, self.store, self.scratch, self.ab = index, store, scratch, ab
@@ -82,7 +79,7 @@ class SpaceProbe:
         q = self.triples[self.n % len(self.triples)]
         self.n += 1
         before = self.ab and self.n % 2 == 1
-        (one_by_one if before else batched)(self.index, self.store)
+        (kernel if before else numpy_scorer)(self.index)
         t0 = time.perf_counter()
         self.index.search(q, 1000)
         search_ms = (time.perf_counter() - t0) * 1000
@@ -220,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--latency-ms", type=int, default=300)
     ap.add_argument("--idle-rounds", type=int, default=60)
     ap.add_argument("--subqueries", type=int, default=3, help="sub-queries per probed search call (at most 3)")
-    ap.add_argument("--ab", action="store_true", help="alternate rounds of one-by-one and batched lookups")
+    ap.add_argument("--ab", action="store_true", help="alternate rounds of the numba kernel and the numpy scorer")
     ap.add_argument("--no-run", action="store_true", help="idle rounds only: no trajectory run")
     ap.add_argument("--run-code", type=Path, help="run the trajectories with this checkout (e.g. the code before)")
     ap.add_argument("--py-spy", type=int, default=0, help="record each trajectory actor this many seconds (raw)")

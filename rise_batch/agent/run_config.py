@@ -108,7 +108,11 @@ class RunConfig:
         15.0, help="... and its actor killed and replaced if it has not returned this many seconds later"
     )
     max_attempts: int = option(3, help="runs of a query whose worker died before it is recorded as failed")
-    index_backend: str = option("auto", choices=["auto", "numpy", "numba"], help="BM25 scorer")
+    index_backend: str = option(
+        "auto",
+        choices=["auto", "numpy", "numba"],
+        help="BM25 scorer: numpy (auto; no numba in the workers) or bm25s's numba kernel (same scores, ties its way)",
+    )
     allow_unsandboxed: bool = option(
         False,
         flag="--unsandboxed",

@@ -16,13 +16,13 @@ from rise_batch.cache import fetch_objects
 from rise_batch.index.build import META_FILE, IndexMeta
 from rise_batch.index.tables import docid_table, vocabulary
 from rise_batch.index.tokenize import query_tokenizer
+from rise_batch.index.topk import search_arrays
 from rise_batch.safe_read import RefusedFile, load_npy, read_json_file
 from rise_batch.storage import AnyPath, ObjectPath, location
 
 DENSE_MARKER = "dense/meta.json"  # index/dense.py's DENSE_DIR/meta.json (dense imports this module, not the reverse)
 
 PARAMS_FILE = "params.index.json"  # bm25s's names
-NONOCCURRENCE_FILE = "nonoccurrence_array.index.npy"
 
 
 class Hits(NamedTuple):
@@ -47,37 +47,32 @@ class BM25Index:
     arrays, the docids and the vocabulary (rise_batch.index.tables; bm25s's own JSON vocabulary and its set of ids
     are not loaded).
 
-    backend "numba" (the default when numba is installed) runs bm25s's numba kernel without the GIL: the queries
-    of one call run on up to `threads` threads, and searches from several caller threads run side by side.
-    "numpy" is bm25s's pure numpy path.
+    backend "numpy" (the default, also "auto") scores in plain numpy (rise_batch/index/topk.py): the process imports
+    neither bm25s nor numba, ~45 MB less private memory in every trajectory actor. "numba" runs bm25s's numba kernel
+    without the GIL: the same scores and the same documents above the k-th score, equal scores in the kernel's
+    order. Either way the queries of one call run on up to `threads` threads, and searches from several caller
+    threads run side by side.
     """
 
     def __init__(self, index_dir: str | Path, backend: str = "auto", warmup: bool = True, threads: int = 0):
         import os
-
-        import bm25s
+        from importlib.metadata import version
 
         self.path = Path(index_dir)
         self.meta = IndexMeta.read(self.path)
-        if self.meta.bm25s_version != bm25s.__version__:
-            warnings.warn(
-                f"{self.path}: built with bm25s {self.meta.bm25s_version}, loading with {bm25s.__version__}",
-                stacklevel=2,
-            )
-        if backend == "auto":
-            backend = "numba" if bm25s.NUMBA_AVAILABLE else "numpy"
-        self.backend = backend
+        have = version("bm25s")  # the installed version, without importing bm25s (and numba, scipy) here
+        if self.meta.bm25s_version != have:
+            warnings.warn(f"{self.path}: built with bm25s {self.meta.bm25s_version}, loading with {have}", stacklevel=2)
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        self.backend = "numpy" if backend == "auto" else backend
         self.threads = max(1, threads or min(4, os.cpu_count() or 1))
         self._pool = None
-        # bm25s's own retrieve is only used for "numpy"; loading as numpy skips compiling its numba dispatchers.
-        self._model = load_model(self.path, self.meta)
+        self._arrays = load_arrays(self.path, self.meta)
         self.docids = docid_table(self.path)
-        if len(self.docids) != self._model.scores["num_docs"]:
-            raise ValueError(f"{self.path}: {len(self.docids)} docids for {self._model.scores['num_docs']} rows")
+        if len(self.docids) != self._arrays["num_docs"]:
+            raise ValueError(f"{self.path}: {len(self.docids)} docids for {self._arrays['num_docs']} rows")
         self._vocab = vocabulary(self.path)
-        # what stock `retrieve` consults for the "numpy" backend: the vocabulary, and a container of the valid ids
-        self._model.vocab_dict = self._vocab
-        self._model.unique_token_ids_set = range(len(self._vocab))
         self._terms = query_tokenizer(self.meta.tokenizer)
         if warmup:
             self.warmup()
@@ -86,7 +81,8 @@ class BM25Index:
         return len(self.docids)
 
     def warmup(self) -> None:
-        """Compile numba's scorer now (or load it from numba's disk cache), not inside the first timed search."""
+        """One search now, not inside the first timed one: numba's kernel compiled (or loaded from numba's disk
+        cache); numpy's first call pays its own set-up."""
         terms = self._vocab.terms
         some = next((i for i in range(len(terms)) if terms[i]), None)
         if some is not None and self.docids:
@@ -112,33 +108,32 @@ class BM25Index:
         return out
 
     def _retrieve(self, ids: list[list[int]], k: int):
-        if self.backend == "numba":
-            scores = self._model.scores
-            if len(ids) == 1 or self.threads == 1:
-                return _serial_numba_retrieve(scores, ids, k)
+        """(rows, scores) per query, best first: numpy's arrays hold only matches, the kernel's are padded to k."""
+        one = _numba_one if self.backend == "numba" else search_arrays
+        arrays = self._arrays
+        if len(ids) == 1 or self.threads == 1:
+            parts = [one(arrays, q, k) for q in ids]
+        else:
             if self._pool is None:
                 from concurrent.futures import ThreadPoolExecutor
 
                 self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="bm25")
-            parts = list(self._pool.map(lambda q: _serial_numba_retrieve(scores, [q], k), ids))
-            return [p[0][0] for p in parts], [p[1][0] for p in parts]
-        return self._model.retrieve(ids, k=k, sorted=True, show_progress=False, n_threads=0, return_as="tuple")
+            parts = list(self._pool.map(lambda q: one(arrays, q, k), ids))
+        return [p[0] for p in parts], [p[1] for p in parts]
 
 
-def load_model(path: Path, meta: IndexMeta) -> Any:
-    """`bm25s.BM25.load(path, mmap=True, load_vocab=False)`, each file opened as a document is (safe_read): a FIFO,
-    a device or a link in the index is refused at once, naming it, where bm25s would block or read without end.
-    The arrays are mapped from the checked files, of the lengths meta.json records."""
-    import bm25s
+BACKENDS = ("auto", "numpy", "numba")
 
+
+def load_arrays(path: Path, meta: IndexMeta) -> dict[str, Any]:
+    """The score matrix's arrays (`data`, `indices`, `indptr`, `num_docs`), as `bm25s.BM25.load(path, mmap=True)`
+    maps them, each file opened as a document is (safe_read): a FIFO, a device or a link in the index is refused at
+    once, naming it, where bm25s would block or read without end. The arrays are mapped from the checked files, of
+    the lengths meta.json records. The parameters file must be this index's (bm25s's search reads nothing else of
+    it: the scores are precomputed)."""
     params = read_json_file(path / PARAMS_FILE, below=path)
     if not isinstance(params, dict) or params.get("num_docs") != meta.n_docs:
         raise RefusedFile(f"{path / PARAMS_FILE}: not the parameters of this index ({meta.n_docs} documents)")
-    params = {k: v for k, v in params.items() if k not in ("version", "num_docs")} | {"backend": "numpy"}
-    try:
-        model = bm25s.BM25(**params)
-    except (TypeError, ValueError) as e:
-        raise RefusedFile(f"{path / PARAMS_FILE}: parameters bm25s does not take ({e}); rebuild the index") from None
     n, terms = meta.counts["n_postings"], meta.counts["n_terms"]
     arrays = {
         name: load_npy(path / f"{name}.csc.index.npy", below=path, length=size)
@@ -146,12 +141,12 @@ def load_model(path: Path, meta: IndexMeta) -> Any:
     }
     if int(arrays["indptr"][-1]) != n:
         raise RefusedFile(f"{path / 'indptr.csc.index.npy'}: does not end at the {n} postings meta.json records")
-    model.scores = {**arrays, "num_docs": meta.n_docs}
-    model.vocab_dict = {}
-    model.nonoccurrence_array = None
-    if model.method in model.methods_requiring_nonoccurrence:
-        model.nonoccurrence_array = load_npy(path / NONOCCURRENCE_FILE, below=path, length=terms)
-    return model
+    return {**arrays, "num_docs": meta.n_docs}
+
+
+def _numba_one(arrays: dict, term_ids: list[int], k: int):
+    rows, scores = _serial_numba_retrieve(arrays, [term_ids], k)
+    return rows[0], scores[0]
 
 
 _SERIAL = None

@@ -129,3 +129,59 @@ def test_cross_filesystem_falls_back_to_copies_with_one_notice(docs, caplog, mon
         assert len(notices) == 1  # once per (source fs, workspace fs) per process, not per file
         ws.close()
         assert not (Path(tmp) / "ws").exists()
+
+
+def test_documents_of_a_directory_already_open_are_placed_and_refused_as_the_first_one_is(tmp_path):
+    """After the first document of a directory, the next ones are linked by name between the two open directories:
+    a link, a FIFO, a missing file or a directory reached through a link among them gets exactly what it gets
+    alone (the careful way, by descriptor), and nothing but regular files ever stays in the workspace."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "docs"
+    host = root / "corpus" / "h"
+    (host / "sub").mkdir(parents=True)
+    (tmp_path / "secret.txt").write_text("SECRET\n")
+    for name in ("a.txt", "d.txt", "sub/g.txt"):
+        (host / name).write_text(f"text of {name}\n")
+    (host / "b.txt").symlink_to(tmp_path / "secret.txt")
+    os.mkfifo(host / "c.txt")
+    (host / "e.txt").symlink_to("a.txt")
+    (root / "corpus" / "lnk").symlink_to("h")
+    rels = {
+        "a": "h/a.txt",
+        "b": "h/b.txt",
+        "c": "h/c.txt",
+        "d": "h/d.txt",
+        "e": "h/e.txt",
+        "f": "h/f.txt",  # no such file
+        "g": "h/sub/g.txt",
+        "x": "lnk/d.txt",  # through a directory link
+        "y": "h/sub/g.txt/z.txt",  # below a file
+    }
+    pq.write_table(pa.table({"docid": list(rels), "relpath": list(rels.values())}), root / "docmap.parquet")
+    store = DocStore(root)
+    order = ["a", "b", "c", "d", "e", "f", "g", "x", "y", "d"]
+    with Workspace(tmp_path / "together", store) as ws:
+        together = ws.add(order)
+        files = sorted(str(p.relative_to(ws.files_dir)) for p in ws.files_dir.rglob("*") if not p.is_dir())
+        for p in ws.files_dir.rglob("*"):
+            assert p.is_dir() or (
+                stat_regular(p) and os.stat(p).st_ino == os.stat(root / "corpus" / p.relative_to(ws.files_dir)).st_ino
+            )
+    alone: dict[str, tuple] = {}
+    for i, docid in enumerate(dict.fromkeys(order)):
+        with Workspace(tmp_path / f"alone{i}", store) as one:
+            r = one.add([docid])
+            alone[docid] = (r.new, r.missing, r.refused)
+    assert together.new == ["a", "d", "g"] == [d for d in dict.fromkeys(order) if alone[d][0]]
+    assert together.missing == [d for d in dict.fromkeys(order) if alone[d][1]] == ["f", "y"]
+    assert together.refused == {d: alone[d][2][d] for d in dict.fromkeys(order) if alone[d][2]}
+    assert set(together.refused) == {"b", "c", "e", "x"} and together.present == 1
+    assert files == ["h/a.txt", "h/d.txt", "h/sub/g.txt"]
+
+
+def stat_regular(p: Path) -> bool:
+    import stat
+
+    return stat.S_ISREG(os.lstat(p).st_mode)
