@@ -21,7 +21,7 @@ import asyncio
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from rise_batch.config import StructureConfig
@@ -32,6 +32,7 @@ from rise_batch.llm.errors import KeyRefused
 from rise_batch.llm.retry import is_transient
 from rise_batch.storage import AnyPath, ObjectPath, arrow_source, location
 from rise_batch.structure.backends import error_result, render_result
+from rise_batch.structuring.archive import write_archive
 from rise_batch.structuring.budget import BudgetExceeded
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.structuring.stats import OnDoc, ShardStats
@@ -73,6 +74,34 @@ def _write_doc(path: Path, text: str, made: set[Path] | None = None, fresh: bool
         f.write(text.encode("utf-8"))
 
 
+def shard_texts(
+    out_dir: AnyPath,
+    spec: ShardSpec,
+    max_chars: int,
+    rows: list[DocResult] | None = None,
+    rendered: dict[str, str] | None = None,
+) -> Iterator[tuple[str, str, str]]:
+    """(docid, relpath, text) of every checkpointed doc of a shard: its structured text, or the original text. The
+    one source of a shard's files, whether written as files (`materialize_shard`) or into its archive (archive.py).
+
+    `rendered` holds texts the backend already rendered in this process; only docs missing from it (checkpointed
+    by an earlier, interrupted run) cost a re-read of the shard and a re-render from their checkpoint row.
+    """
+    store = CheckpointStore(out_dir)
+    by_id = {r.docid: r for r in (rows if rows is not None else store.read_rows(spec.shard_id))}
+    rel = shard_relpaths(out_dir, spec.shard_id)
+    rendered = rendered or {}
+    have = by_id.keys() & rendered.keys()
+    for docid in have:
+        yield docid, rel[docid], rendered[docid]
+    if len(by_id) > len(have):
+        for doc in read_shard(spec, max_chars):
+            row = by_id.get(doc.docid)
+            if row is None or doc.docid in rendered:
+                continue
+            yield doc.docid, rel[doc.docid], render_result(doc.text, row)
+
+
 def materialize_shard(
     out_dir: AnyPath,
     spec: ShardSpec,
@@ -82,29 +111,22 @@ def materialize_shard(
     dest: Path | None = None,
     fresh: bool = False,
 ) -> int:
-    """Write <dest>/<relpath> (default OUT/corpus/) for every checkpointed doc of a shard: structured text, or the
-    original text. `fresh`: `dest` is a staging tree that appears whole once finished (see `_write_doc`).
+    """Write <dest>/<relpath> (default OUT/corpus/) for every checkpointed doc of a shard (`shard_texts`); returns
+    how many. `fresh`: `dest` is a staging tree that appears whole once finished (see `_write_doc`)."""
+    return write_docs(
+        dest if dest is not None else Path(out_dir) / "corpus",
+        ((rel, text) for _, rel, text in shard_texts(out_dir, spec, max_chars, rows, rendered)),
+        fresh,
+    )
 
-    `rendered` holds texts the backend already rendered in this process; only docs missing from it (checkpointed
-    by an earlier, interrupted run) cost a re-read of the shard and a re-render from their checkpoint row.
-    """
-    store = CheckpointStore(out_dir)
-    dest = dest if dest is not None else Path(out_dir) / "corpus"
-    by_id = {r.docid: r for r in (rows if rows is not None else store.read_rows(spec.shard_id))}
-    rel = shard_relpaths(out_dir, spec.shard_id)
-    rendered = rendered or {}
+
+def write_docs(dest: Path, docs: Iterable[tuple[str, str]], fresh: bool = False) -> int:
+    """Each (relpath, text) written at dest/relpath (relpaths already checked safe, see `shard_relpaths`)."""
     made: set[Path] = set()
     n = 0
-    for docid in by_id.keys() & rendered.keys():
-        _write_doc(dest / rel[docid], rendered[docid], made, fresh)
+    for rel, text in docs:
+        _write_doc(dest / rel, text, made, fresh)
         n += 1
-    if len(by_id) > n:
-        for doc in read_shard(spec, max_chars):
-            row = by_id.get(doc.docid)
-            if row is None or doc.docid in rendered:
-                continue
-            _write_doc(dest / rel[doc.docid], render_result(doc.text, row), made, fresh)
-            n += 1
     return n
 
 
@@ -308,16 +330,22 @@ async def finish_shard(
     `online()` gives the online loop's figures for the marker once the files are written: (documents an earlier run
     had checkpointed, the shard's seconds). In
     object storage no corpus/ file is written (not a million small objects): the checkpoint is the structured
-    corpus there, and `rise-batch materialize` builds the file tree where it is used.
+    corpus there, the shard's files are one archive object (structuring/archive.py) a node unpacks, and
+    `rise-batch materialize` builds the file tree where it is used.
     """
     store = CheckpointStore(out)
     parts = store.read_parts(spec.shard_id)
     rows = [row for _, part in parts for row in part]
+    archive = None
+    # file writes block for ~1 ms each: off the event loop, so the requests of other shards keep flowing
     if not isinstance(store.root, ObjectPath):
-        # file writes block for ~1 ms each: off the event loop, so the requests of other shards keep flowing
         await asyncio.to_thread(materialize_shard, out, spec, max_chars, rows, rendered)
+    else:  # the shard's files in one object, for the nodes that make the tree (structuring/archive.py)
+        texts = shard_texts(out, spec, max_chars, rows, rendered)
+        archive = await asyncio.to_thread(write_archive, out, spec.shard_id, texts)
     stats = ShardStats.of_rows(rows)
     if online is not None:
         stats.docs_resumed, stats.shard_seconds = online()
-    store.mark_done(spec.shard_id, stats.marker_json(), parts)  # records every part (rows, bytes, digest) it covers
+    # records every part (rows, bytes, digest) it covers, and the archive
+    store.mark_done(spec.shard_id, stats.marker_json(), parts, archive)
     return stats

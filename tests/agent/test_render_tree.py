@@ -1,4 +1,4 @@
-"""A node's docs tree rendered by several spawned processes (agent/inputs.render_tree) is the one `structure`
+"""A node's docs tree rendered by several spawned processes (agent/inputs.make_tree, an OUT without archives) is the one `structure`
 wrote: same files, same bytes; and a name planted in the staging tree is never written through."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rise_batch.agent.inputs import render_tree
+from rise_batch.agent.inputs import make_tree
 from rise_batch.cli import main
 from rise_batch.corpus.scan import shards_from_json
 from tests.conftest import SAMPLE
@@ -38,7 +38,7 @@ def staging(out: Path, where: Path) -> tuple[Path, list, int]:
 def test_every_core_renders_the_tree_structure_wrote(out, tmp_path):
     tmp, shards, max_chars = staging(out, tmp_path / "entry")
     assert len(shards) == 5
-    assert render_tree(tmp, shards, max_chars, workers=2) == 24  # two spawned processes, a shard at a time
+    assert make_tree(tmp, str(out), shards, max_chars, workers=2)[0] == 24  # two spawned processes, a shard at a time
     assert tree(tmp / "corpus") == tree(out / "corpus") and len(tree(out / "corpus")) == 24
 
 
@@ -50,5 +50,5 @@ def test_a_planted_link_in_the_staging_tree_is_not_written_through(out, tmp_path
     (tmp / "corpus" / first).parent.mkdir(parents=True)
     os.symlink(victim, tmp / "corpus" / first)
     with pytest.raises(OSError):
-        render_tree(tmp, shards, max_chars, workers=1)
+        make_tree(tmp, str(out), shards, max_chars, workers=1)
     assert victim.read_text() == "mine"
