@@ -56,8 +56,8 @@ def write_archive(out: AnyPath, shard_id: int, docs: Iterable[tuple[str, str, st
 
 def checked_archive(
     source: AnyPath, shard_id: int, record: dict, rows: int, rel: dict[str, str]
-) -> list[tuple[str, str]]:
-    """The (relpath, text) pairs of a shard's archive in the OUT `source`, once it has matched its done marker's
+) -> list[tuple[str, bytes]]:
+    """The (relpath, UTF-8 text) pairs of a shard's archive in the OUT `source`, once it has matched its done marker's
     `record` (bytes, digest), its `rows` checkpointed documents and the shard's docmap slice `rel` (docid ->
     relpath, checked safe); raises ValueError saying what does not match, before anything is written."""
     import pyarrow as pa
@@ -79,7 +79,8 @@ def checked_archive(
     docids, rels = table.column("docid").to_pylist(), table.column("relpath").to_pylist()
     if len(docids) != rows or len(set(docids)) != rows or dict(zip(docids, rels, strict=True)) != _subset(rel, docids):
         raise ValueError(f"{path} does not hold the shard's {rows} checkpointed documents at their docmap relpaths")
-    return list(zip(rels, table.column("text").to_pylist(), strict=True))
+    texts = table.column("text").cast(pa.binary()).to_pylist()  # the file's bytes: no decode and encode again
+    return list(zip(rels, texts, strict=True))
 
 
 def _subset(rel: dict[str, str], docids: list[str]) -> dict[str, str] | None:

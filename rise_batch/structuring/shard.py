@@ -56,22 +56,49 @@ def shard_relpaths(out_dir: AnyPath, shard_id: int) -> dict[str, str]:
     return dict(zip(docids, rels, strict=True))
 
 
-def _write_doc(path: Path, text: str, made: set[Path] | None = None, fresh: bool = False) -> None:
-    """One corpus/<relpath> file, atomically; `made` remembers directories already created (one mkdir each).
-
-    `fresh`: `path` is in a staging tree this process made and that appears as a whole (a node-local cache entry),
-    so the file is created in place (O_EXCL | O_NOFOLLOW: never through a planted name, never twice) instead of via
-    a temporary and a rename, which cost a third of the time of a node's docs tree."""
-    if made is None or path.parent not in made:
+def _write_doc(path: Path, text: str, made: set[Path]) -> None:
+    """One corpus/<relpath> file, atomically; `made` remembers directories already created (one mkdir each)."""
+    if path.parent not in made:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if made is not None:
-            made.add(path.parent)
-    if not fresh:
-        write_text_atomic(path, text)
-        return
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-    with open(fd, "wb") as f:
-        f.write(text.encode("utf-8"))
+        made.add(path.parent)
+    write_text_atomic(path, text)
+
+
+CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+OPEN_DIRS = 64  # directory descriptors kept open while creating files (a corpus may have thousands of hosts)
+
+
+def _create_in_place(dest: Path, docs: Iterable[tuple[str, str | bytes]]) -> int:
+    """Each file created in place below `dest`, a staging tree this process made and that appears whole once
+    finished (a node-local cache entry): no temporary and rename per file, which cost a third of a node's docs tree.
+    O_EXCL | O_NOFOLLOW: never through a planted name, never twice. Created relative to its directory's descriptor
+    (opened once per directory, no link followed), with os.write: a node writes a million of them."""
+    dirs: dict[str, int] = {}
+    n = 0
+    try:
+        for rel, text in docs:
+            head, _, name = rel.rpartition("/")
+            dfd = dirs.get(head)
+            if dfd is None:
+                if len(dirs) >= OPEN_DIRS:
+                    for fd in dirs.values():
+                        os.close(fd)
+                    dirs.clear()
+                where = dest / head
+                where.mkdir(parents=True, exist_ok=True)
+                dfd = dirs[head] = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(name, CREATE, 0o666, dir_fd=dfd)
+            try:
+                view = memoryview(text if isinstance(text, bytes) else text.encode("utf-8"))
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+            n += 1
+    finally:
+        for fd in dirs.values():
+            os.close(fd)
+    return n
 
 
 def shard_texts(
@@ -112,7 +139,7 @@ def materialize_shard(
     fresh: bool = False,
 ) -> int:
     """Write <dest>/<relpath> (default OUT/corpus/) for every checkpointed doc of a shard (`shard_texts`); returns
-    how many. `fresh`: `dest` is a staging tree that appears whole once finished (see `_write_doc`)."""
+    how many. `fresh`: `dest` is a staging tree that appears whole once finished (see `_create_in_place`)."""
     return write_docs(
         dest if dest is not None else Path(out_dir) / "corpus",
         ((rel, text) for _, rel, text in shard_texts(out_dir, spec, max_chars, rows, rendered)),
@@ -120,12 +147,15 @@ def materialize_shard(
     )
 
 
-def write_docs(dest: Path, docs: Iterable[tuple[str, str]], fresh: bool = False) -> int:
-    """Each (relpath, text) written at dest/relpath (relpaths already checked safe, see `shard_relpaths`)."""
+def write_docs(dest: Path, docs: Iterable[tuple[str, str | bytes]], fresh: bool = False) -> int:
+    """Each (relpath, text) written at dest/relpath (relpaths already checked safe, see `shard_relpaths`): atomically,
+    or created in place when `dest` is a `fresh` staging tree (`_create_in_place`). Returns how many."""
+    if fresh:
+        return _create_in_place(dest, docs)
     made: set[Path] = set()
     n = 0
     for rel, text in docs:
-        _write_doc(dest / rel, text, made, fresh)
+        _write_doc(dest / rel, text, made)  # type: ignore[arg-type]  # str: shard_texts
         n += 1
     return n
 
