@@ -39,7 +39,7 @@ from rise_batch.storage import ObjectPath, location
 from rise_batch.structuring.archive import checked_archive
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.structuring.job import MANIFEST
-from rise_batch.structuring.shard import materialize_shard, shard_relpaths, write_docs
+from rise_batch.structuring.shard import docmap_by_shard, materialize_shard, shard_relpaths, write_docs
 from rise_batch.structuring.verify import require_intact
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,8 @@ def make_tree(tmp: Path, uri: str, shards: list, max_chars: int, workers: int | 
     archive does not check (said, one line per shard). Returns (documents written, bytes read from the source).
     Each file is created in place (the entry appears whole once its marker is written and it is renamed, so no
     per-file temporary is needed)."""
-    calls = [(tmp, uri, s, max_chars) for s in shards]
+    slices = docmap_by_shard(tmp)
+    calls = [(tmp, uri, s, max_chars, slices.get(s.shard_id)) for s in shards]
     n, read, rendered = 0, 0, set()
     for spec, (docs, archive_bytes, why) in zip(
         shards, process_map(node_shard, calls, min(workers or node_cpus(), len(calls))), strict=True
@@ -130,22 +131,24 @@ def make_tree(tmp: Path, uri: str, shards: list, max_chars: int, workers: int | 
     return n, read + sum(location(src).stat().st_size for src in rendered)
 
 
-def node_shard(tmp: Path, uri: str, spec: ShardSpec, max_chars: int) -> tuple[int, int | None, str]:
+def node_shard(tmp: Path, uri: str, spec: ShardSpec, max_chars: int, part=None) -> tuple[int, int | None, str]:
     """corpus/<relpath> of one shard under `tmp` (see `make_tree`): unpacked from its archive when its done marker
     names one and it checks (structuring/archive.py), else rendered from the checkpoint and the corpus. Returns
-    (documents written, the archive's bytes or None when rendered, why an archive was not used or "")."""
+    (documents written, the archive's bytes or None when rendered, why an archive was not used or ""). `part`: the
+    shard's docmap rows (`docmap_by_shard`), else read here."""
+    rel = shard_relpaths(tmp, spec.shard_id, part)
     marker = CheckpointStore(tmp).shard_stats(spec.shard_id)
     record = marker.get("archive")
     why = ""
     if isinstance(record, dict):
         rows = sum(int(p.get("rows", 0)) for p in marker.get("parts") or [])
         try:
-            docs = checked_archive(location(uri), spec.shard_id, record, rows, shard_relpaths(tmp, spec.shard_id))
+            docs = checked_archive(location(uri), spec.shard_id, record, rows, rel)
         except ValueError as e:
             why = str(e)
         else:
             return write_docs(tmp / "corpus", docs, fresh=True), int(record["bytes"]), ""
-    return materialize_shard(tmp, spec, max_chars, None, None, tmp / "corpus", True), None, why
+    return materialize_shard(tmp, spec, max_chars, None, None, tmp / "corpus", True, rel), None, why
 
 
 def localize(cfg: Any, uses_index: bool) -> tuple[Any, dict[str, dict]]:

@@ -1,5 +1,6 @@
-"""A node's docs tree rendered by several spawned processes (agent/inputs.make_tree, an OUT without archives) is the one `structure`
-wrote: same files, same bytes; and a name planted in the staging tree is never written through."""
+"""A node's docs tree rendered by several spawned processes (agent/inputs.make_tree, an OUT without archives) is
+the one `structure` wrote: same files, same bytes; and a name planted in the staging tree is never written
+through."""
 
 from __future__ import annotations
 
@@ -52,3 +53,19 @@ def test_a_planted_link_in_the_staging_tree_is_not_written_through(out, tmp_path
     with pytest.raises(OSError):
         make_tree(tmp, str(out), shards, max_chars, workers=1)
     assert victim.read_text() == "mine"
+
+
+def test_the_docmap_read_once_gives_each_shard_its_own_rows(out):
+    """make_tree reads docmap.parquet once and hands each process its shard's rows (a compact copy: pickled, it
+    carries those rows only, not the whole map)."""
+    import pickle
+
+    from rise_batch.safe_read import read_parquet
+    from rise_batch.structuring.shard import docmap_by_shard, shard_relpaths
+
+    slices = docmap_by_shard(out)
+    assert sorted(slices) == [0, 1, 2, 3, 4]
+    for i, part in slices.items():
+        assert shard_relpaths(out, i, part) == shard_relpaths(out, i) and part.num_rows in (4, 5)
+    whole = len(pickle.dumps(read_parquet(out / "docmap.parquet", columns=["docid", "relpath"])))
+    assert len(pickle.dumps(slices[0])) < whole
