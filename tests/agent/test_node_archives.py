@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from rise_batch.agent.inputs import local_docs, make_tree
+from rise_batch.agent.originals import original_docs
 from rise_batch.cli import main
 from rise_batch.corpus.scan import shards_from_json
 from rise_batch.storage import location
@@ -60,6 +61,9 @@ def test_the_tree_unpacked_from_archives_is_the_posix_runs(out, ref, tmp_path, c
     assert got.bytes == copied + sum(r["bytes"] for r in records.values())
     again = local_docs(str(out), tmp_path / "cache")  # a checked copy is reused
     assert again.reused and again.path == got.path and again.bytes == 0
+    # the original-text twin derives from the unpacked tree, each original checked against its content hash
+    twin = original_docs(got.path, workers=1)
+    assert twin == got.path / "original" and len(tree(twin / "corpus")) == 24
 
 
 def damage(path, how: str) -> None:
