@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -46,13 +47,16 @@ def derived(scratch: Path, docs: int, src: Path) -> Path:
 def cli(code: Path, args: list, env: dict) -> tuple[dict, float]:
     """`rise-batch ARGS --json` of the checkout at `code`: (its stats, wall seconds)."""
     cmd = [sys.executable, "-m", "rise_batch.cli", *map(str, args), "--json"]
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(cmd, env=env | {"PYTHONPATH": str(code)}, cwd=code, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[3:5])} ({code}) exited {r.returncode}:\n{r.stderr[-3000:]}")
     out = r.stdout[r.stdout.index("{") :]
-    return json.loads(out[: out.rindex("}") + 1]), round(wall, 2)
+    stats = json.loads(out[: out.rindex("}") + 1])
+    # the command's CPU, its spawned processes' included: user (Python) and system (the kernel: file creation)
+    stats["cpu"] = {"user_s": round(cpu.ru_utime - cpu0.ru_utime, 2), "sys_s": round(cpu.ru_stime - cpu0.ru_stime, 2)}
+    return stats, round(wall, 2)
 
 
 def prepare(a: argparse.Namespace, env: dict, bucket: str, work: Path) -> tuple[str, Path]:
@@ -73,11 +77,17 @@ def prepare(a: argparse.Namespace, env: dict, bucket: str, work: Path) -> tuple[
     return out, write_queries(work / "q.jsonl", titles, 2)
 
 
-def fresh_node(code: Path, out: str, queries: Path, work: Path, url: str, env: dict, workers: int) -> dict[str, Any]:
-    """One run on an empty cache: the node's figures from the run's stats."""
+def fresh_node(
+    code: Path, out: str, queries: Path, work: Path, url: str, env: dict, workers: int, rest_s: float = 0.0
+) -> dict[str, Any]:
+    """One run on an empty cache: the node's figures from the run's stats. `rest_s` after the previous run's cache
+    is removed: ext4 without a journal (this VM's) passes over inodes freed in the last ~35 s when it creates a
+    file, which makes creating files right after removing as many up to 10x slower; a fresh node has not."""
     cache, run = work / "cache", work / "run"
-    shutil.rmtree(cache, ignore_errors=True)
-    shutil.rmtree(run, ignore_errors=True)
+    if cache.exists() or run.exists():
+        shutil.rmtree(cache, ignore_errors=True)
+        shutil.rmtree(run, ignore_errors=True)
+        time.sleep(rest_s)
     load = os.getloadavg()[0]
     try:
         args = [
@@ -106,13 +116,14 @@ def fresh_node(code: Path, out: str, queries: Path, work: Path, url: str, env: d
         return {"failed": str(e).strip().splitlines()[-1][-300:], "load_1m": round(load, 2)}
     (node,) = stats["cache"].values()
     inputs = node["inputs"]
-    shutil.rmtree(cache, ignore_errors=True)
-    shutil.rmtree(run, ignore_errors=True)
     return {
         "first_trajectory_s": node["first_trajectory_s"],
         "docs_s": inputs["docs"]["seconds"],
+        "docs_mb": round(inputs["docs"]["bytes"] / 1e6, 1),
         "index_s": inputs["index"]["seconds"],
         "wall_s": wall,
+        "cpu_user_s": stats["cpu"]["user_s"],
+        "cpu_sys_s": stats["cpu"]["sys_s"],
         "load_1m": round(load, 2),
     }
 
@@ -133,7 +144,7 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
         for rep, mode in rounds(a.reps, a.modes, a.busy, a.settle_s):
             for name, code in codes.items():
                 row = {"rep": rep, "mode": mode, "code": name}
-                row |= fresh_node(code, out, queries, work, server.base_url, env, a.workers)
+                row |= fresh_node(code, out, queries, work, server.base_url, env, a.workers, a.rest_s)
                 print(json.dumps(row), flush=True)
                 res["runs"].append(row)
     finally:
@@ -150,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--modes", default="idle,busy", help="idle, busy or both (comma-separated)")
     ap.add_argument("--busy", type=int, default=2 * (os.cpu_count() or 1), help="CPU-bound processes when busy")
     ap.add_argument("--settle-s", type=float, default=5.0, help="wait after starting the busy processes")
+    ap.add_argument("--rest-s", type=float, default=40.0, help="wait after removing a run's cache (see fresh_node)")
     ap.add_argument("--code", action="append", default=[], help="NAME=PATH of another checkout to compare")
     ap.add_argument("--name", default="after", help="this checkout's name in the results")
     ap.add_argument("--workers", type=int, default=0, help="the run's --workers (0: the node is this process)")

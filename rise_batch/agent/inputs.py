@@ -2,8 +2,9 @@
 
 The agent's workspace hardlinks documents, `rg` reads files and the index is memory-mapped: all three need a POSIX
 tree on the node's own disk, on the file system its workspaces are on. A `--docs` in object storage is a `structure`
-OUT there, which holds the checkpoint but no file per document, so its tree is materialized from the checkpoint and
-the corpus, by every core of the node (a spawned process per core, a shard at a time); an index is copied. Each
+OUT there, which holds the checkpoint and one archive of rendered files per shard but no file per document, so its
+tree is unpacked from those archives (or, for an OUT without them, rendered from the checkpoint and the corpus), by
+every core of the node (a spawned process per core, a shard at a time); an index is copied. Each
 worker asks for them when it starts (`localize`), and the node-local cache (rise_batch/cache.py, under the run's
 `cache_dir`) makes each one once per node: the other workers of the node wait for that copy, later runs reuse it.
 The driver only checks that the sources are whole (`check_sources`): it never needs the trees itself.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from rise_batch.cache import (
     materialize,
     read_objects,
 )
+from rise_batch.corpus.readers import ShardSpec
 from rise_batch.corpus.scan import shards_from_json
 from rise_batch.errors import ConfigError
 from rise_batch.executor.local import node_cpus, process_map
@@ -33,9 +36,13 @@ from rise_batch.index.build import META_FILE
 from rise_batch.index.search import index_marker
 from rise_batch.io import read_json
 from rise_batch.storage import ObjectPath, location
+from rise_batch.structuring.archive import checked_archive
+from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.structuring.job import MANIFEST
-from rise_batch.structuring.shard import materialize_shard
+from rise_batch.structuring.shard import docmap_by_shard, materialize_shard, shard_relpaths, write_docs
 from rise_batch.structuring.verify import require_intact
+
+log = logging.getLogger(__name__)
 
 
 def _docs_source(uri: str) -> tuple[ObjectPath, dict[str, Any], list]:
@@ -65,8 +72,9 @@ def check_sources(cfg: Any, uses_index: bool) -> None:
 def local_docs(uri: str, root: Path) -> Cached:
     """A docs directory built from a `structure` OUT in object storage, under `root/docs/`: its checkpoint, stats,
     docmap.parquet and manifest.json copied (a structure OUT again, so the original-text twin is derived from it
-    and checked against the checkpoint's content hashes as for any OUT), and corpus/<relpath> rendered from that
-    local checkpoint and the corpus. Refuses an unfinished or damaged run, naming it. Its bytes are what it reads:
+    and checked against the checkpoint's content hashes as for any OUT), and corpus/<relpath> unpacked from the
+    shards' archives, each checked against its done marker (`make_tree`), or rendered from that local checkpoint
+    and the corpus. Refuses an unfinished or damaged run, naming it. Its bytes are what it reads:
     the objects copied and the corpus files. The copy is checked against the OUT on every use: its manifest and
     done markers byte for byte, each checkpoint part against the BLAKE2b digest the OUT's done marker records."""
     out, manifest, shards = _docs_source(uri)
@@ -77,13 +85,13 @@ def local_docs(uri: str, root: Path) -> Cached:
 
     def fill(tmp: Path) -> int:
         read = copy_objects(out, listing, tmp)
-        n = render_tree(tmp, shards, manifest["config"]["max_doc_chars"])
+        n, bulk = make_tree(tmp, uri, shards, manifest["config"]["max_doc_chars"])
         if n != manifest["n_docs"]:
             raise ConfigError(
                 f"docs {out}: {n} of {manifest['n_docs']} documents are structured (an unfinished run): finish it "
                 "with `rise-batch structure` first"
             )
-        return read + sum(location(src).stat().st_size for src in {s.source for s in shards})
+        return read + bulk
 
     return materialize(root, "docs", key, fill, source, str(out))
 
@@ -100,13 +108,47 @@ def _recorded(out: ObjectPath, listing: list[tuple[str, int]]) -> Source:
     return Source(dict(listing), exact, digests)
 
 
-def render_tree(tmp: Path, shards: list, max_chars: int, workers: int | None = None) -> int:
-    """corpus/<relpath> of every shard under the staging entry `tmp` (its checkpoint and docmap already copied
-    there), rendered by one spawned process per core of the node (`workers`, default all of them), each shard
-    whole in one process; returns the documents written. Each file is created in place (the entry appears whole
-    once its marker is written and it is renamed, so no per-file temporary is needed)."""
-    calls = [(tmp, s, max_chars, None, None, None, True) for s in shards]
-    return sum(process_map(materialize_shard, calls, min(workers or node_cpus(), len(calls))))
+def make_tree(tmp: Path, uri: str, shards: list, max_chars: int, workers: int | None = None) -> tuple[int, int]:
+    """corpus/<relpath> of every shard under the staging entry `tmp` (its checkpoint, stats and docmap already
+    copied there from the OUT `uri`), one shard at a time in each of one spawned process per core of the node
+    (`workers`, default all of them): unpacked from the shard's archive, or rendered when it has none or its
+    archive does not check (said, one line per shard). Returns (documents written, bytes read from the source).
+    Each file is created in place (the entry appears whole once its marker is written and it is renamed, so no
+    per-file temporary is needed)."""
+    slices = docmap_by_shard(tmp)
+    calls = [(tmp, uri, s, max_chars, slices.get(s.shard_id)) for s in shards]
+    n, read, rendered = 0, 0, set()
+    for spec, (docs, archive_bytes, why) in zip(
+        shards, process_map(node_shard, calls, min(workers or node_cpus(), len(calls))), strict=True
+    ):
+        n += docs
+        if archive_bytes is None:
+            rendered.add(spec.source)
+        else:
+            read += archive_bytes
+        if why:
+            log.warning("docs %s: shard %d rendered from the checkpoint and the corpus: %s", uri, spec.shard_id, why)
+    return n, read + sum(location(src).stat().st_size for src in rendered)
+
+
+def node_shard(tmp: Path, uri: str, spec: ShardSpec, max_chars: int, part=None) -> tuple[int, int | None, str]:
+    """corpus/<relpath> of one shard under `tmp` (see `make_tree`): unpacked from its archive when its done marker
+    names one and it checks (structuring/archive.py), else rendered from the checkpoint and the corpus. Returns
+    (documents written, the archive's bytes or None when rendered, why an archive was not used or ""). `part`: the
+    shard's docmap rows (`docmap_by_shard`), else read here."""
+    rel = shard_relpaths(tmp, spec.shard_id, part)
+    marker = CheckpointStore(tmp).shard_stats(spec.shard_id)
+    record = marker.get("archive")
+    why = ""
+    if isinstance(record, dict):
+        rows = sum(int(p.get("rows", 0)) for p in marker.get("parts") or [])
+        try:
+            docs = checked_archive(location(uri), spec.shard_id, record, rows, rel)
+        except ValueError as e:
+            why = str(e)
+        else:
+            return write_docs(tmp / "corpus", docs, fresh=True), int(record["bytes"]), ""
+    return materialize_shard(tmp, spec, max_chars, None, None, tmp / "corpus", True, rel), None, why
 
 
 def localize(cfg: Any, uses_index: bool) -> tuple[Any, dict[str, dict]]:

@@ -119,11 +119,20 @@ class CheckpointStore:
     def is_done(self, shard_id: int) -> bool:
         return self.stats_path(shard_id).exists()
 
-    def mark_done(self, shard_id: int, stats: dict, parts: list[tuple[AnyPath, list[DocResult]]] | None = None) -> None:
+    def mark_done(
+        self,
+        shard_id: int,
+        stats: dict,
+        parts: list[tuple[AnyPath, list[DocResult]]] | None = None,
+        archive: dict | None = None,
+    ) -> None:
         """The done marker: the shard's stats (ShardStats.marker_json) plus, under "parts", what they cover (read
-        back by verify.py; ShardStats.from_marker leaves it out). Then the shard's reply journal goes."""
+        back by verify.py; ShardStats.from_marker leaves it out) and, under "archive", the shard's archive of
+        files in object storage (structuring/archive.py). Then the shard's reply journal goes."""
         if parts is not None:
             stats = stats | {"parts": [part_record(p, rows) for p, rows in parts]}
+        if archive is not None:
+            stats = stats | {"archive": archive}
         write_json_atomic(self.stats_path(shard_id), stats, indent=None, sort_keys=True, ensure_ascii=True)
         self.journal_path(shard_id).unlink(missing_ok=True)
 

@@ -21,7 +21,7 @@ import asyncio
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from rise_batch.config import StructureConfig
@@ -30,8 +30,10 @@ from rise_batch.corpus.readers import ShardSpec, read_shard
 from rise_batch.io import write_text_atomic
 from rise_batch.llm.errors import KeyRefused
 from rise_batch.llm.retry import is_transient
+from rise_batch.safe_read import read_parquet
 from rise_batch.storage import AnyPath, ObjectPath, arrow_source, location
 from rise_batch.structure.backends import error_result, render_result
+from rise_batch.structuring.archive import write_archive
 from rise_batch.structuring.budget import BudgetExceeded
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.structuring.stats import OnDoc, ShardStats
@@ -41,36 +43,116 @@ STOPS = (BudgetExceeded, KeyRefused)  # stop the job: no new documents, finished
 RETAIN_CHARS = 100_000_000  # rendered text kept per shard for materialize; past it, docs are re-read and re-rendered
 
 
-def shard_relpaths(out_dir: AnyPath, shard_id: int) -> dict[str, str]:
-    """This shard's slice of docmap.parquet: a worker never loads the whole 1M-row map."""
-    import pyarrow.dataset as ds
-
+def shard_relpaths(out_dir: AnyPath, shard_id: int, table=None) -> dict[str, str]:
+    """This shard's slice of docmap.parquet (a worker never loads the whole 1M-row map), or of `table`, the slice
+    `docmap_by_shard` already cut from it, checked safe."""
     path = out_dir / "docmap.parquet"
-    where, fs = arrow_source(path)
-    table = ds.dataset(where, filesystem=fs).to_table(
-        columns=["docid", "relpath"], filter=ds.field("shard") == shard_id
-    )
+    if table is None:
+        import pyarrow.dataset as ds
+
+        where, fs = arrow_source(path)
+        table = ds.dataset(where, filesystem=fs).to_table(
+            columns=["docid", "relpath"], filter=ds.field("shard") == shard_id
+        )
     # joined to OUT/corpus/ and written: one unsafe row would write outside the run (checked before any write)
     docids, rels = checked_columns(table, f"{path} (shard {shard_id})")
     return dict(zip(docids, rels, strict=True))
 
 
-def _write_doc(path: Path, text: str, made: set[Path] | None = None, fresh: bool = False) -> None:
-    """One corpus/<relpath> file, atomically; `made` remembers directories already created (one mkdir each).
+def docmap_by_shard(docs_dir: Path) -> dict:
+    """shard id -> that shard's (docid, relpath) rows of docs_dir/docmap.parquet, read once: its one row group
+    decoded per shard would cost a node ~0.2 s of CPU a shard at 1M documents (200 s for 1,000 shards)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-    `fresh`: `path` is in a staging tree this process made and that appears as a whole (a node-local cache entry),
-    so the file is created in place (O_EXCL | O_NOFOLLOW: never through a planted name, never twice) instead of via
-    a temporary and a rename, which cost a third of the time of a node's docs tree."""
-    if made is None or path.parent not in made:
+    table = read_parquet(docs_dir / "docmap.parquet", columns=["docid", "relpath", "shard"])
+    if table.num_rows == 0:
+        return {}
+    table = table.take(pc.sort_indices(table.column("shard"))).combine_chunks()
+    shard = table.column("shard").to_numpy()
+    cuts = np.flatnonzero(np.diff(shard)) + 1
+    pairs = table.select(["docid", "relpath"])
+    # each a compact copy (take), as a slice would carry the whole map when pickled to a process
+    return {
+        int(shard[lo]): pairs.slice(lo, hi - lo).take(pa.array(np.arange(hi - lo)))
+        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(shard)], strict=True)
+    }
+
+
+def _write_doc(path: Path, text: str, made: set[Path]) -> None:
+    """One corpus/<relpath> file, atomically; `made` remembers directories already created (one mkdir each)."""
+    if path.parent not in made:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if made is not None:
-            made.add(path.parent)
-    if not fresh:
-        write_text_atomic(path, text)
-        return
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-    with open(fd, "wb") as f:
-        f.write(text.encode("utf-8"))
+        made.add(path.parent)
+    write_text_atomic(path, text)
+
+
+CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+OPEN_DIRS = 64  # directory descriptors kept open while creating files (a corpus may have thousands of hosts)
+
+
+def _create_in_place(dest: Path, docs: Iterable[tuple[str, str | bytes]]) -> int:
+    """Each file created in place below `dest`, a staging tree this process made and that appears whole once
+    finished (a node-local cache entry): no temporary and rename per file, which cost a third of a node's docs tree.
+    O_EXCL | O_NOFOLLOW: never through a planted name, never twice. Created relative to its directory's descriptor
+    (opened once per directory, no link followed), with os.write: a node writes a million of them."""
+    dirs: dict[str, int] = {}
+    n = 0
+    try:
+        for rel, text in docs:
+            head, _, name = rel.rpartition("/")
+            dfd = dirs.get(head)
+            if dfd is None:
+                if len(dirs) >= OPEN_DIRS:
+                    for fd in dirs.values():
+                        os.close(fd)
+                    dirs.clear()
+                where = dest / head
+                where.mkdir(parents=True, exist_ok=True)
+                dfd = dirs[head] = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(name, CREATE, 0o666, dir_fd=dfd)
+            try:
+                view = memoryview(text if isinstance(text, bytes) else text.encode("utf-8"))
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+            n += 1
+    finally:
+        for fd in dirs.values():
+            os.close(fd)
+    return n
+
+
+def shard_texts(
+    out_dir: AnyPath,
+    spec: ShardSpec,
+    max_chars: int,
+    rows: list[DocResult] | None = None,
+    rendered: dict[str, str] | None = None,
+    rel: dict[str, str] | None = None,
+) -> Iterator[tuple[str, str, str]]:
+    """(docid, relpath, text) of every checkpointed doc of a shard: its structured text, or the original text. The
+    one source of a shard's files, whether written as files (`materialize_shard`) or into its archive (archive.py).
+
+    `rendered` holds texts the backend already rendered in this process; only docs missing from it (checkpointed
+    by an earlier, interrupted run) cost a re-read of the shard and a re-render from their checkpoint row. `rel`:
+    the shard's docid -> relpath, when the caller has it (`shard_relpaths`).
+    """
+    store = CheckpointStore(out_dir)
+    by_id = {r.docid: r for r in (rows if rows is not None else store.read_rows(spec.shard_id))}
+    rel = rel if rel is not None else shard_relpaths(out_dir, spec.shard_id)
+    rendered = rendered or {}
+    have = by_id.keys() & rendered.keys()
+    for docid in have:
+        yield docid, rel[docid], rendered[docid]
+    if len(by_id) > len(have):
+        for doc in read_shard(spec, max_chars):
+            row = by_id.get(doc.docid)
+            if row is None or doc.docid in rendered:
+                continue
+            yield doc.docid, rel[doc.docid], render_result(doc.text, row)
 
 
 def materialize_shard(
@@ -81,30 +163,27 @@ def materialize_shard(
     rendered: dict[str, str] | None = None,
     dest: Path | None = None,
     fresh: bool = False,
+    rel: dict[str, str] | None = None,
 ) -> int:
-    """Write <dest>/<relpath> (default OUT/corpus/) for every checkpointed doc of a shard: structured text, or the
-    original text. `fresh`: `dest` is a staging tree that appears whole once finished (see `_write_doc`).
+    """Write <dest>/<relpath> (default OUT/corpus/) for every checkpointed doc of a shard (`shard_texts`); returns
+    how many. `fresh`: `dest` is a staging tree that appears whole once finished (see `_create_in_place`)."""
+    return write_docs(
+        dest if dest is not None else Path(out_dir) / "corpus",
+        ((rel, text) for _, rel, text in shard_texts(out_dir, spec, max_chars, rows, rendered, rel)),
+        fresh,
+    )
 
-    `rendered` holds texts the backend already rendered in this process; only docs missing from it (checkpointed
-    by an earlier, interrupted run) cost a re-read of the shard and a re-render from their checkpoint row.
-    """
-    store = CheckpointStore(out_dir)
-    dest = dest if dest is not None else Path(out_dir) / "corpus"
-    by_id = {r.docid: r for r in (rows if rows is not None else store.read_rows(spec.shard_id))}
-    rel = shard_relpaths(out_dir, spec.shard_id)
-    rendered = rendered or {}
+
+def write_docs(dest: Path, docs: Iterable[tuple[str, str | bytes]], fresh: bool = False) -> int:
+    """Each (relpath, text) written at dest/relpath (relpaths already checked safe, see `shard_relpaths`): atomically,
+    or created in place when `dest` is a `fresh` staging tree (`_create_in_place`). Returns how many."""
+    if fresh:
+        return _create_in_place(dest, docs)
     made: set[Path] = set()
     n = 0
-    for docid in by_id.keys() & rendered.keys():
-        _write_doc(dest / rel[docid], rendered[docid], made, fresh)
+    for rel, text in docs:
+        _write_doc(dest / rel, text, made)  # type: ignore[arg-type]  # str: shard_texts
         n += 1
-    if len(by_id) > n:
-        for doc in read_shard(spec, max_chars):
-            row = by_id.get(doc.docid)
-            if row is None or doc.docid in rendered:
-                continue
-            _write_doc(dest / rel[doc.docid], render_result(doc.text, row), made, fresh)
-            n += 1
     return n
 
 
@@ -308,16 +387,22 @@ async def finish_shard(
     `online()` gives the online loop's figures for the marker once the files are written: (documents an earlier run
     had checkpointed, the shard's seconds). In
     object storage no corpus/ file is written (not a million small objects): the checkpoint is the structured
-    corpus there, and `rise-batch materialize` builds the file tree where it is used.
+    corpus there, the shard's files are one archive object (structuring/archive.py) a node unpacks, and
+    `rise-batch materialize` builds the file tree where it is used.
     """
     store = CheckpointStore(out)
     parts = store.read_parts(spec.shard_id)
     rows = [row for _, part in parts for row in part]
+    archive = None
+    # file writes block for ~1 ms each: off the event loop, so the requests of other shards keep flowing
     if not isinstance(store.root, ObjectPath):
-        # file writes block for ~1 ms each: off the event loop, so the requests of other shards keep flowing
         await asyncio.to_thread(materialize_shard, out, spec, max_chars, rows, rendered)
+    else:  # the shard's files in one object, for the nodes that make the tree (structuring/archive.py)
+        texts = shard_texts(out, spec, max_chars, rows, rendered)
+        archive = await asyncio.to_thread(write_archive, out, spec.shard_id, texts)
     stats = ShardStats.of_rows(rows)
     if online is not None:
         stats.docs_resumed, stats.shard_seconds = online()
-    store.mark_done(spec.shard_id, stats.marker_json(), parts)  # records every part (rows, bytes, digest) it covers
+    # records every part (rows, bytes, digest) it covers, and the archive
+    store.mark_done(spec.shard_id, stats.marker_json(), parts, archive)
     return stats

@@ -1,5 +1,6 @@
-"""A node's docs tree rendered by several spawned processes (agent/inputs.render_tree) is the one `structure`
-wrote: same files, same bytes; and a name planted in the staging tree is never written through."""
+"""A node's docs tree rendered by several spawned processes (agent/inputs.make_tree, an OUT without archives) is
+the one `structure` wrote: same files, same bytes; and a name planted in the staging tree is never written
+through."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rise_batch.agent.inputs import render_tree
+from rise_batch.agent.inputs import make_tree
 from rise_batch.cli import main
 from rise_batch.corpus.scan import shards_from_json
 from tests.conftest import SAMPLE
@@ -38,7 +39,7 @@ def staging(out: Path, where: Path) -> tuple[Path, list, int]:
 def test_every_core_renders_the_tree_structure_wrote(out, tmp_path):
     tmp, shards, max_chars = staging(out, tmp_path / "entry")
     assert len(shards) == 5
-    assert render_tree(tmp, shards, max_chars, workers=2) == 24  # two spawned processes, a shard at a time
+    assert make_tree(tmp, str(out), shards, max_chars, workers=2)[0] == 24  # two spawned processes, a shard at a time
     assert tree(tmp / "corpus") == tree(out / "corpus") and len(tree(out / "corpus")) == 24
 
 
@@ -50,5 +51,21 @@ def test_a_planted_link_in_the_staging_tree_is_not_written_through(out, tmp_path
     (tmp / "corpus" / first).parent.mkdir(parents=True)
     os.symlink(victim, tmp / "corpus" / first)
     with pytest.raises(OSError):
-        render_tree(tmp, shards, max_chars, workers=1)
+        make_tree(tmp, str(out), shards, max_chars, workers=1)
     assert victim.read_text() == "mine"
+
+
+def test_the_docmap_read_once_gives_each_shard_its_own_rows(out):
+    """make_tree reads docmap.parquet once and hands each process its shard's rows (a compact copy: pickled, it
+    carries those rows only, not the whole map)."""
+    import pickle
+
+    from rise_batch.safe_read import read_parquet
+    from rise_batch.structuring.shard import docmap_by_shard, shard_relpaths
+
+    slices = docmap_by_shard(out)
+    assert sorted(slices) == [0, 1, 2, 3, 4]
+    for i, part in slices.items():
+        assert shard_relpaths(out, i, part) == shard_relpaths(out, i) and part.num_rows in (4, 5)
+    whole = len(pickle.dumps(read_parquet(out / "docmap.parquet", columns=["docid", "relpath"])))
+    assert len(pickle.dumps(slices[0])) < whole
