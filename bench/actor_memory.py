@@ -138,7 +138,7 @@ def child(root: Path, actor: int, searches: int, threads: int) -> None:
         import rise_batch.agent.stage  # noqa: F401
     from rise_batch.heap import keep_heap_small
     from rise_batch.index.retriever import open_retriever
-    from rise_batch.space.workspace import DocStore
+    from rise_batch.space.docstore import DocStore
 
     queries = json.loads((root / "queries.json").read_text())
     say = lambda **kw: print(json.dumps(kw), flush=True)  # noqa: E731
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> None:
     if not made_file.is_file():
         made_file.parent.mkdir(parents=True, exist_ok=True)
         made_file.write_text(json.dumps(synthesize(root, a.docs, a.terms, a.postings), indent=1))
-    from rise_batch.space.workspace import DocStore
+    from rise_batch.space.docstore import DocStore
 
     DocStore(root / "docs")  # the docs' table, derived once, as the first actor of a node derives it
     res = {"made": json.loads(made_file.read_text())}

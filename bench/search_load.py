@@ -36,9 +36,10 @@ from bench.pipeline_probe import start_fake_llm
 from bench.workspace import query_triples
 from rise_batch.agent.loop import thread_clock
 from rise_batch.index.retriever import open_retriever
+from rise_batch.space.docstore import DocStore
 from rise_batch.space.sandbox import Sandbox, SandboxLimits
 from rise_batch.space.tools import search_into
-from rise_batch.space.workspace import DocStore, Workspace
+from rise_batch.space.workspace import Workspace
 
 MB = 1024**2
 TARGETS = {"search": (20.0, 30.0), "search_link": (100.0, 200.0), "sandbox_true": (10.0, 15.0)}  # p50, p99 ms

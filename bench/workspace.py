@@ -27,10 +27,11 @@ from pathlib import Path
 from bench.common import DATA, SCRATCH, WIKI, Run, pct  # SCRATCH: where index_scale leaves its indexes
 from rise_batch.corpus.docmap import RelpathAssigner, frontmatter_title
 from rise_batch.corpus.readers import iter_docs
+from rise_batch.space.docstore import DocStore
 from rise_batch.space.fileview import snippet_line
 from rise_batch.space.sandbox import Sandbox, SandboxLimits
 from rise_batch.space.tools import search_into
-from rise_batch.space.workspace import DocStore, Workspace
+from rise_batch.space.workspace import Workspace
 
 TARGET_SEARCH_MS = 300.0
 TARGET_SANDBOX_MS = 10.0  # overhead p50

@@ -36,6 +36,8 @@ PURE = (
     "rise_batch.structure.backends",
     "rise_batch.index.tokenize",
     "rise_batch.space.workspace",
+    "rise_batch.space.docstore",
+    "rise_batch.space.manifest",
     "rise_batch.space.sandbox",
     "rise_batch.space.tools",
     "rise_batch.agent.loop",

@@ -102,7 +102,7 @@ def test_parquet_files_are_read_through_the_checked_descriptor(tmp_path: Path) -
     import pyarrow.parquet as pq
 
     from rise_batch.safe_read import read_parquet
-    from rise_batch.space.workspace import load_docmap
+    from rise_batch.space.docstore import load_docmap
 
     docs = tmp_path / "docs"
     docs.mkdir()

@@ -39,8 +39,8 @@ from rise_batch.llm.spend import BudgetExceeded, CostLimitReached, require_cap_p
 from rise_batch.progress import Progress as Shown
 from rise_batch.prompts import load_prompt, prompt_hash
 from rise_batch.queries import Query, gold_label, read_queries, select_gold
+from rise_batch.space.docstore import load_docmap
 from rise_batch.space.sandbox import probe
-from rise_batch.space.workspace import load_docmap
 from rise_batch.storage import AnyPath, ObjectPath, location, redact
 
 RUN_JSON = "run.json"

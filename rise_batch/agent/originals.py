@@ -23,8 +23,8 @@ from pathlib import Path
 
 from rise_batch.executor.local import process_map
 from rise_batch.safe_read import RefusedFile, open_regular, read_regular_file
+from rise_batch.space.docstore import DocStore
 from rise_batch.space.safe_open import Below, NotADocument, link_from, read_from
-from rise_batch.space.workspace import DocStore
 from rise_batch.structure.backends import content_hash
 from rise_batch.structure.render import strip_structure
 from rise_batch.structuring.checkpoint import CheckpointStore

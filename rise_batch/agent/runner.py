@@ -37,8 +37,8 @@ from rise_batch.llm.errors import KeyRefused
 from rise_batch.names import safe_stem as safe_name  # a query id's file stem
 from rise_batch.prompts import load_prompt
 from rise_batch.queries import Query
+from rise_batch.space.docstore import DocStore
 from rise_batch.space.sandbox import SandboxLimits
-from rise_batch.space.workspace import DocStore
 from rise_batch.storage import AnyPath, ObjectPath, location, staging_path
 
 log = logging.getLogger(__name__)

@@ -25,9 +25,10 @@ from rise_batch.registry import Lazy, Registry
 
 if TYPE_CHECKING:
     from rise_batch.agent.loop import AgentRun
+    from rise_batch.space.docstore import DocStore
     from rise_batch.space.sandbox import SandboxLimits
     from rise_batch.space.tools import ToolSet
-    from rise_batch.space.workspace import DocStore, Workspace
+    from rise_batch.space.workspace import Workspace
 
 STRUCTURED, ORIGINAL = "structured", "original"
 

@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from rise_batch.space.workspace import FILES, MANIFEST, check_workspace
+    from rise_batch.space.manifest import FILES, MANIFEST, check_workspace
 
     ws_dir = Path(args.workspace)
     if args.ws_command == "search":
@@ -156,8 +156,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _search(args: argparse.Namespace, ws_dir) -> int:
     from rise_batch.index.retriever import default_retriever, open_retriever
+    from rise_batch.space.docstore import DocStore
     from rise_batch.space.tools import search_into
-    from rise_batch.space.workspace import DocStore, Workspace
+    from rise_batch.space.workspace import Workspace
 
     retriever = args.retriever or default_retriever(args.index)
     store = DocStore(local_docs_dir(args.docs))  # docs and index are checked before WS is made
@@ -185,7 +186,7 @@ def local_docs_dir(docs: str) -> str:
 def _info(ws_dir) -> int:
     from collections import Counter
 
-    from rise_batch.space.workspace import read_manifest
+    from rise_batch.space.manifest import read_manifest
 
     calls = Counter(a.call for a in read_manifest(ws_dir))
     print(f"workspace {ws_dir}: {sum(calls.values()):,} documents from {len(calls)} search calls")
@@ -201,9 +202,10 @@ def sample_walk(index_dir, docs_dir, ws_dir, queries: list[str], command: str | 
     import sys
 
     from rise_batch.index import load_index
+    from rise_batch.space.docstore import DocStore
     from rise_batch.space.sandbox import Sandbox, SandboxUnavailable
     from rise_batch.space.tools import search_into
-    from rise_batch.space.workspace import DocStore, Workspace
+    from rise_batch.space.workspace import Workspace
 
     shutil.rmtree(ws_dir, ignore_errors=True)
     ws = Workspace(ws_dir, DocStore(docs_dir), keep=True)

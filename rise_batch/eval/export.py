@@ -29,7 +29,7 @@ from typing import Any
 from rise_batch.agent.systems import get_system
 from rise_batch.eval.rundir import load_run
 from rise_batch.io import write_json_atomic, write_text_atomic
-from rise_batch.space.workspace import load_docmap
+from rise_batch.space.docstore import load_docmap
 from rise_batch.storage import AnyPath, ObjectPath, location
 
 BCP_COMPLETED, BCP_INCOMPLETE = "completed", "incomplete"

@@ -24,10 +24,10 @@ from typing import Any, NamedTuple
 from rise_batch.corpus.docmap import frontmatter_title
 from rise_batch.index.tokenize import TokenizerSettings, query_tokenizer
 from rise_batch.space import schemas
+from rise_batch.space.docstore import DocStore
 from rise_batch.space.fileview import MAX_READ_LINES
 from rise_batch.space.safe_open import NotADocument
 from rise_batch.space.tools import SearchIndex, ToolResult, ToolSet, one_query, read_in
-from rise_batch.space.workspace import DocStore
 from rise_batch.structure.anchors import body_start_line
 from rise_batch.structure.render import RANGE_DASH, one_line, parse_toc
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 from rise_batch.space import schemas
+from rise_batch.space.docstore import DocStore
 from rise_batch.space.fileview import (
     MAX_READ_LINES,
     SNIPPET_HEAD_BYTES,
@@ -33,7 +34,7 @@ from rise_batch.space.fileview import (
 )
 from rise_batch.space.safe_open import Below, NotADocument
 from rise_batch.space.sandbox import Sandbox, SandboxLimits
-from rise_batch.space.workspace import DocStore, Workspace
+from rise_batch.space.workspace import Workspace
 
 log = logging.getLogger(__name__)
 

@@ -22,21 +22,19 @@ nothing outside the workspace is ever linked into, replaced or unlinked.
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import shutil
 import stat
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
 import orjson
 
-from rise_batch.corpus import docmap_table
-from rise_batch.corpus.docmap import check_relpath, check_relpaths, checked_columns
-from rise_batch.safe_read import open_regular, read_parquet
+from rise_batch.space.docstore import DocStore
+from rise_batch.space.manifest import FILES, MANIFEST, MARKER, MARKER_TEXT, Arrival, check_workspace, read_manifest
 from rise_batch.space.safe_open import (
     THROUGH_LINK,
     Below,
@@ -47,14 +45,9 @@ from rise_batch.space.safe_open import (
     link_from,
     open_path,
 )
-from rise_batch.storage import location
 
 log = logging.getLogger(__name__)
 
-FILES = "files"
-MANIFEST = "manifest.jsonl"
-MARKER = ".rise-batch-workspace"  # written when the engine creates a workspace: only such a directory is used
-_MARKER_TEXT = b'{"made_by": "rise-batch", "version": 1}\n'
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_DIR_FDS = 256  # parent directories held open per workspace (a search's union spans a few hundred hosts)
 _DIR_MODE = 0o755  # readable by the unprivileged uid the sandbox runs as
@@ -64,139 +57,11 @@ _MISSING = (errno.ENOENT, errno.ENOTDIR)
 _ABSENT = "absent"  # _add_checked's answer for a document without a file (a refusal is another string)
 
 
-class DocStore:
-    """A materialized corpus: DIR/corpus/<relpath> files plus DIR/docmap.parquet (docid, relpath).
-
-    Every relpath is checked once here, so the joins below (workspace links, previews, reads) never leave corpus/.
-    The docs dir's own map is memory-mapped (DIR/docmap.strtab, derived on first use: rise_batch.corpus.docmap_table),
-    so the trajectory actors of a node share one copy of it.
-    """
-
-    def __init__(self, docs_dir: str | Path, relpaths: Mapping[str, str] | None = None) -> None:
-        self.dir = Path(docs_dir)
-        self.corpus_dir = self.dir / "corpus"
-        if not self.corpus_dir.is_dir():
-            raise FileNotFoundError(f"no corpus/ directory in {self.dir} (expected DIR/corpus/<relpath> files)")
-        if relpaths is not None:
-            check_relpaths(list(relpaths.values()), f"relpaths for {self.dir}", names=list(relpaths))
-        self.relpath: Mapping[str, str] = relpaths if relpaths is not None else docmap_table.mapped_docmap(self.dir)
-        self._docid: dict[str, str] | None = None
-        self.docs = Below(self.corpus_dir)
-        self.docs.fd()  # a corpus/ that is itself a symlink is refused here, before any document is opened
-
-    def docid(self, relpath: str) -> str | None:
-        if isinstance(self.relpath, docmap_table.MappedDocmap):  # the docs dir's own map: its reverse is mapped too
-            return self.relpath.docid(relpath)
-        if self._docid is None:
-            self._docid = {rel: d for d, rel in self.relpath.items()}
-        return self._docid.get(relpath)
-
-    def relpaths_of(self, docids: list[str]) -> list[str | None]:
-        """The relpath of each docid (None where there is none): the mapped docmap's batch lookup, in numpy."""
-        if isinstance(self.relpath, docmap_table.MappedDocmap):
-            return self.relpath.get_many(docids)
-        return [self.relpath.get(d) for d in docids]
-
-    def path(self, docid: str) -> Path | None:
-        rel = self.relpath.get(docid)
-        return None if rel is None else self.corpus_dir / rel
-
-    def read(self, docid: str, max_bytes: int | None = None) -> bytes | None:
-        """The document's bytes (at most max_bytes), None when it has no relpath or no file; NotADocument (one
-        line naming the path) for a link or a file that is not regular."""
-        rel = self.relpath.get(docid)
-        if rel is None:
-            return None
-        try:
-            return self.docs.read(rel, max_bytes)
-        except OSError as e:
-            if e.errno in _MISSING:
-                return None
-            raise
-
-    def __len__(self) -> int:
-        return len(self.relpath)
-
-
-def load_docmap(docs_dir: str | Path) -> dict[str, str]:
-    """docid -> relpath of a docs dir (or a `structure` OUT in object storage); a docmap holding one unsafe relpath
-    refuses the whole dir, naming the row."""
-    path = location(docs_dir) / "docmap.parquet"
-    if not path.exists():
-        raise FileNotFoundError(f"no docmap.parquet in {docs_dir} (written by `rise-batch structure`)")
-    table = read_parquet(path, columns=["docid", "relpath"])
-    docids, rels = checked_columns(table, f"{path}: refusing this docs dir")
-    return dict(zip(docids, rels, strict=True))
-
-
-class Arrival(NamedTuple):
-    docid: str
-    relpath: str
-    call: int  # which search call brought it (0-based)
-    seq: int  # arrival order within the workspace (0-based)
-    time: float  # unix seconds
-
-
 class AddResult(NamedTuple):
     new: list[str]  # docids that arrived with this call, in the order given
     present: int  # docids asked for that were already in the workspace
     missing: list[str]  # docids with no relpath in the docmap or no file on disk
     refused: dict[str, str] = {}  # docid -> why its file is not a document ("is a FIFO (named pipe)")
-
-
-_NOT_OURS = "not a workspace this project wrote; delete it"
-_ARRIVAL_TYPES = {"docid": (str,), "relpath": (str,), "call": (int,), "seq": (int,), "time": (int, float)}
-
-
-def read_manifest(ws_dir: str | Path) -> list[Arrival]:
-    """The arrivals recorded in WS/manifest.jsonl, opened as every file the engine reads (safe_read: below WS, no
-    link, a regular file) and each line checked to be exactly an arrival: a line of another shape, or an unsafe
-    relpath (it is joined below), refuses the workspace in one line naming the file and the line."""
-    path = Path(ws_dir) / MANIFEST
-    out: list[Arrival] = []
-    with open_regular(path, below=ws_dir) as f:
-        for n, raw in enumerate(f, 1):
-            if raw.strip():
-                out.append(_arrival(raw, f"{path}: line {n}"))
-    return out
-
-
-def check_workspace(ws_dir: str | Path) -> None:
-    """Refuse (one line naming it) a directory the engine did not make as a workspace: no marker file, or a marker,
-    manifest or files/ that is a link or not what it should be. Search, bash and read all ask this."""
-    ws = Path(ws_dir)
-    for name, want, what in (
-        (MARKER, stat.S_ISREG, "file"),
-        (MANIFEST, stat.S_ISREG, "file"),
-        (FILES, stat.S_ISDIR, "directory"),
-    ):
-        try:
-            mode = os.lstat(ws / name).st_mode
-        except FileNotFoundError:
-            if name == MARKER:
-                raise UnsafeDirectory(
-                    f"{ws} is not a workspace made by rise-batch (no {MARKER}); delete it, or give a new "
-                    "path to `workspace search`, which creates one"
-                ) from None
-            raise UnsafeDirectory(f"{ws} is not a whole workspace (no {name}); delete it and search again") from None
-        if not want(mode):
-            raise UnsafeDirectory(
-                f"{ws / name} {kind_of(mode)}, not a {what} the engine made; refusing this workspace (delete it and "
-                "search again)"
-            )
-
-
-def _arrival(raw: bytes, where: str) -> Arrival:
-    try:
-        rec = json.loads(raw)
-    except ValueError:  # UnicodeDecodeError too
-        raise ValueError(f"{where}: not JSON; {_NOT_OURS}") from None
-    ok = isinstance(rec, dict) and set(rec) == set(_ARRIVAL_TYPES)
-    if not ok or any(type(rec[k]) not in t for k, t in _ARRIVAL_TYPES.items()):  # type(): a bool is no call number
-        shown = repr(rec) if len(repr(rec)) <= 200 else repr(rec)[:200] + "..."
-        raise ValueError(f"{where}: {shown} is not an arrival (docid, relpath, call, seq, time); {_NOT_OURS}")
-    check_relpath(rec["relpath"], where, _NOT_OURS)
-    return Arrival(**rec)
 
 
 class Workspace:
@@ -240,7 +105,7 @@ class Workspace:
                 MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444, dir_fd=ws_fd
             )
             try:
-                os.write(fd, _MARKER_TEXT)
+                os.write(fd, MARKER_TEXT)
             finally:
                 os.close(fd)
             os.mkdir(FILES, _DIR_MODE, dir_fd=ws_fd)

@@ -14,7 +14,8 @@ from rise_batch.agent.workspace_root import MARKER
 from rise_batch.cli import main
 from rise_batch.config import ConfigError
 from rise_batch.prompts import load_prompt, prompt_hash
-from rise_batch.space.workspace import DocStore, read_manifest
+from rise_batch.space.docstore import DocStore
+from rise_batch.space.manifest import read_manifest
 from tests.agent.helpers import N_DOCS, read_trajectories, run_config, run_dir, title_query, write_queries
 from tests.conftest import sample_rows
 

@@ -19,8 +19,8 @@ from rise_batch.index import load_index
 from rise_batch.io import read_json, write_json_atomic
 from rise_batch.llm.client import LLMClient
 from rise_batch.prompts import load_prompt
+from rise_batch.space.docstore import DocStore
 from rise_batch.space.sandbox import SandboxLimits
-from rise_batch.space.workspace import DocStore
 from tests.llm.test_foreign_faults import Handler, Script
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from rise_batch.agent.originals import COMPLETE, OriginalMismatch, original_docs
-from rise_batch.space.workspace import DocStore, Workspace
+from rise_batch.space.docstore import DocStore
+from rise_batch.space.workspace import Workspace
 from rise_batch.structure.render import render
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.types import Section

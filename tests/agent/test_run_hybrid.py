@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rise_batch.fake_llm import FakeLLMServer
-from rise_batch.space.workspace import read_manifest
+from rise_batch.space.manifest import read_manifest
 from tests.agent.helpers import read_trajectories, run_dir, write_queries
 from tests.cli import cli as shared_cli
 from tests.conftest import REPO, sample_rows, write_jsonl

@@ -9,7 +9,8 @@ import pytest
 
 from rise_batch.corpus.docmap import UnsafePathError
 from rise_batch.corpus.docmap_table import DOCMAP_TABLE, MappedDocmap
-from rise_batch.space.workspace import DocStore, Workspace, load_docmap
+from rise_batch.space.docstore import DocStore, load_docmap
+from rise_batch.space.workspace import Workspace
 from tests.space.conftest import make_docs
 
 

@@ -118,7 +118,7 @@ def bracketed(text: str) -> set[str]:
 
 
 def test_export_bcp_has_every_field_bcp_reads(agent_world, fake_server, capsys):  # noqa: F811
-    from rise_batch.space.workspace import load_docmap
+    from rise_batch.space.docstore import load_docmap
 
     root = run_dir("export-bcp")
     files, qids = shapes(agent_world, root)

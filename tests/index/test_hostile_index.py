@@ -27,7 +27,7 @@ HANG_S = 120  # only a hang fails this
 def built(tmp_path_factory) -> tuple[Path, Path]:
     """A docs dir and its index, each table already derived once (as after a first search)."""
     from rise_batch.index import build_index, load_index
-    from rise_batch.space.workspace import DocStore
+    from rise_batch.space.docstore import DocStore
 
     root = tmp_path_factory.mktemp("hostile-index")
     docs, relpaths = make_docs(root / "docs")

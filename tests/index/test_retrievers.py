@@ -312,7 +312,7 @@ def test_workspace_search_with_the_dense_retriever(tmp_path, capsys):
     import shutil
 
     from rise_batch.index.dense import DenseIndex, build_dense
-    from rise_batch.space.workspace import read_manifest
+    from rise_batch.space.manifest import read_manifest
     from tests.agent.helpers import N_DOCS, world
 
     w = world()

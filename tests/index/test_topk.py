@@ -79,7 +79,7 @@ def test_top_k_of_a_large_corpus_with_many_ties_is_the_full_sort(k):
 SEARCHER = """
 import json, sys
 from rise_batch.index.retriever import open_retriever
-from rise_batch.space.workspace import DocStore
+from rise_batch.space.docstore import DocStore
 index = open_retriever(sys.argv[1], "bm25")
 hits = index.search(json.loads(sys.argv[2]), 100)
 print(json.dumps({"n": [len(h.docids) for h in hits],

@@ -27,9 +27,11 @@ from pathlib import Path
 import pytest
 
 from rise_batch.space import safe_open
+from rise_batch.space.docstore import DocStore
+from rise_batch.space.manifest import read_manifest
 from rise_batch.space.snippets import SnippetTocTools
 from rise_batch.space.tools import RetrievalTools, RiseTools, read_in, search_into
-from rise_batch.space.workspace import DocStore, Workspace, read_manifest
+from rise_batch.space.workspace import Workspace
 from tests.conftest import REPO, sample_rows, write_jsonl
 from tests.space.conftest import TEST_LIMITS, make_docs
 from tests.space.test_unsafe_paths import craft_docmap

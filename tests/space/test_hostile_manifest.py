@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from rise_batch.space.workspace import MANIFEST, MARKER, DocStore, Workspace, read_manifest
+from rise_batch.space.docstore import DocStore
+from rise_batch.space.manifest import MANIFEST, MARKER, read_manifest
+from rise_batch.space.workspace import Workspace
 from tests.conftest import REPO
 from tests.space.conftest import make_docs
 

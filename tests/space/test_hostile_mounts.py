@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from rise_batch.space import safe_open
+from rise_batch.space.docstore import DocStore
 from rise_batch.space.sandbox import Sandbox
 from rise_batch.space.tools import RetrievalTools, RiseTools, read_in
-from rise_batch.space.workspace import DocStore, Workspace
+from rise_batch.space.workspace import Workspace
 from tests.space.conftest import TEST_LIMITS
 from tests.space.test_hostile_docs import (  # noqa: F401 - fixtures
     _fresh_notices,

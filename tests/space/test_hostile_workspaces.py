@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rise_batch.space.workspace import FILES, MANIFEST
+from rise_batch.space.manifest import FILES, MANIFEST
 from tests.conftest import REPO, sample_rows, write_jsonl
 from tests.space.conftest import make_docs
 from tests.space.test_hostile_docs import other_fs  # noqa: F401  (a fixture: a directory on another file system)

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from rise_batch.space.docstore import DocStore
 from rise_batch.space.tools import RetrievalTools, search_into
-from rise_batch.space.workspace import DocStore, Workspace
+from rise_batch.space.workspace import Workspace
 from tests.conftest import sample_rows, write_jsonl
 from tests.space.conftest import make_docs
 

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from rise_batch.space.docstore import DocStore
 from rise_batch.space.sandbox import RunResult
 from rise_batch.space.tools import RiseTools
-from rise_batch.space.workspace import DocStore, Workspace
+from rise_batch.space.workspace import Workspace
 from tests.space.conftest import TEST_LIMITS, corpus_fingerprint
 
 TOKEN = f"rise{uuid.uuid4().hex[:12]}"

@@ -11,8 +11,8 @@ import pytest
 
 from rise_batch.agent.systems import get_system, open_tools
 from rise_batch.index import build_index, load_index
+from rise_batch.space.docstore import DocStore
 from rise_batch.space.snippets import SnippetTocTools, sections_of
-from rise_batch.space.workspace import DocStore
 from rise_batch.structure.render import parse_toc
 from tests.agent.helpers import world
 from tests.conftest import sample_rows, write_jsonl

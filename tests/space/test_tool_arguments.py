@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from rise_batch.agent.systems import SYSTEMS, get_system, open_tools
 from rise_batch.index import load_index
+from rise_batch.space.docstore import DocStore
 from rise_batch.space.tools import MAX_ARGUMENT_CHARS, ToolSet
-from rise_batch.space.workspace import DocStore
 from tests.agent.helpers import run_dir, world
 from tests.real_parts import require_bwrap
 from tests.space.conftest import TEST_LIMITS

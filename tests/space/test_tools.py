@@ -10,10 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rise_batch.space import schemas
+from rise_batch.space.docstore import DocStore
 from rise_batch.space.fileview import PathRefused, open_inside, preview_of, read_numbered, snippet_line
 from rise_batch.space.safe_open import Below
 from rise_batch.space.tools import DciTools, RiseTools, ToolSet, coerce_queries, surfaced_in
-from rise_batch.space.workspace import DocStore, Workspace
+from rise_batch.space.workspace import Workspace
 from tests.space.conftest import TEST_LIMITS
 
 
@@ -95,14 +96,15 @@ def test_bash_reports_surfaced_docids(rise):
 
 
 def test_bash_cap_is_per_call_and_the_model_cannot_set_it(rise):
-    """`timeout_s` (the time left) caps one call at min(the sandbox's 2 s, timeout_s), at least 0.25 s; the
+    """`timeout_s` (the time left) caps one call at min(the sandbox's own cap, timeout_s), at least 0.25 s; the
     sandbox's limits object is never replaced or changed, and a model's `timeout_s` argument is refused."""
     tools, _ = rise
     limits = tools.sandbox.limits
     assert "exceeded the 0.3 s time limit" in tools.call("bash", {"command": "sleep 5"}, timeout_s=0.3).text
     assert "exceeded the 0.25 s time limit" in tools.call("bash", {"command": "sleep 5"}, timeout_s=0.0).text  # floor
     assert "exceeded the 0.25 s time limit" in tools.call("bash", {"command": "sleep 5"}, timeout_s=-1.0).text
-    assert "exceeded the 2 s time limit" in tools.call("bash", {"command": "sleep 5"}, timeout_s=30.0).text
+    cap = f"exceeded the {limits.timeout_s:g} s time limit"
+    assert cap in tools.call("bash", {"command": "sleep 30"}, timeout_s=30.0).text
     refused = tools.call("bash", {"command": "true", "timeout_s": 600})
     assert refused.error and "unexpected keyword argument 'timeout_s'" in refused.text
     assert tools.call("read", {"path": "x"}, timeout_s=0.3).error  # tools without a cap ignore it

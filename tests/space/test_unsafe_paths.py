@@ -17,7 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from rise_batch.corpus.docmap import UnsafePathError
-from rise_batch.space.workspace import MANIFEST, DocStore, Workspace
+from rise_batch.space.docstore import DocStore
+from rise_batch.space.manifest import MANIFEST
+from rise_batch.space.workspace import Workspace
 from tests.conftest import REPO, sample_rows, write_jsonl
 from tests.space.conftest import make_docs
 

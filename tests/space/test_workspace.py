@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from rise_batch.space import workspace
-from rise_batch.space.workspace import MANIFEST, DocStore, Workspace, load_docmap
+from rise_batch.space.docstore import DocStore, load_docmap
+from rise_batch.space.manifest import MANIFEST
+from rise_batch.space.workspace import Workspace
 
 
 def test_docstore_reads_docmap_both_ways(docs):
