@@ -172,7 +172,7 @@ def test_schemas_match_tools_and_convert(rise):
         assert params["type"] == "object" and set(params["required"]) <= set(params["properties"])
         json.dumps(t)
     assert "top 1000" in tools.schemas[0]["function"]["description"]
-    assert "2 s" in tools.schemas[1]["function"]["description"]  # the real cap, not a hard-coded 60
+    assert f"{TEST_LIMITS.timeout_s:g} s" in tools.schemas[1]["function"]["description"]  # the real cap, not 60
     flat = schemas.as_responses(tools.schemas)
     assert flat[0]["type"] == "function" and flat[0]["name"] == "search" and "parameters" in flat[0]
     assert issubclass(RiseTools, ToolSet)
