@@ -81,6 +81,18 @@ class CheckpointStore:
         pat = f"shard-{shard_id:06d}.part-*.parquet" if shard_id is not None else "shard-*.part-*.parquet"
         return sorted(self.parts_dir.glob(pat))
 
+    def parts_by_shard(self) -> dict[int, list[AnyPath]]:
+        """shard id -> `parts(shard_id)` for every shard with parts, from one listing: a check of every shard
+        would otherwise list the whole directory once per shard (in object storage, a LIST of every part of every
+        shard per shard: quadratic in the shards)."""
+        out: dict[int, list[AnyPath]] = {}
+        for p in self.parts():
+            head = p.name.split(".part-", 1)[0]  # what `parts(sid)`'s pattern fixes: "shard-{sid:06d}"
+            sid = head[len("shard-") :]
+            if sid.isascii() and sid.isdigit() and head == f"shard-{int(sid):06d}":
+                out.setdefault(int(sid), []).append(p)
+        return out
+
     def write_part(self, shard_id: int, rows: Iterable[DocResult]) -> AnyPath | None:
         import pyarrow as pa
 

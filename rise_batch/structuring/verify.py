@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -35,6 +36,7 @@ from rise_batch.structuring.checkpoint import REPAIR, CheckpointError, Checkpoin
 from rise_batch.types import DocResult
 
 DAMAGED = "damaged"
+_THREADS = 8  # shards checked at once in object storage, which answers each request slowly, not each byte
 
 
 class Damage(NamedTuple):
@@ -134,14 +136,21 @@ def _marker_records(store: CheckpointStore, sid: int) -> tuple[dict | None, dict
 
 
 def check_shard(
-    store: CheckpointStore, sid: int, expected: int, docids: list[str] | None, full: bool, digests: bool = False
+    store: CheckpointStore,
+    sid: int,
+    expected: int,
+    docids: list[str] | None,
+    full: bool,
+    digests: bool = False,
+    parts: list[AnyPath] | None = None,
 ) -> list[Damage]:
-    """Every damaged file of one shard (parts and marker); an empty list when the shard can be trusted."""
+    """Every damaged file of one shard (parts and marker); an empty list when the shard can be trusted. `parts`:
+    the shard's parts as `store.parts(sid)` lists them (`CheckpointStore.parts_by_shard`), else listed here."""
     marker, records, marker_problem = _marker_records(store, sid)
     damaged: list[Damage] = []
     if marker_problem is not None:
         damaged.append(Damage(store.stats_path(sid), sid, f"damaged done marker ({marker_problem})"))
-    on_disk = {p.name: p for p in store.parts(sid)}
+    on_disk = {p.name: p for p in (store.parts(sid) if parts is None else parts)}
     for name, rec in (records or {}).items():
         if name not in on_disk:
             why = "missing: the done marker records it"
@@ -176,6 +185,15 @@ def _unrecorded_part(store: CheckpointStore, d: Damage) -> bool:
     return d.docs is None and d.llm_calls == 0 and d.path.parent == store.parts_dir
 
 
+def _each_shard(store: CheckpointStore, sids: list[int], check: Callable[[int], list[Damage]]) -> list[list[Damage]]:
+    """`check(sid)` of every shard, in order: in object storage `_THREADS` shards at a time (each asks for its
+    marker, its parts' footers and sizes: requests that wait on the server, one after another within a shard)."""
+    if not isinstance(store.root, ObjectPath) or len(sids) < 2:
+        return [check(sid) for sid in sids]
+    with ThreadPoolExecutor(min(_THREADS, len(sids)), thread_name_prefix="verify") as pool:
+        return list(pool.map(check, sids))
+
+
 def verify_checkpoint(out: str | AnyPath, shards: Iterable[ShardSpec], full: bool = False) -> Verification:
     """Check every shard of a run (read-only); `full` is `--verify`."""
     out = location(out)
@@ -184,9 +202,14 @@ def verify_checkpoint(out: str | AnyPath, shards: Iterable[ShardSpec], full: boo
     damaged: list[Damage] = []
     lost: dict[int, dict[str, dict]] = {}
     kept: dict[int, dict[str, dict]] = {}
-    for spec in shards:
-        sid = spec.shard_id
-        bad = check_shard(store, sid, counts.get(sid, 0), docids.get(sid, []) if full else None, full)
+    sids = [spec.shard_id for spec in shards]
+    parts = store.parts_by_shard()
+
+    def check(sid: int) -> list[Damage]:
+        expected, ids = counts.get(sid, 0), docids.get(sid, []) if full else None
+        return check_shard(store, sid, expected, ids, full, parts=parts.get(sid, []))
+
+    for sid, bad in zip(sids, _each_shard(store, sids, check), strict=True):
         if not store.journal_path(sid).exists():  # a run before journals: an unfinished part's replies are unknown
             bad = [d._replace(llm_calls=None) if _unrecorded_part(store, d) else d for d in bad]
         damaged.extend(bad)
@@ -194,7 +217,7 @@ def verify_checkpoint(out: str | AnyPath, shards: Iterable[ShardSpec], full: boo
         if journal:
             gone = {d.path for d in bad}
             have: set[str] = set()
-            for p in store.parts(sid):
+            for p in parts.get(sid, []):
                 if p not in gone:
                     have.update(store.read_part(p, ["docid"]).column("docid").to_pylist())
             kept[sid] = {d: r for d, r in journal.items() if d in have}
@@ -242,13 +265,14 @@ def verify_outputs(out: str | AnyPath, shards: Iterable[ShardSpec], fresh: set[i
     shards = list(shards)
     store = CheckpointStore(out)
     counts, _ = docmap_shards(out, False)
-    damaged: list[Damage] = []
-    for spec in shards:
-        sid = spec.shard_id
+    parts = store.parts_by_shard()
+
+    def check(sid: int) -> list[Damage]:
         if not store.is_done(sid):
-            damaged.append(Damage(store.stats_path(sid), sid, "missing: its worker reported the shard done", None, 0))
-            continue
-        damaged.extend(check_shard(store, sid, counts.get(sid, 0), None, full=False, digests=sid in fresh))
+            return [Damage(store.stats_path(sid), sid, "missing: its worker reported the shard done", None, 0)]
+        return check_shard(store, sid, counts.get(sid, 0), None, False, sid in fresh, parts.get(sid, []))
+
+    damaged = [d for bad in _each_shard(store, [s.shard_id for s in shards], check) for d in bad]
     return damaged + missing_structured(out, shards)
 
 
