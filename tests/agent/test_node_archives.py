@@ -72,12 +72,14 @@ def damage(path, how: str) -> None:
         path.unlink()
     elif how == "truncated":
         path.write_bytes(data[: len(data) // 2])
+    elif how == "grown":  # a crafted object far larger than its record: refused on its size
+        path.write_bytes(data + bytes(64 << 20))
     else:  # the same size, one byte changed: only the digest tells
         i = len(data) // 2
         path.write_bytes(data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1 :])
 
 
-@pytest.mark.parametrize("how", ["missing", "truncated", "flipped"])
+@pytest.mark.parametrize("how", ["missing", "truncated", "grown", "flipped"])
 def test_a_damaged_archive_is_never_used_the_shard_is_rendered_and_said(out, ref, tmp_path, caplog, how):
     damage(archive_path(out, 2), how)
     manifest = json.loads((out / "manifest.json").read_text())
