@@ -7,7 +7,8 @@ checkout runs `rise-batch run --workers W` with an empty `--cache-dir` (a fresh 
 queries answered by the scripted agent (fake server, 50 ms a call). W defaults to 0: the node's worker is the
 command's own process, so Ray's start-up (the same for every checkout, and timing out on a loaded machine) is not in
 the figure. Recorded from the run's own stats: the node's seconds to make its docs tree and its index copy, and its
-first trajectory's start after its worker started; and the command's wall. "Busy" is `--busy` CPU-bound processes
+first trajectory's start after its worker started; the driver's check of the docs and index before any worker
+starts (not in the node's figure); and the command's wall. "Busy" is `--busy` CPU-bound processes
 (`while 1: pass`, default 2 per core: load ~2x the cores). Runs are interleaved (rep 1: every checkout idle then
 busy, ...), each with the 1-minute load average before it.
 
@@ -121,6 +122,7 @@ def fresh_node(
         "docs_s": inputs["docs"]["seconds"],
         "docs_mb": round(inputs["docs"]["bytes"] / 1e6, 1),
         "index_s": inputs["index"]["seconds"],
+        "driver_check_s": stats.get("sources_checked_s"),  # before the node starts: not in first_trajectory_s
         "wall_s": wall,
         "cpu_user_s": stats["cpu"]["user_s"],
         "cpu_sys_s": stats["cpu"]["sys_s"],

@@ -52,6 +52,7 @@ class RunPlan(NamedTuple):
     config_hash: str
     queries: list[Query]
     pending: list[Query]
+    sources_checked_s: float = 0.0  # the driver's check of inputs in object storage (check_sources), before any node
 
 
 def prepare_run(cfg: RunConfig) -> RunPlan:
@@ -77,7 +78,9 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
             dest = supersede(out, SUPERSEDED)
             print(f"rise-batch run: previous run moved to {dest}", file=sys.stderr)
     # an index or docs in object storage: whole here; each worker's node makes its own copy (agent/inputs.py)
+    checked = time.monotonic()
     check_sources(cfg, system.uses_index)
+    checked = time.monotonic() - checked
     if not isinstance(location(cfg.docs), ObjectPath) and not Path(cfg.docs).is_dir():
         raise ConfigError(f"docs directory {cfg.docs} does not exist")
     if system.uses_index and cfg.index:
@@ -112,7 +115,7 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
     regold = refresh_gold(out, [q for q in queries if q.query_id not in waiting])
     if regold:
         print(f"rise-batch run: {regold} finished trajectories now carry {gold_label(cfg.gold, cfg.qrels)}")
-    return RunPlan(cfg, ch, queries, pending)
+    return RunPlan(cfg, ch, queries, pending, round(checked, 3))
 
 
 def check_nodes_storage(cfg: RunConfig, system: Any) -> None:
@@ -348,6 +351,7 @@ def run_trajectories(
         stats.nodes = dict(sorted(Counter(labels.get(n, n) for n in nodes.values()).items()))
     if any(c.get("inputs") for c in caches):
         stats.cache = cache_by_node(caches, labels)
+        stats.sources_checked_s = plan.sources_checked_s
         for node, c in stats.cache.items():
             print(cache_line(node, c), file=sys.stderr, flush=True)
     if reports:  # this invocation's HTTP traffic: attempts, retries, 429s, timeouts (per-worker sums)

@@ -44,6 +44,7 @@ class RunStats:
     # this invocation's
     nodes: dict[str, int] | None = None  # on Ray: queries run per node
     cache: dict[str, dict[str, Any]] | None = None  # per node, what the copies of the inputs cost (cache_by_node)
+    sources_checked_s: float | None = None  # with `cache`: the driver's check of those inputs before any node's copy
     transport: dict[str, int] | None = None  # only when this invocation sent requests
     system: str = ""
     model: str = ""
@@ -108,7 +109,7 @@ class RunStats:
             "earlier_cost_usd": round(self.earlier_cost_usd, 6),
             "spent_usd": round(self.cost_usd + self.earlier_cost_usd, 6),
         }
-        for k in ("nodes", "cache", "transport"):
+        for k in ("nodes", "cache", "sources_checked_s", "transport"):
             if getattr(self, k) is not None:
                 out[k] = getattr(self, k)
         return out | {

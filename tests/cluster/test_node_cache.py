@@ -68,6 +68,7 @@ def test_each_node_caches_its_own_copy_and_reuses_it(s3, two_nodes, tmp_path):
         first = run(two_nodes, tmp, "rise", docs, index, f"{keyed}/run1{opts}", server.base_url, env)
         assert first["stop_reasons"] == {"answered": 6}, first
         assert len(first["cache"]) == 2, first  # both nodes made their own copy
+        assert first["sources_checked_s"] > 0  # the driver's check of the OUT, apart from the nodes' figures
         for node in first["cache"].values():
             assert not node["reused"] and node["first_trajectory_s"] is not None
             assert node["inputs"]["docs"]["bytes"] > 0 and node["inputs"]["index"]["bytes"] > 0
