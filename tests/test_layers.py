@@ -73,6 +73,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "rise_batch.strtable_check",  # a string table's numbers checked before any lookup trusts them
         "rise_batch.counters",  # transport counters summed across workers
         "rise_batch.cache",  # node-local copies of object storage (index, docs tree), made once per node
+        "rise_batch.cache_objects",  # those copies' objects listed, fetched and checked against their source
         "rise_batch.cache_admin",  # listing and pruning those copies (`rise-batch cache`)
         "rise_batch.options",  # config fields as options: their flags and the docs' option tables
         "rise_batch.option_paths",  # what a path option takes: a URI, or a local path only

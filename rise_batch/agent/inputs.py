@@ -18,16 +18,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from rise_batch.cache import (
-    Cached,
-    Source,
-    cache_dir,
-    copy_objects,
-    fetch_objects,
-    key_of,
-    materialize,
-    read_objects,
-)
+from rise_batch.cache import Cached, Source, cache_dir, key_of, materialize
+from rise_batch.cache_objects import copy_objects, fetch_objects, read_objects
 from rise_batch.corpus.readers import ShardSpec
 from rise_batch.corpus.scan import shards_from_json
 from rise_batch.errors import ConfigError

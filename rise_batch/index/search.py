@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from rise_batch.cache import cache_dir as root_of
-from rise_batch.cache import fetch_objects
+from rise_batch.cache_objects import fetch_objects
 from rise_batch.index.build import META_FILE, IndexMeta
 from rise_batch.index.tables import docid_table, vocabulary
 from rise_batch.index.tokenize import query_tokenizer
