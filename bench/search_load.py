@@ -9,7 +9,8 @@ workspace (its lock, start and exec phases). The same probe runs first with no t
 has its idle twin from the same run, and each round records the 1-minute load average (the machine is shared).
 
 From the run's events.jsonl it reports each tool's phases (queue for a tool thread, search, link, preview; lock,
-start, exec) p50/p90/p99 as the trajectories themselves saw them. Every few seconds it samples each trajectory
+start, exec) p50/p90/p99 as the trajectories themselves saw them, and the slowest search calls with their tool
+thread's CPU and run-queue time (wall beyond the two is time blocked). Every few seconds it samples each trajectory
 actor (the `ray::TrajectoryWorker` processes below the run): RSS, PSS, and the resident/proportional size of its
 mappings of the index's files (from /proc/PID/smaps), which says how much of the index the actors share through
 the page cache.
@@ -140,6 +141,18 @@ def tool_phases(events: Path) -> dict:
         for k, v in (e.get("phases") or {}).items():
             d.setdefault(k, []).append(v)
     return {tool: {k: pcts(v) for k, v in d.items()} for tool, d in sorted(by.items())}
+
+
+def slowest_calls(events: Path, tool: str = "search", n: int = 5) -> list[dict]:
+    """The tool's `n` slowest calls: wall ms, each phase, and the tool thread's CPU and run-queue ms over the call.
+    Wall well beyond CPU + run queue is time blocked (I/O, a lock, the GIL): what a tail is made of."""
+    calls = []
+    for line in events.read_text().splitlines():
+        e = json.loads(line)
+        if e.get("event") == "tool_call" and e.get("tool") == tool:
+            wall = round(e["seconds"] * 1000, 1)
+            calls.append({"call_ms": wall, **(e.get("phases") or {}), **(e.get("thread") or {})})
+    return sorted(calls, key=lambda c: -c["call_ms"])[:n]
 
 
 def actor_memory(root_pid: int, index_dir: Path) -> list[dict]:
@@ -297,12 +310,14 @@ def main(argv: list[str] | None = None) -> None:
     probe.close()
     res["probe_loaded"] = summarise(loaded)
     res["trajectory_tools"] = tool_phases(run_dir / "events.jsonl")
+    res["slowest_search_calls"] = slowest_calls(run_dir / "events.jsonl")
     res["trajectories"] = len(list((run_dir / "trajectories").glob("*.json")))
     res["actor_memory_peak"] = sorted(mem.values(), key=lambda r: r["pid"])
     res["index_page_cache_mb_after"] = page_cache_mb(args.index)
     res["index_files_mb"] = round(sum(f.stat().st_size for f in args.index.iterdir()) / MB, 1)
     print("loaded:", json.dumps(res["probe_loaded"]))
     print("tools:", json.dumps(res["trajectory_tools"], indent=1))
+    print("slowest search calls:", json.dumps(res["slowest_search_calls"]))
     print("actors:", json.dumps(res["actor_memory_peak"]))
     for name, (t50, t99) in TARGETS.items():
         for when in ("probe_idle", "probe_loaded"):

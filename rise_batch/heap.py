@@ -14,6 +14,7 @@ nothing.
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 import platform
 
@@ -60,3 +61,14 @@ def trim() -> None:
     libc = _glibc()
     if libc is not None:
         libc.malloc_trim(0)
+
+
+def freeze_loaded() -> int:
+    """Move every object alive now (imported modules, a loaded index, a client) out of the garbage collector's
+    sight, for a long-lived worker once it is loaded; returns how many. A full collection otherwise traverses the
+    ~100k objects of the imports each time (60-160 ms of CPU in a trajectory actor, in whichever thread allocated
+    last: a search's link loop, the event loop) to find nothing, since they live as long as the process. What is
+    garbage already is collected first, so nothing dead is kept."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()

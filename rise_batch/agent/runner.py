@@ -16,7 +16,7 @@ import shutil
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from rise_batch.prompts import load_prompt
 from rise_batch.queries import Query
 from rise_batch.space.docstore import DocStore
 from rise_batch.space.sandbox import SandboxLimits
+from rise_batch.space.tools import ToolSet
 from rise_batch.storage import AnyPath, ObjectPath, location, staging_path
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,7 @@ class WorkerContext:
             self._cache_event(docs)
         self._index: Any = None
         self._index_lock = threading.Lock()
+        self._closing: set[Future] = set()  # finished trajectories' tool sets being closed (close_soon)
 
     def _cache_event(self, docs: str) -> None:
         """One `cache` event per worker: what its node's copies cost it; a warning when its workspaces cannot
@@ -179,10 +181,30 @@ class WorkerContext:
                 )
         return self._index
 
+    def close_soon(self, tools: ToolSet) -> None:
+        """End a finished trajectory's tools (its sandbox: bwrap's exit is waited for, seconds on a busy node) in a
+        tool thread, so that neither the event loop nor the trajectory's slot waits; `aclose` waits for them."""
+        try:
+            future = self.executor.submit(_close_tools, tools)
+        except RuntimeError:  # the executor is shut down: the worker is closing
+            _close_tools(tools)
+            return
+        self._closing.add(future)
+        future.add_done_callback(self._closing.discard)
+
     async def aclose(self) -> None:
+        if self._closing:
+            await asyncio.wait([asyncio.wrap_future(f) for f in list(self._closing)])
         await self.client.aclose()
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.events.close()
+
+
+def _close_tools(tools: ToolSet) -> None:
+    try:
+        tools.close()
+    except Exception:  # the trajectory is written already; its sandbox then ends at its idle exit
+        log.exception("closing a trajectory's tools failed")
 
 
 def trajectory_record(
@@ -254,55 +276,60 @@ async def run_query(ctx: WorkerContext, query: Query, attempt: int = 1) -> dict[
     ws = None
     emit = _emitter(ctx, query.query_id, attempt)
     emit({"event": "start", "system": ctx.system.name})
+    tools: ToolSet | None = None
     try:
-        tools, ws = await asyncio.get_running_loop().run_in_executor(
-            ctx.executor,
-            lambda: open_tools(
-                ctx.system,
-                ctx.store,
-                ctx.index,
-                ws_path,
-                k=ctx.cfg.k,
-                limits=ctx.limits,
-                allow_unsandboxed=ctx.cfg.allow_unsandboxed,
-                keep_workspace=ctx.cfg.keep_workspaces,
-            ),
-        )
-        agent = run_agent(
-            ctx.client,
-            ctx.prompt_text,
-            query.query,
-            tools,
-            ctx.budget,
-            run=run,
-            context=ctx.system.context,
-            params=ctx.params,
-            executor=ctx.executor,
-            on_event=emit,
-        )
-        await asyncio.wait_for(agent, ctx.budget.wall_clock_s + WORKER_SLACK_S)
-    except TimeoutError:
-        run.end("wall_clock", "stopped by the worker-side deadline")
-    except asyncio.CancelledError:
-        run.end("wall_clock", "cancelled by the driver's watchdog after the wall-clock budget")
-        _finish(ctx, query, run, ws, emit, earlier)
-        raise
-    except KeyRefused:  # the job stops; the query has no outcome (no file), so a resume runs it
-        emit({"event": "key_refused"})
-        if ws is not None:
-            ws.close()
-        raise
-    except Exception as e:  # a harness failure must not take the worker's other trajectories down
-        run.end("api_error", f"harness error: {type(e).__name__}: {e}")
-    if run.budget_stop is not None:  # --max-cost: the job starts no new trajectory (the executor's stop_on)
-        emit({"event": "budget_stop", "model_calls": run.model_calls})
-        if run.model_calls == 0:  # refused before its first call: it never started, so it leaves no file
+        try:
+            tools, ws = await asyncio.get_running_loop().run_in_executor(
+                ctx.executor,
+                lambda: open_tools(
+                    ctx.system,
+                    ctx.store,
+                    ctx.index,
+                    ws_path,
+                    k=ctx.cfg.k,
+                    limits=ctx.limits,
+                    allow_unsandboxed=ctx.cfg.allow_unsandboxed,
+                    keep_workspace=ctx.cfg.keep_workspaces,
+                ),
+            )
+            agent = run_agent(
+                ctx.client,
+                ctx.prompt_text,
+                query.query,
+                tools,
+                ctx.budget,
+                run=run,
+                context=ctx.system.context,
+                params=ctx.params,
+                executor=ctx.executor,
+                on_event=emit,
+            )
+            await asyncio.wait_for(agent, ctx.budget.wall_clock_s + WORKER_SLACK_S)
+        except TimeoutError:
+            run.end("wall_clock", "stopped by the worker-side deadline")
+        except asyncio.CancelledError:
+            run.end("wall_clock", "cancelled by the driver's watchdog after the wall-clock budget")
+            _finish(ctx, query, run, ws, emit, earlier)
+            raise
+        except KeyRefused:  # the job stops; the query has no outcome (no file), so a resume runs it
+            emit({"event": "key_refused"})
             if ws is not None:
                 ws.close()
+            raise
+        except Exception as e:  # a harness failure must not take the worker's other trajectories down
+            run.end("api_error", f"harness error: {type(e).__name__}: {e}")
+        if run.budget_stop is not None:  # --max-cost: the job starts no new trajectory (the executor's stop_on)
+            emit({"event": "budget_stop", "model_calls": run.model_calls})
+            if run.model_calls == 0:  # refused before its first call: it never started, so it leaves no file
+                if ws is not None:
+                    ws.close()
+                raise run.budget_stop
+            _finish(ctx, query, run, ws, emit, earlier)
             raise run.budget_stop
-        _finish(ctx, query, run, ws, emit, earlier)
-        raise run.budget_stop
-    return _finish(ctx, query, run, ws, emit, earlier)
+        return _finish(ctx, query, run, ws, emit, earlier)
+    finally:
+        if tools is not None:  # in a tool thread, not awaited: its bwrap may take seconds to exit
+            ctx.close_soon(tools)
 
 
 def transient_runs(ctx: WorkerContext, query: Query, run: AgentRun) -> dict[str, Any]:

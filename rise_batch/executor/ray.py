@@ -37,6 +37,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from rise_batch.errors import USER_ERRORS
 from rise_batch.executor.base import Lost, LostKind, MapOptions, Stage, WorkerSpec, build_worker
 from rise_batch.executor.memory import OOM, check_memory, memory_pressure
+from rise_batch.heap import freeze_loaded
 from rise_batch.logs import route_ray_logging
 
 POLL_S = 0.2
@@ -121,6 +122,7 @@ class _StageActor:
         warm_up = getattr(self.worker, "warm_up", None)
         if warm_up is not None:
             await warm_up()
+        freeze_loaded()  # what it loaded lives as long as the actor: out of every later collection
         return self.where
 
     async def run(self, item: Any, attempt: int) -> tuple[str, Any]:

@@ -39,7 +39,7 @@ from typing import NamedTuple
 from rise_batch.errors import CleanExit, ConfigError
 from rise_batch.space import bounds, seccomp
 from rise_batch.space.output import collect
-from rise_batch.space.session import Session, SessionUnavailable
+from rise_batch.space.session import Session, SessionUnavailable, close_later
 
 log = logging.getLogger(__name__)
 
@@ -455,14 +455,17 @@ class Sandbox:
             os.close(fd)
             if filter_fd is not None:
                 os.close(filter_fd)
-        self._close_session = weakref.finalize(self, self._session.close)
+        # dropped without close(): ended in the session reaper's thread, never in the collecting one (session.py)
+        self._close_session = weakref.finalize(self, close_later, self._session)
         return self._session
 
     def close(self) -> None:
-        """End the long-lived sandbox, if one runs (the next call would start another)."""
+        """End the long-lived sandbox, if one runs, before returning (the next call would start another)."""
         if self._close_session is not None:
-            self._close_session()
-        self._session = self._close_session = None
+            self._close_session.detach()
+        session, self._session, self._close_session = self._session, None, None
+        if session is not None:
+            session.close()
 
     def __enter__(self) -> Sandbox:
         return self

@@ -15,14 +15,21 @@ inside it, with the per-call isolation described there (own PID, mount and IPC n
 
 A session that dies (its supervisor killed, idle for IDLE_EXIT_S, or this process forked) is started again on the
 next call; a call is retried on a new session only if it had not started.
+
+Closing a session waits for its bwrap to exit (up to 2 s, then kills it) and removes its cgroup. A sandbox dropped
+without `close()` is closed by `close_later`, in a reaper thread of its own: the garbage collector runs finalizers in
+whichever thread's allocation started a collection, and a trajectory actor's collections start in a search's link
+loop or on the event loop, which then waited seconds for someone else's bwrap (the in-actor search tail at load).
 """
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import json
 import logging
 import os
+import queue
 import socket
 import subprocess
 import threading
@@ -90,6 +97,7 @@ class Session:
         """`launch(program)` is the argv (isolation prefixes, setpriv, bwrap) that runs `program` in the sandbox,
         with `pass_fds` open; the cgroup, if any, is joined before it. `check`, a request that must exit 0, is
         run once before the session is used. `nice` gives the cgroup the CPU weight of that niceness."""
+        start_reaper()
         self.lock = threading.Lock()
         self.last_words = ""
         self.pid = os.getpid()
@@ -216,3 +224,53 @@ class Session:
         if self.cgroup is not None and self.pid == os.getpid():
             self.cgroup.close()
             self.cgroup = None
+
+
+_dropped: queue.SimpleQueue[Session] = queue.SimpleQueue()
+_reaper: threading.Thread | None = None
+_reaping = threading.Lock()  # held while the reaper closes one: exit waits for it
+
+
+def close_later(session: Session) -> None:
+    """A dropped sandbox's finalizer: its session is closed in the reaper thread, so the thread the garbage
+    collector happened to run in (a tool call, the event loop) never waits for a bwrap to exit."""
+    _dropped.put(session)
+    start_reaper()
+
+
+def start_reaper() -> None:
+    """The reaper thread, started once per process (a forked child starts its own) when its first session starts,
+    so that a finalizer does not wait for a thread to start either."""
+    global _reaper
+    if _reaper is None or not _reaper.is_alive():
+        _reaper = threading.Thread(target=_reap, name="sandbox-reaper", daemon=True)
+        try:
+            _reaper.start()
+        except RuntimeError:  # at interpreter shutdown: _close_dropped closes what is queued
+            pass
+
+
+def _reap() -> None:
+    while True:
+        session = _dropped.get()
+        with _reaping:
+            _close_quietly(session)
+
+
+def _close_quietly(session: Session) -> None:
+    try:
+        session.close()
+    except Exception:  # a reaper that died would leave every later dropped sandbox running until its idle exit
+        log.exception("closing a dropped sandbox failed")
+
+
+@atexit.register
+def _close_dropped() -> None:
+    """At exit, what the reaper has not closed yet is closed here (a daemon thread does not outlive the process),
+    after the one it may be closing."""
+    with _reaping:
+        while True:
+            try:
+                _close_quietly(_dropped.get_nowait())
+            except queue.Empty:
+                break

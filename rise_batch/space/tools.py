@@ -146,6 +146,14 @@ class ToolSet:
 
     tools: dict[str, Callable[..., ToolResult]]
     schemas: list[dict]
+    sandbox: Sandbox | None = None  # the bash tools' long-lived sandbox, if the set has one
+
+    def close(self) -> None:
+        """End what the tools hold between calls (a long-lived sandbox's bwrap) when their trajectory ends. Left to
+        the garbage collector (a tool set is a reference cycle: `tools` holds its bound methods), a sandbox lived
+        on until some later collection, which waited for its bwrap inside whatever thread it ran in."""
+        if self.sandbox is not None:
+            self.sandbox.close()
 
     def call(self, name: str, arguments: str | dict | None, *, timeout_s: float | None = None) -> ToolResult:
         fn = self.tools.get(name)

@@ -392,8 +392,11 @@ class Workspace:
         return sorted(self.arrivals, key=lambda d: self.arrivals[d].seq)
 
     def close(self) -> None:
-        """Remove the workspace (unlinks the hardlinks; corpus files are untouched) unless it is kept."""
+        """Remove the workspace (unlinks the hardlinks; corpus files are untouched) unless it is kept. Its
+        descriptors are closed here, not left to a finalizer: in a garbage collection each close releases and
+        retakes the GIL, and the thread a collection ran in was often a search's."""
         self._close_dirs()
+        self.files.close()
         if self.keep or not (self.path / MANIFEST).exists():
             return
         shutil.rmtree(self.path)

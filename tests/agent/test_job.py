@@ -3,9 +3,11 @@ changed configuration, and workspaces of concurrent trajectories that never see 
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
+import psutil
 import pytest
 
 from rise_batch.agent.job import run_trajectories
@@ -16,6 +18,7 @@ from rise_batch.config import ConfigError
 from rise_batch.prompts import load_prompt, prompt_hash
 from rise_batch.space.docstore import DocStore
 from rise_batch.space.manifest import read_manifest
+from rise_batch.space.session import BOOT
 from tests.agent.helpers import N_DOCS, read_trajectories, run_config, run_dir, title_query, write_queries
 from tests.conftest import sample_rows
 
@@ -152,6 +155,37 @@ def test_workspaces_are_removed_unless_kept(agent_world, fake_server):
     queries = _queries(agent_world, out, 2)
     run_trajectories(run_config(out / "run", queries, fake_server.base_url))
     assert [p.name for p in (out / "run" / "workspaces").iterdir()] == [MARKER]  # only the run's marker
+
+
+def _sandboxes() -> set[int]:
+    """Processes below this one that run a long-lived sandbox (bwrap and its supervisor carry its boot line)."""
+    found = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if BOOT in " ".join(p.cmdline()):
+                found.add(p.pid)
+        except psutil.Error:
+            pass
+    return found
+
+
+def test_each_trajectory_ends_its_sandbox(agent_world, fake_server):
+    """A trajectory's long-lived sandbox ends with the trajectory, not whenever the garbage collector gets to its
+    tool set (a reference cycle): the collector ran the close, which waits for bwrap to exit, in whatever thread
+    it collected in, a search call's or the event loop's, for seconds on a busy node. With the collector off only
+    the run's own closing can end them."""
+    out = run_dir("sandbox-end")
+    queries = _queries(agent_world, out, 3)
+    before = _sandboxes()
+    gc.collect()
+    gc.disable()
+    try:
+        stats = run_trajectories(run_config(out / "run", queries, fake_server.base_url))
+        left = _sandboxes() - before
+    finally:
+        gc.enable()
+    assert stats["stop_reasons"] == {"answered": 3}
+    assert not left, f"sandboxes still running after the run: {sorted(left)}"
 
 
 def test_cli_run(agent_world, fake_server, capsys):

@@ -8,8 +8,10 @@ tests (test_call_bounds.py) run through the same long-lived sandbox, since it is
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import signal
+import time
 
 import pytest
 
@@ -100,6 +102,26 @@ def test_close_leaves_no_process_and_no_cgroup(box):
     cgroup = session.cgroup.path if session.cgroup else None
     box.close()
     assert session.proc.poll() is not None
+    assert cgroup is None or not cgroup.exists()
+
+
+def test_a_dropped_sandbox_is_still_ended(ws_root, bwrap_ok):
+    """A sandbox nobody closed (a reference cycle the collector frees) ends all the same, in the session reaper's
+    thread rather than in the one the collection ran in: its bwrap exits and its cgroup goes."""
+    (ws_root / "a.txt").write_text("hello\n")
+    box = Sandbox(ws_root, TEST_LIMITS)
+    assert box.run("cat a.txt").output == "hello\n"
+    session = box._session
+    cgroup = session.cgroup.path if session.cgroup else None
+    box.itself = box  # only the garbage collector can free it now
+    del box
+    gc.collect()
+    end = time.monotonic() + 60  # bounded wait, not a timing assertion: bwrap's exit on a loaded machine
+    while (session.proc.poll() is None or session.sock is not None) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert session.proc.poll() is not None and session.sock is None
+    while cgroup is not None and cgroup.exists() and time.monotonic() < end:
+        time.sleep(0.05)
     assert cgroup is None or not cgroup.exists()
 
 
