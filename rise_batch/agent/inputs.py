@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -145,16 +146,23 @@ def node_shard(tmp: Path, uri: str, spec: ShardSpec, max_chars: int, part=None) 
 
 def localize(cfg: Any, uses_index: bool) -> tuple[Any, dict[str, dict]]:
     """`cfg` (a RunConfig) with its object-storage docs and index replaced by this node's cached copies, and what
-    getting each cost here ({"docs": {bytes, seconds, reused}, ...}); inputs on a POSIX path are used in place."""
+    getting each cost here ({"docs": {bytes, seconds, reused}, ...}); inputs on a POSIX path are used in place.
+    The index is copied in a thread while the docs tree is made: the copy waits on object storage and the tree on
+    the node's cores, so a fresh node pays about the longer of the two, not their sum."""
     root = cache_dir(cfg.cache_dir)
     changes: dict[str, str] = {}
     report: dict[str, dict] = {}
-    if uses_index and cfg.index and isinstance(location(cfg.index), ObjectPath):
-        got = fetch_objects(location(cfg.index), root, "index", index_marker(location(cfg.index)))
-        changes["index"], report["index"] = str(got.path), got.report()
-    for key in ("docs", "original_docs"):
-        value = getattr(cfg, key)
-        if value and isinstance(location(value), ObjectPath):
-            got = local_docs(value, root)
-            changes[key], report[key] = str(got.path), got.report()
+    index = location(cfg.index) if uses_index and cfg.index else None
+    with ThreadPoolExecutor(1, thread_name_prefix="index-copy") as pool:
+        index_copy = None
+        if isinstance(index, ObjectPath):
+            index_copy = pool.submit(fetch_objects, index, root, "index", index_marker(index))
+        for key in ("docs", "original_docs"):
+            value = getattr(cfg, key)
+            if value and isinstance(location(value), ObjectPath):
+                got = local_docs(value, root)
+                changes[key], report[key] = str(got.path), got.report()
+        if index_copy is not None:
+            got = index_copy.result()
+            changes["index"], report["index"] = str(got.path), got.report()
     return (dataclasses.replace(cfg, **changes) if changes else cfg), report

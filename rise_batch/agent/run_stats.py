@@ -132,6 +132,7 @@ def cache_by_node(reports: list[dict[str, Any]], labels: dict[str, str]) -> dict
         n = out.setdefault(node, {"bytes": 0, "seconds": 0.0, "reused": True, "first_trajectory_s": None,
                                   "workers": 0, "inputs": {}})  # fmt: skip
         n["workers"] += 1
+        n["wall"] = max(n.get("wall", 0.0), r.get("inputs_s") or 0.0)
         first = r.get("first_trajectory_s")
         if first is not None and (n["first_trajectory_s"] is None or first < n["first_trajectory_s"]):
             n["first_trajectory_s"] = first
@@ -142,7 +143,8 @@ def cache_by_node(reports: list[dict[str, Any]], labels: dict[str, str]) -> dict
             k["reused"] = k["reused"] and got["reused"] is not False
     for n in out.values():
         n["bytes"] = sum(k["bytes"] for k in n["inputs"].values())
-        n["seconds"] = round(sum(k["seconds"] for k in n["inputs"].values()), 3)
+        # the slowest worker's wall over all of them (they overlap), else (reports before it) their sum
+        n["seconds"] = round(n.pop("wall", 0.0) or sum(k["seconds"] for k in n["inputs"].values()), 3)
         n["reused"] = all(k["reused"] for k in n["inputs"].values())
     return dict(sorted(out.items()))
 

@@ -127,6 +127,7 @@ class WorkerContext:
         self.budget = cfg.budget()
         self.run_dir = location(cfg.out)
         ws_dir = cfg.workspace_dir  # of the locations given: beside this node's cache when the docs are cached
+        inputs_t0 = time.monotonic()
         self.cfg, self.cache = localize(cfg, self.system.uses_index)
         cfg = self.cfg
         t0, twin = time.monotonic(), Path(cfg.docs) / ORIGINAL_DIR / COMPLETE
@@ -134,6 +135,8 @@ class WorkerContext:
         docs = system_docs(cfg)
         if "docs" in self.cache and docs != cfg.docs:  # the original twin, derived in this node's cached docs
             self.cache["original"] = {"bytes": 0, "seconds": round(time.monotonic() - t0, 3), "reused": had_twin}
+        # the wall of getting them all: the index is copied while the docs tree is made (localize)
+        self.inputs_s = round(time.monotonic() - inputs_t0, 3) if self.cache else None
         self.store = DocStore(docs)
         self.cost_budget = budget  # --max-cost: what every model call reserves from (llm/cost_cap.worker_budget)
         self.client = client_from_config(cfg.llm, limiter=limiter, api=cfg.api, budget=budget)  # api: a wrapper
@@ -170,7 +173,12 @@ class WorkerContext:
 
     def report(self) -> dict[str, Any]:
         """What this worker's node copies cost it, for the run's stats (stats["cache"], per node)."""
-        return {"node": self.node, "inputs": self.cache, "first_trajectory_s": self.first_trajectory_s}
+        return {
+            "node": self.node,
+            "inputs": self.cache,
+            "inputs_s": self.inputs_s,
+            "first_trajectory_s": self.first_trajectory_s,
+        }
 
     def index(self) -> Any:
         """The retriever (bm25, dense or hybrid), loaded on first use (from a tool thread; DCI never loads it)."""
