@@ -10,7 +10,8 @@ the figure. Recorded from the run's own stats: the node's seconds to make its do
 first trajectory's start after its worker started; the driver's check of the docs and index before any worker
 starts (not in the node's figure); and the command's wall. "Busy" is `--busy` CPU-bound processes
 (`while 1: pass`, default 2 per core: load ~2x the cores). Runs are interleaved (rep 1: every checkout idle then
-busy, ...), each with the 1-minute load average before it.
+busy, ...), the checkouts taking turns going first, each on a cache of its own kept until the end (see fresh_node),
+each with the 1-minute load average before it.
 
     python -m bench.node_start --docs 20000 --code before=../before     # bench/results/node_start_20k.json
 """
@@ -78,17 +79,13 @@ def prepare(a: argparse.Namespace, env: dict, bucket: str, work: Path) -> tuple[
     return out, write_queries(work / "q.jsonl", titles, 2)
 
 
-def fresh_node(
-    code: Path, out: str, queries: Path, work: Path, url: str, env: dict, workers: int, rest_s: float = 0.0
-) -> dict[str, Any]:
-    """One run on an empty cache: the node's figures from the run's stats. `rest_s` after the previous run's cache
-    is removed: ext4 without a journal (this VM's) passes over inodes freed in the last ~35 s when it creates a
-    file, which makes creating files right after removing as many up to 10x slower; a fresh node has not."""
-    cache, run = work / "cache", work / "run"
-    if cache.exists() or run.exists():
-        shutil.rmtree(cache, ignore_errors=True)
-        shutil.rmtree(run, ignore_errors=True)
-        time.sleep(rest_s)
+def fresh_node(code: Path, out: str, queries: Path, work: Path, url: str, env: dict, workers: int) -> dict[str, Any]:
+    """One run on an empty cache of its own (`work/cache-<n>`): the node's figures from the run's stats. No run's
+    cache is removed before the last run ends: on this VM's ext4 (no journal) creating files is slower for minutes
+    after many were removed (300k files: 10.0 s of system CPU, 18.8 s 40 s after removing as many, 32.0 s after a
+    second removal and 150 s of rest), which a fresh node has not seen."""
+    n = len(list(work.glob("cache-*")))
+    cache, run = work / f"cache-{n}", work / f"run-{n}"
     load = os.getloadavg()[0]
     try:
         args = [
@@ -143,12 +140,17 @@ def measure(a: argparse.Namespace) -> dict[str, Any]:
         env = dict(os.environ, OPENAI_API_KEY="x") | s3.env
         os.environ.update(s3.env)  # this process uploads and reads the docmap
         out, queries = prepare(a, env, s3.uri("bench"), work)
+        modes = a.modes.split(",")
         for rep, mode in rounds(a.reps, a.modes, a.busy, a.settle_s):
-            for name, code in codes.items():
+            order = list(codes.items())  # the checkouts take turns going first, across reps and across modes
+            for name, code in order[::-1] if (rep + modes.index(mode)) % 2 else order:
                 row = {"rep": rep, "mode": mode, "code": name}
-                row |= fresh_node(code, out, queries, work, server.base_url, env, a.workers, a.rest_s)
+                row |= fresh_node(code, out, queries, work, server.base_url, env, a.workers)
                 print(json.dumps(row), flush=True)
                 res["runs"].append(row)
+        if a.keep:  # the last run's cache (a docs tree and an index) for other benches, e.g. search_load
+            last = max(work.glob("cache-*"), key=lambda p: int(p.name.split("-")[1]))
+            shutil.move(last, a.keep)
     finally:
         server.close()
         s3.stop()
@@ -163,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--modes", default="idle,busy", help="idle, busy or both (comma-separated)")
     ap.add_argument("--busy", type=int, default=2 * (os.cpu_count() or 1), help="CPU-bound processes when busy")
     ap.add_argument("--settle-s", type=float, default=5.0, help="wait after starting the busy processes")
-    ap.add_argument("--rest-s", type=float, default=40.0, help="wait after removing a run's cache (see fresh_node)")
+    ap.add_argument("--keep", type=Path, help="move the last run's cache (docs tree, index) here at the end")
     ap.add_argument("--code", action="append", default=[], help="NAME=PATH of another checkout to compare")
     ap.add_argument("--name", default="after", help="this checkout's name in the results")
     ap.add_argument("--workers", type=int, default=0, help="the run's --workers (0: the node is this process)")
