@@ -10,6 +10,9 @@ import argparse
 import importlib
 import sys
 
+from rise_batch.errors import ConfigError
+from rise_batch.registry import load_plugins
+
 COMMAND_MODULES = [
     "demo",
     "structure",
@@ -29,6 +32,7 @@ COMMAND_MODULES = [
 
 
 def build_parser() -> argparse.ArgumentParser:
+    load_plugins()  # $RISE_BATCH_PLUGINS' entries join the registries before choices and help are made from them
     parser = argparse.ArgumentParser(
         prog="rise-batch",
         description=(
@@ -58,7 +62,11 @@ def _add_output_flags(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except ConfigError as e:  # $RISE_BATCH_PLUGINS names what cannot be loaded: one line, as any bad input
+        print(f"rise-batch: error: {e}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -14,6 +14,7 @@ entry's module is imported on first use (`Lazy`), so reading a registry loads no
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -86,6 +87,34 @@ class Lazy:
 
     def __repr__(self) -> str:
         return f"Lazy({self.ref!r}{''.join(f', {k}={v!r}' for k, v in self.kwargs.items())})"
+
+
+PLUGINS_ENV = "RISE_BATCH_PLUGINS"
+_loaded: set[str] = set()
+
+
+def load_plugins() -> list[str]:
+    """Load what $RISE_BATCH_PLUGINS names (comma-separated), once each: a module of a researcher's own that adds
+    entries to the registries (a retriever and its index part, a format, a system), imported, or `module:function`,
+    imported and the function called with no argument, so that `rise-batch` and its workers know the entries
+    without the package being edited. The CLI calls it before building its parser (choices and help include the
+    entries), and every executor worker before building its stage (a Ray actor opens the same retriever). One that
+    cannot be loaded is refused in one line naming it."""
+    names = [n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(",") if n.strip()]
+    for name in names:
+        if name in _loaded:
+            continue
+        module, _, function = name.partition(":")
+        try:
+            loaded = importlib.import_module(module)
+            if function:
+                getattr(loaded, function)()
+        except (ImportError, AttributeError) as e:
+            raise ConfigError(
+                f"${PLUGINS_ENV}: cannot load {name!r} ({e}); name a module on the Python path, or module:function"
+            ) from e
+        _loaded.add(name)
+    return names
 
 
 @dataclass(frozen=True, kw_only=True)

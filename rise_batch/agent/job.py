@@ -152,9 +152,7 @@ def refuse_foreign_index(index_dir: str | Path, docs_dir: str | Path) -> None:
     try:
         docids = read_json(location(index_dir) / "docids.json")
     except (OSError, ValueError) as e:
-        raise ConfigError(
-            f"{index_dir} is not a BM25 index of `rise-batch index` (no readable docids.json: {e})"
-        ) from e
+        raise ConfigError(f"{index_dir} is not an index of `rise-batch index` (no readable docids.json: {e})") from e
     known = load_docmap(docs_dir)
     missing = [d for d in docids if d not in known]
     if not missing:

@@ -31,7 +31,7 @@ class EvalRetrievalOptions:
     retriever: str | None = option(
         None,
         help=spec_help,
-        shown="bm25 when the index has a BM25 part, else dense",
+        shown="the first registered retriever whose parts the index holds (bm25, else dense)",
     )
     embedder: str | None = option(
         None, help="dense/hybrid: must match the index's model", shown="the index's recorded model"
@@ -60,7 +60,7 @@ EVAL_RETRIEVAL_OPTIONS = Layout(
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "eval-retrieval",
-        help="recall@K of gold documents for a queries file over an index (bm25, dense or hybrid retriever)",
+        help="recall@K of gold documents for a queries file over an index, with any registered retriever",
         description=(
             "For each query (JSONL, JSONL.gz, TSV or a .json list: query_id, query, gold_doc_ids or BrowseComp-Plus "
             "gold_docs / evidence_docs), search the index with the query text as the single sub-query and report "

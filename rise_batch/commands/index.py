@@ -1,8 +1,11 @@
-"""`rise-batch index`: build the BM25 index of a corpus, sharded and in parallel (processes, or Ray)."""
+"""`rise-batch index`: build the parts of an index a retriever opens (BM25's by default), sharded and in parallel
+(processes, or Ray). Which parts, and how each is built, is the retriever registry's
+(rise_batch/index/retriever_kinds.py); this command only stages, checks and publishes the directory."""
 
 from __future__ import annotations
 
 import argparse
+import os
 
 from rise_batch.commands.structure import add_columns_flag
 from rise_batch.index.build_options import INDEX_OPTIONS
@@ -12,10 +15,12 @@ from rise_batch.options import add_layout
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "index",
-        help="build the BM25 index (bm25s format, k1=1.5 b=0.75, en stopwords, Snowball stemmer) of a corpus",
+        help="build an index of a corpus: the parts --retriever opens (BM25 by default: bm25s format, k1=1.5 "
+        "b=0.75, en stopwords, Snowball stemmer)",
         description=(
-            "Stream the corpus in shards, tokenize them in parallel and merge them into one bm25s index equal to "
-            "stock bm25s's, plus docids.json and meta.json. Memory grows with the index, not with the text."
+            "Stream the corpus in shards and build the parts the retriever opens, in parallel: BM25's tokenized "
+            "and merged into one bm25s index equal to stock bm25s's, a dense part embedded. Every index holds "
+            "docids.json (row -> docid) beside its parts' files. Memory grows with the index, not with the text."
         ),
     )
     add_layout(p, INDEX_OPTIONS)
@@ -24,65 +29,71 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import shutil
     import sys
-    import time
+    from pathlib import Path
 
-    from rise_batch.index import build_index
+    from rise_batch.index.retriever_kinds import DOCIDS_FILE, PARTS, RETRIEVERS, PartBuild
     from rise_batch.storage import is_local_path, redact
 
-    runner = None
+    kind = RETRIEVERS.lookup(args.retriever)
     if args.ray or args.ray_address:
         from rise_batch.executor.probe import Input, check_storage
-        from rise_batch.index.shards import RayShardRunner
 
-        runner = RayShardRunner(args.ray_address)
         # every node's tasks read the corpus (a per-node copy is fine); OUT is written by this process alone
         check_storage(args.ray_address, inputs=[Input("the corpus (--corpus)", args.corpus, "corpus")])
     if not 0 <= args.gpus < float("inf"):
         from rise_batch.errors import ConfigError
 
         raise ConfigError(f"--gpus must be a finite number >= 0, got {args.gpus}")
-    t0 = time.perf_counter()
-    if args.retriever != "bm25" and not is_local_path(args.out):
+    if not is_local_path(args.out):
         return publish_built(args)
     if args.passages is not None:
         from rise_batch.index.passages import parse_passages
 
         parse_passages(args.passages)  # a bad rule stops here, before any build
-    if args.retriever == "dense":
-        return build_dense_only(args)
-    if args.retriever == "hybrid":
-        from rise_batch.index.embedders import load_embedder
-
-        load_embedder(args.embedder)  # a missing extra or unknown model stops here, before the BM25 build
-    meta = build_index(  # an existing --out without --overwrite: FileExistsError, exit 2 (rise_batch.errors)
-        args.corpus,
-        args.out,
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()) and not args.overwrite:
+        raise FileExistsError(f"{out}: exists and is not empty (pass --overwrite to replace it)")
+    parts = [PARTS[name] for name in kind.parts]
+    for part in parts:
+        if part.check is not None:
+            part.check(args)  # a missing extra or a bad setting stops here, before any part is built
+    stage = out.parent / f".{out.name}.building-{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    job = PartBuild(
+        corpus=args.corpus,
+        out=str(stage),
         workers=args.workers,
         shard_docs=args.shard_docs,
         on_bad_row=args.on_bad_row,
-        runner=runner,
-        overwrite=args.overwrite,
         columns=args.columns or "",
+        ray_address=(args.ray_address or "") if args.ray or args.ray_address else None,
         log=lambda msg: print(f"index: {msg}", file=sys.stderr),
-        progress=args.progress,
+        args=args,
     )
-    c = meta.counts
-    print(
-        f"index docs={c['n_docs']} terms={c['n_terms']} postings={c['n_postings']} "
-        f"bad_rows={meta.corpus['n_bad_rows']} seconds={time.perf_counter() - t0:.1f} out={redact(args.out)}"
-    )
-    if args.retriever == "hybrid":
-        dense_part(args)
+    try:
+        for part in parts:
+            print(f"{part.build(job)} out={redact(getattr(args, 'published_to', None) or args.out)}")
+        if not (stage / DOCIDS_FILE).is_file():
+            raise ValueError(
+                f"retriever {kind.name}: its parts ({', '.join(kind.parts)}) wrote no {DOCIDS_FILE}; every index "
+                "holds one (row -> docid), see rise_batch/index/retriever_kinds.py"
+            )
+        if out.exists():
+            shutil.rmtree(out)
+        stage.rename(out)  # a reader never sees half an index
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     print_queries(args)
     return 0
 
 
 def publish_built(args: argparse.Namespace) -> int:
-    """A dense or hybrid index into object storage: built whole on this machine's disk as for a local --out, then
-    published object by object with its done marker last (meta.json of the BM25 part for hybrid, dense/meta.json for
-    dense alone), so a reader that finds the marker finds every part; an existing one is refused unless
-    --overwrite, as on disk."""
+    """An index into object storage: built whole on this machine's disk as for a local --out, then published object
+    by object with the sums a node's cached copy is checked against and its done marker last
+    (retriever_kinds.index_marker), so a reader that finds the marker finds every part; an existing one is refused
+    unless --overwrite, as on disk."""
     import shutil
     import sys
     import tempfile
@@ -96,55 +107,12 @@ def publish_built(args: argparse.Namespace) -> int:
         raise FileExistsError(f"{redact(dest)}: exists and is not empty (pass --overwrite to replace it)")
     tmp = Path(tempfile.mkdtemp(prefix="rise-index-"))
     try:
-        built = argparse.Namespace(**{**vars(args), "out": str(tmp / "index"), "query": None})
+        built = argparse.Namespace(**{**vars(args), "out": str(tmp / "index"), "query": None, "published_to": args.out})
         run(built)
-        publish_tree(tmp / "index", dest, index_marker(tmp / "index"))
+        publish_tree(tmp / "index", dest, index_marker(tmp / "index"), sums=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"index {args.retriever} published out={redact(dest)}", file=sys.stderr)
-    print_queries(args)
-    return 0
-
-
-def dense_part(args: argparse.Namespace) -> dict:
-    """Embed the corpus into OUT/dense with the same shards, bad-row policy and runner choice as the BM25 part."""
-    import sys
-
-    from rise_batch.index.dense import build_dense
-
-    ray = {"address": args.ray_address, "num_gpus": args.gpus} if args.ray or args.ray_address else None
-    meta = build_dense(
-        args.corpus,
-        args.out,
-        args.embedder,
-        workers=args.workers,
-        shard_docs=args.shard_docs,
-        on_bad_row=args.on_bad_row,
-        columns=args.columns or "",
-        ray=ray,
-        log=lambda msg: print(f"index: {msg}", file=sys.stderr),
-        passages=args.passages,
-    )
-    b = meta["build"]
-    print(
-        f"index dense docs={meta['n_docs']} passages={meta['passages']['rule']} "
-        f"n_passages={meta['passages']['n_passages']} embedder={meta['embedder']} dim={meta['dim']} "
-        f"docs_per_second={b['docs_per_second']} seconds={b['seconds']:.1f} out={args.out}"
-    )
-    return meta
-
-
-def build_dense_only(args: argparse.Namespace) -> int:
-    """--retriever dense: a directory with docids.json and dense/ only (no BM25 part)."""
-    import shutil
-    from pathlib import Path
-
-    out = Path(args.out)
-    if out.exists() and any(out.iterdir()):
-        if not args.overwrite:
-            raise FileExistsError(f"{out}: exists and is not empty (pass overwrite=True / --overwrite to replace it)")
-        shutil.rmtree(out)
-    dense_part(args)
     print_queries(args)
     return 0
 

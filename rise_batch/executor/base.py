@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from rise_batch.registry import load_plugins
+
 LostKind = Literal["died", "cancelled", "stuck", "error"]
 
 
@@ -46,6 +48,7 @@ class WorkerSpec:
 def build_worker(spec: WorkerSpec, services: Mapping[str, Any]) -> Worker:
     """Import the factory by its path and build one worker (inside the worker process, never on the driver). On
     Ray, `services` also carries "node": the id of the node the worker runs on (what it caches is that node's)."""
+    load_plugins()  # a worker process knows the same registered entries as the driver
     module, _, name = spec.factory.partition(":")
     if not name:
         raise ValueError(f"worker factory {spec.factory!r} is not of the form 'package.module:name'")

@@ -93,9 +93,11 @@ def docs_fingerprint(path: str) -> str:
 
 
 def index_fingerprint(path: str) -> str:
-    """An index directory: meta.json (parameters, counts, the corpus's content digest), docids.json and the dense
-    part's meta.json, those present."""
-    return _files_fingerprint(path, ("meta.json", "docids.json", "dense/meta.json"))
+    """An index directory: docids.json (every index holds it) and its parts' records, meta.json at the top (BM25's)
+    and in each part's folder (dense/meta.json), those present; by file name, as the registry of parts sits in a
+    layer above this one (rise_batch/index/retriever_kinds.py)."""
+    parts = sorted(p.relative_to(path).as_posix() for p in Path(path).glob("*/meta.json"))
+    return _files_fingerprint(path, ("meta.json", "docids.json", *parts))
 
 
 FINGERPRINTS: Mapping[str, Callable[[str], str]] = {

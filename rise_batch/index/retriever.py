@@ -1,11 +1,12 @@
 """The retrieval boundary: every command that searches names a retriever, and this module opens it.
 
 A retriever is anything with `search(queries: list[str], k) -> list[Hits]` (best first), `docids` and `len()`;
-the workspace, the agent tools and recall@K only ever call that. Three are registered:
+the workspace, the agent tools and recall@K only ever call that. The registered ones
+(rise_batch/index/retriever_kinds.py, where a new one is added):
 
   bm25                          today's index (`meta.json` + bm25s files), the default
   dense                         `dense/` (rise_batch.index.dense): an embedding model's exact cosine top-k
-  hybrid                        both, fused as DEFAULT_HYBRID (hybrid:weighted:0.7, chosen below) ...
+  hybrid                        both, fused as its entry's default (hybrid:weighted:0.7, chosen below) ...
   hybrid:rrf[:K]                ... or by reciprocal rank (K = 60) ...
   hybrid:weighted[:W]           ... or by a weighted sum of min-max scores (W = the BM25 weight, 0.5)
 
@@ -14,57 +15,60 @@ weighted W in 0.4..0.9 (`python -m bench.retrievers`), as the best mean recall@1
 bm25 on dev; on the test half it is above bm25 at every K with passage-level dense (docs/retrieval.md). Equal-weight
 fusion (rrf) lets the weaker dense list pull gold down; a BM25-heavy weight keeps BM25's hits and adds dense's.
 
-The spec string is the one key of every config (`retriever:` in run and sweep YAML) and flag (`--retriever`).
-`index --retriever R` builds the parts R needs (its `RETRIEVERS` entry); opening a retriever whose part the directory
-lacks is a one-line error naming the directory and the command that builds it.
+The spec string is the one key of every config (`retriever:` in run and sweep YAML) and flag (`--retriever`), and
+what a run records (`str(spec)` enters its config hash and summary). `index --retriever R` builds the parts R
+needs (its `RETRIEVERS` entry); opening a retriever whose part the directory lacks is a one-line error naming the
+directory and the command that builds it.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rise_batch.errors import ConfigError
-from rise_batch.index.dense import DenseIndex
-from rise_batch.index.hybrid import HybridIndex
 from rise_batch.index.retriever_kinds import RETRIEVERS as RETRIEVERS  # re-exported
-from rise_batch.index.search import load_index, local_index
+from rise_batch.index.retriever_kinds import default_retriever as default_retriever  # re-exported
+from rise_batch.index.retriever_kinds import parts_present as parts_present  # re-exported
+from rise_batch.index.retriever_kinds import spec_help
+from rise_batch.index.search import local_index
 
 
 @dataclass(frozen=True)
 class RetrieverSpec:
+    """A parsed `--retriever`: the registered name and, for a fused retriever, how its lists are fused."""
+
     name: str = "bm25"
-    fusion: str = "rrf"
+    fusion: str | None = None  # rrf or weighted, for a fused retriever only
     rrf_k: float = 60.0
     weight: float = 0.5  # BM25's share in a weighted fusion
 
     def __str__(self) -> str:
-        if self.name != "hybrid":
+        if self.fusion is None:
             return self.name
-        return f"hybrid:rrf:{self.rrf_k:g}" if self.fusion == "rrf" else f"hybrid:weighted:{self.weight:g}"
+        return f"{self.name}:rrf:{self.rrf_k:g}" if self.fusion == "rrf" else f"{self.name}:weighted:{self.weight:g}"
 
-
-DEFAULT_HYBRID = RetrieverSpec("hybrid", "weighted", weight=0.7)
+    def fusion_args(self) -> tuple[str, float, float]:
+        """(fusion, rrf_k, weight), as rise_batch.index.hybrid.HybridIndex takes them."""
+        return self.fusion or "rrf", self.rrf_k, self.weight
 
 
 def parse_retriever(text: str | RetrieverSpec | None) -> RetrieverSpec:
-    """`bm25`, `dense`, `hybrid`, `hybrid:rrf[:K]` or `hybrid:weighted[:W]` -> a spec; a one-line ConfigError
-    otherwise."""
+    """A registered name, or a fused one's `NAME:rrf[:K]` or `NAME:weighted[:W]` -> a spec (a fused name alone
+    means its entry's `default`); a one-line ConfigError otherwise."""
     if isinstance(text, RetrieverSpec):
         return text
-    raw = (text or "bm25").strip()
+    raw = (text or next(iter(RETRIEVERS))).strip()
     name, *rest = raw.split(":")
     if name not in RETRIEVERS or (not RETRIEVERS[name].fused and rest):
-        raise ConfigError(
-            f"retriever {raw!r}: expected {', '.join(RETRIEVERS)}, hybrid:rrf[:K] or hybrid:weighted[:W] (W = BM25 "
-            "weight)"
-        )
-    if not rest:
-        return DEFAULT_HYBRID if name == "hybrid" else RetrieverSpec(name)
+        raise ConfigError(f"retriever {raw!r}: expected {spec_help()}")
+    kind = RETRIEVERS[name]
+    if not kind.fused:
+        return RetrieverSpec(name)
+    rest = rest or kind.default.split(":")
     fusion, value = rest[0], (rest[1] if len(rest) == 2 else "")
-    bad = ConfigError(f"retriever {raw!r}: expected hybrid:rrf[:K] with K >= 0 or hybrid:weighted[:W] with 0 <= W <= 1")
+    bad = ConfigError(f"retriever {raw!r}: expected {name}:rrf[:K] with K >= 0 or {name}:weighted[:W] with 0 <= W <= 1")
     if len(rest) > 2 or fusion not in ("rrf", "weighted"):
         raise bad
     try:
@@ -74,20 +78,8 @@ def parse_retriever(text: str | RetrieverSpec | None) -> RetrieverSpec:
     if not (number >= 0 if fusion == "rrf" else 0 <= number <= 1) or number != number or number == float("inf"):
         raise bad
     if fusion == "rrf":
-        return RetrieverSpec("hybrid", "rrf", rrf_k=number)
-    return RetrieverSpec("hybrid", "weighted", weight=number)
-
-
-def parts_present(index_dir: str | Path) -> list[str]:
-    """Which retriever parts an index directory holds ("bm25", "dense"): a meta.json of any kind counts, so one that
-    is not a regular file is refused by name where it is opened, not taken for a missing part."""
-    d = Path(index_dir)
-    return [p for p, f in (("bm25", d / "meta.json"), ("dense", d / "dense" / "meta.json")) if os.path.lexists(f)]
-
-
-def default_retriever(index_dir: str | Path) -> str:
-    """bm25 when the directory has it (today's behaviour), else dense."""
-    return "bm25" if "bm25" in parts_present(index_dir) or not parts_present(index_dir) else "dense"
+        return RetrieverSpec(name, "rrf", rrf_k=number)
+    return RetrieverSpec(name, "weighted", weight=number)
 
 
 def open_retriever(
@@ -110,11 +102,4 @@ def open_retriever(
             f"and this index holds "
             f"{' and '.join(have) or 'nothing'}; build it with `rise-batch index --retriever {spec.name} --out DIR`"
         )
-    bm25 = dense = None
-    if "bm25" in RETRIEVERS[spec.name].parts:
-        bm25 = load_index(index_dir, backend=backend, **bm25_kw)
-    if "dense" in RETRIEVERS[spec.name].parts:
-        dense = DenseIndex(index_dir, embedder=embedder)
-    if spec.name == "hybrid":
-        return HybridIndex(bm25, dense, spec.fusion, spec.rrf_k, spec.weight)
-    return bm25 if bm25 is not None else dense
+    return RETRIEVERS[spec.name].open(index_dir, spec, embedder=embedder, backend=backend, **bm25_kw)

@@ -13,14 +13,13 @@ from typing import Any, NamedTuple
 
 from rise_batch.cache import cache_dir as root_of
 from rise_batch.cache_objects import fetch_objects
-from rise_batch.index.build import META_FILE, IndexMeta
+from rise_batch.index.build import IndexMeta
+from rise_batch.index.retriever_kinds import index_marker as index_marker  # re-exported: the done marker
 from rise_batch.index.tables import docid_table, vocabulary
 from rise_batch.index.tokenize import query_tokenizer
 from rise_batch.index.topk import search_arrays
 from rise_batch.safe_read import RefusedFile, load_npy, read_json_file
-from rise_batch.storage import AnyPath, ObjectPath, location
-
-DENSE_MARKER = "dense/meta.json"  # index/dense.py's DENSE_DIR/meta.json (dense imports this module, not the reverse)
+from rise_batch.storage import ObjectPath, location
 
 PARAMS_FILE = "params.index.json"  # bm25s's names
 
@@ -208,9 +207,3 @@ def local_index(index_dir: str | Path, cache_dir: str | Path | None = None) -> s
     if not isinstance(loc, ObjectPath):
         return index_dir
     return str(fetch_objects(loc, root_of(cache_dir), "index", index_marker(loc)).path)
-
-
-def index_marker(index_dir: AnyPath) -> str:
-    """The done marker of an index directory, written last when it is published to object storage: the BM25 part's
-    meta.json (a hybrid index's dense part is published before it), else the dense part's alone."""
-    return META_FILE if (index_dir / META_FILE).is_file() or not (index_dir / DENSE_MARKER).is_file() else DENSE_MARKER

@@ -13,9 +13,9 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from rise_batch.index.retriever_kinds import DOCIDS_FILE as DOCIDS_FILE  # every index's rule, stated there
 from rise_batch.strtable import KeyedColumn, StrColumn, derived_table, source_stamp, write_table
 
-DOCIDS_FILE = "docids.json"
 VOCAB_JSON = "vocab.index.json"  # bm25s's name
 DOCIDS_TABLE = "docids.strtab"
 VOCAB_TABLE = "vocab.strtab"
