@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-# Outcomes a document can end in (DESIGN.md): "toc" means a table of contents was inserted.
+# Outcomes a document can end in (ARCHITECTURE.md says what each means): "toc" means a table of contents was inserted.
 OUTCOME_TOC = "toc"
 NO_TOC_OUTCOMES = ("llm-empty", "all-failed", "unparseable", "too-short", "error", "skipped")
 OUTCOMES = (OUTCOME_TOC, *NO_TOC_OUTCOMES)

@@ -1,10 +1,11 @@
 """The original-text twin of a structured docs directory, for the systems that must not see tables of contents.
 
 RISE-BM25, the retrieval agent and DCI read the documents as they were. The structure job writes structured files
-only, and a TOC can be removed exactly (DESIGN.md's invariant), so the twin is derived from them: same relpaths,
-same docmap, TOC block and inserted headings removed. Files without a TOC are hardlinked, not copied. The twin is
-built once per node that reads it (each node of a cluster may hold its own copy of DOCS), into DOCS/original/,
-under a lock and renamed into place complete, so an interrupted build is redone and a partial one never read.
+only, and a TOC can be removed exactly (the structured document's invariant, ARCHITECTURE.md), so the twin is derived
+from them: same relpaths, same docmap, TOC block and inserted headings removed. Files without a TOC are hardlinked,
+not copied. The twin is built once per node that reads it (each node of a cluster may hold its own copy of DOCS),
+into DOCS/original/, under a lock and renamed into place complete, so an interrupted build is redone and a partial
+one never read.
 
 What to strip is read from the checkpoint, never guessed from the text: a document whose own text holds a
 TOC-like block ("## Table of Contents" ... "=== DOCUMENT BODY ===") is left whole unless its checkpoint row says

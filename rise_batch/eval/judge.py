@@ -71,7 +71,7 @@ def normalize_answer(text: str) -> str:
 
 def is_empty_answer(trajectory: dict[str, Any]) -> bool:
     """No answer to judge: no exact answer, and either no final text or a run that ended on a budget or error
-    (its last text is not an answer; DESIGN.md: a budget hit without an answer is a no-answer)."""
+    (its last text is not an answer; ARCHITECTURE.md: a budget hit without an answer is a no-answer)."""
     if (trajectory.get("exact_answer") or "").strip():
         return False
     return trajectory.get("stop_reason") != "answered" or not (trajectory.get("final_text") or "").strip()

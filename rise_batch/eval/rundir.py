@@ -1,10 +1,9 @@
 """Reading a run directory (run.json, trajectories/, judgments/) and writing judgments into it.
 
-A run directory is the hand-off between the trajectory engine, the judge and the report (formats in the helper
-brief and DESIGN.md), so everything here reads files and nothing else: a report can be rebuilt from a copied run
-directory on a laptop. Judgments are keyed by the trajectory's file stem (already a safe name chosen by the
-engine), so the two always pair up whatever the query ids look like.
-"""
+A run directory is the hand-off between the trajectory engine, the judge and the report (its files in docs/agents.md,
+"What a run directory holds"), so everything here reads files and nothing else: a report can be rebuilt from a copied
+run directory on a laptop. Judgments are keyed by the trajectory's file stem (already a safe name chosen by the
+engine), so the two always pair up whatever the query ids look like."""
 
 from __future__ import annotations
 

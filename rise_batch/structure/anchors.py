@@ -1,9 +1,9 @@
 """Anchor validation: where does each proposed section really start?
 
-A proposer (LLM or heuristic) names each section start by a short verbatim phrase. Nothing about it is trusted:
-the phrase may be paraphrased, re-spaced, cut, repeated elsewhere, or out of order. This module turns phrases into
-line numbers of the original text by the rules in DESIGN.md ("Anchor validation"), deterministically, so a re-run
-of the same proposal always yields the same document.
+A proposer (LLM or heuristic) names each section start by a short verbatim phrase. Nothing about it is trusted: the
+phrase may be paraphrased, re-spaced, cut, repeated elsewhere, or out of order. This module turns phrases into line
+numbers of the original text by the rules in ARCHITECTURE.md ("The rules the code relies on": anchor validation),
+deterministically, so a re-run of the same proposal always yields the same document.
 
 Tiers, first hit wins: exact substring of the body -> whitespace-normalised match -> 12/10/8/6-word prefixes of
 the normalised anchor. Only the body is searched (a leading YAML frontmatter block is skipped). The first tier
@@ -64,7 +64,7 @@ def body_start_line(text: str) -> int:
 
 
 def normalize_ws(s: str) -> str:
-    """Collapse every whitespace run to one space and trim: the 'whitespace-normalised' form of DESIGN.md."""
+    """Collapse every whitespace run to one space and trim: the 'whitespace-normalised' form of anchor validation."""
     return _WS_RUN.sub(" ", s).strip()
 
 

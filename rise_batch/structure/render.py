@@ -1,4 +1,4 @@
-"""Rendering the structured document (DESIGN.md "Structured document") and undoing it.
+"""Rendering the structured document (ARCHITECTURE.md, "The rules the code relies on") and undoing it.
 
 The agent navigates by line numbers (`read(path, offset, limit)`, rg output), so the TOC ranges are computed over
 the FINAL file, and the original text must survive byte for byte: only whole lines are added (the TOC block after

@@ -1,4 +1,4 @@
-"""Rendering: the DESIGN.md format, TOC ranges over the final file, and the byte-exact invariant."""
+"""Rendering: the structured document (ARCHITECTURE.md), TOC ranges over the final file, the byte-exact invariant."""
 
 from __future__ import annotations
 
