@@ -37,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from rise_batch.storage import is_local_path, redact
 
     kind = RETRIEVERS.lookup(args.retriever)
+    if not is_local_path(args.out):
+        return publish_built(args)  # built on this machine's disk by this function, then published
     if args.ray or args.ray_address:
         from rise_batch.executor.probe import Input, check_storage
 
@@ -46,8 +48,6 @@ def run(args: argparse.Namespace) -> int:
         from rise_batch.errors import ConfigError
 
         raise ConfigError(f"--gpus must be a finite number >= 0, got {args.gpus}")
-    if not is_local_path(args.out):
-        return publish_built(args)
     if args.passages is not None:
         from rise_batch.index.passages import parse_passages
 

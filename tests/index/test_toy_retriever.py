@@ -77,10 +77,18 @@ class TfidfIndex:
         return out
 
 
+TFIDF_PART = IndexPart(name="tfidf", marker="tfidf/meta.json", build=build_tfidf, help="tf-idf vectors")
+
+
+def tfidf_kind() -> RetrieverKind:
+    """The retriever's entry (made once its part is registered: an entry naming an unknown part is refused)."""
+    return RetrieverKind(name="tfidf", parts=("tfidf",), open=TfidfIndex, help="TF-IDF cosine (a toy)")
+
+
 def register() -> None:
     """What $RISE_BATCH_PLUGINS calls in the `rise-batch` process (and in every executor worker)."""
-    PARTS.add(IndexPart(name="tfidf", marker="tfidf/meta.json", build=build_tfidf, help="tf-idf vectors"))
-    RETRIEVERS.add(RetrieverKind(name="tfidf", parts=("tfidf",), open=TfidfIndex, help="TF-IDF cosine (a toy)"))
+    PARTS.add(TFIDF_PART)
+    RETRIEVERS.add(tfidf_kind())
 
 
 def register_without_docids() -> None:
@@ -104,6 +112,24 @@ def test_an_index_without_docids_is_refused(tmp_path, sample_path):
     p = cli("index", "--corpus", sample_path, "--out", tmp_path / "i", "--retriever", "nodocids", env=env)
     assert p.returncode == 2 and "wrote no docids.json; every index holds one" in p.stderr
     assert not (tmp_path / "i").exists()
+
+
+def test_the_registry_answers_for_a_registered_part(tmp_path, monkeypatch):
+    """parts_present, default_retriever and the done marker read the registry: an index holding only the toy's
+    part is found, opened by default and published with the toy's marker last; an entry naming no part is refused."""
+    from rise_batch.config import ConfigError
+    from rise_batch.index.retriever_kinds import default_retriever, index_marker, parts_present
+
+    monkeypatch.setitem(PARTS, "tfidf", TFIDF_PART)
+    monkeypatch.setitem(RETRIEVERS, "tfidf", tfidf_kind())
+    (tmp_path / "tfidf").mkdir()
+    (tmp_path / "tfidf" / "meta.json").write_text("{}")
+    assert parts_present(tmp_path) == ["tfidf"] and default_retriever(tmp_path) == "tfidf"
+    assert index_marker(tmp_path) == "tfidf/meta.json"
+    (tmp_path / "meta.json").write_text("{}")  # a BM25 part beside it: bm25 first, as registered
+    assert default_retriever(tmp_path) == "bm25" and index_marker(tmp_path) == "meta.json"
+    with pytest.raises(ConfigError, match="unknown index part 'nope'"):
+        RetrieverKind(name="x", parts=("nope",), open=TfidfIndex, help="")
 
 
 @pytest.mark.slow
