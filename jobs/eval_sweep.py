@@ -21,6 +21,7 @@ from rise_batch.commands.job_paths import add_base_flag  # noqa: E402
 from rise_batch.errors import run_main  # noqa: E402
 from rise_batch.logs import add_output_flags, pop_output_flags  # noqa: E402
 from rise_batch.option_paths import URI, check_path_args, path_argument  # noqa: E402
+from rise_batch.registry import load_plugins  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,8 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     log_level, every = pop_output_flags(args)
     # the CLI's exit codes (rise_batch.errors)
-    return run_main(lambda: check_path_args(parser, args) or sweep.run(args, args.base, "eval_sweep"), "eval_sweep",
+    return run_main(lambda: check_path_args(parser, args) or _run(args), "eval_sweep",
                     log_level=log_level, progress_every=every)  # fmt: skip
+
+
+def _run(args: argparse.Namespace) -> int:
+    load_plugins()  # $RISE_BATCH_PLUGINS' entries (a retriever of one's own), as `rise-batch` loads them
+    return sweep.run(args, args.base, "eval_sweep")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from rise_batch.commands.run import add_run_flags, config_from_args  # noqa: E40
 from rise_batch.errors import run_main  # noqa: E402
 from rise_batch.logs import add_output_flags, pop_output_flags  # noqa: E402
 from rise_batch.option_paths import check_path_args  # noqa: E402
+from rise_batch.registry import load_plugins  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    load_plugins()  # $RISE_BATCH_PLUGINS' entries (a retriever, a format of one's own), as `rise-batch` loads them
     base = args.base
     del args.base  # a job option, not a run setting
     cfg = anchor_paths(config_from_args(args), base, "run")

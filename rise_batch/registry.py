@@ -1,11 +1,14 @@
 """Registries as data: one `Registry` type, and the registries of the LLM side (transports, structuring backends).
 
 Every kind of extension point is a `Registry` of typed entries (keyword fields, capabilities as fields) kept in the
-module of its kind, beside what its entries build: corpus formats in corpus/readers.py, retrievers in
-index/retriever.py, agent systems and tool kinds in agent/systems.py, transports and backends here. One module per
-kind, because an entry names code of its own layer (a format's row reader is pure core, a tool kind opens the agent's
-tools), and a single module holding them all would have to import every layer. What users read (help strings,
+module of its kind, beside what its entries build: corpus formats in corpus/readers.py, retrievers and index parts in
+index/retriever_kinds.py, agent systems and tool kinds in agent/systems.py, transports and backends here. One module
+per kind, because an entry names code of its own layer (a format's row reader is pure core, a tool kind opens the
+agent's tools), and a single module holding them all would have to import every layer. What users read (help strings,
 errors, the guides' lists) is made from the registries (`one_of`, `names`, commands/doc_options.py).
+
+A researcher's own module adds entries without the package being edited: `$RISE_BATCH_PLUGINS` names it
+(`load_plugins`).
 
 The registries here sit below config.py, which validates a configured name against them, and import nothing: an
 entry's module is imported on first use (`Lazy`), so reading a registry loads no HTTP stack and no upper layer.
@@ -98,8 +101,8 @@ def load_plugins() -> list[str]:
     entries to the registries (a retriever and its index part, a format, a system), imported, or `module:function`,
     imported and the function called with no argument, so that `rise-batch` and its workers know the entries
     without the package being edited. The CLI calls it before building its parser (choices and help include the
-    entries), and every executor worker before building its stage (a Ray actor opens the same retriever). One that
-    cannot be loaded is refused in one line naming it."""
+    entries), the jobs/ scripts before they run, and every executor worker before building its stage (a Ray actor
+    opens the same retriever). One that cannot be loaded is refused in one line naming it."""
     names = [n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(",") if n.strip()]
     for name in names:
         if name in _loaded:
