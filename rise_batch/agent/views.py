@@ -52,16 +52,15 @@ VIEWS: Registry[View] = Registry(
     "view",
     [
         View(name=STRUCTURED, toc=True, headings=True,
-             help="the structured files: a table of contents at the top, sections under `## ` headings; the TOC's "
-                  "line ranges are the file's own lines"),
+             help="the structured files (DOCS itself), the TOC's line ranges their own lines"),
         View(name=ORIGINAL, dir="original", build=Lazy("rise_batch.agent.originals:build_original"),
              rule="checkpoint-outcome+content-hash v1\n", plain_is_view=True, option="original_docs",
              help="the documents as the corpus holds them (TOC and inserted headings removed, each checked against "
-                  "the checkpoint's content hash); built once into DOCS/original/"),
+                  "the checkpoint's content hash), built once into DOCS/original/"),
         View(name=TOC, dir="toc", build=Lazy("rise_batch.agent.toc_view:build_toc"), toc=True, headings=True,
              rule="toc-only: the structured file's TOC block, lines of the structured file v1\n", lines_of=STRUCTURED,
              help="each document's table of contents alone (a document without one: one entry, its whole body), "
-                  "every entry a line range of the structured file, which `read` opens; built once into DOCS/toc/"),
+                  "built once into DOCS/toc/"),
     ],
 )  # fmt: skip
 

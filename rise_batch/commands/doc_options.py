@@ -71,12 +71,20 @@ def _registry_list(kind: str) -> str:
         )
     if kind == "views":
         from rise_batch.agent.systems import SYSTEMS
-        from rise_batch.agent.views import VIEWS
+        from rise_batch.agent.views import VIEWS, View
 
         def used_by(view: str) -> str:
             return ", ".join(f"`{s.name}`" for s in SYSTEMS.values() if s.docs == view) or "no system yet"
 
-        return "".join(f"- `{v.name}`: {v.help}; used by {used_by(v.name)}\n" for v in VIEWS.values())
+        def assumes(v: View) -> str:
+            said = [("a TOC at the top", v.toc), ("sections under `## ` headings", v.headings)]
+            said.append((f"its line numbers are lines of the {v.lines_of} files, which `read` opens", bool(v.lines_of)))
+            return ", ".join(text for text, holds in said if holds) or "no TOC"
+
+        return "".join(
+            f"- `{v.name}`: {v.help}; tools may assume: {assumes(v)}; used by {used_by(v.name)}\n"
+            for v in VIEWS.values()
+        )
     if kind == "tool-kinds":
         from rise_batch.agent.systems import TOOL_KINDS
 

@@ -40,9 +40,11 @@ def test_a_view_registered_in_one_file_reaches_the_docs_and_a_run(agent_world, f
                     tools="rise", help="RISE over heading lines")  # fmt: skip  # the view it names is registered
     monkeypatch.setitem(SYSTEMS, "rise-headings", system)
     docs = fill("<!-- list: views -->\n<!-- /list -->\n<!-- list: systems -->\n<!-- /list -->")
-    assert "- `headings`: the structured files' heading lines, each with its line number; used by `rise-headings`" in (
-        docs
+    assumed = "sections under `## ` headings, its line numbers are lines of the structured files, which `read` opens"
+    listed = (
+        f"- `headings`: the structured files' heading lines, each with its line number; tools may assume: {assumed}"
     )
+    assert f"{listed}; used by `rise-headings`\n" in docs
     assert "tools: rise; view: headings" in docs
     out = run_dir("view-extension")
     docid, title = next(iter(agent_world.titles.items()))
