@@ -124,18 +124,29 @@ def test_the_toc_view_of_a_docs_dir_never_structured_is_refused(built, tmp_path)
         view_docs(VIEWS[TOC], plain, workers=1)
 
 
+def run_cli(docs: Path, out: Path, index: Path, base_url: str, queries: Path) -> subprocess.CompletedProcess:
+    argv = ["run", "--queries", str(queries), "--system", "rise-toc", "--index", str(index), "--docs", str(docs)]
+    argv += ["--out", str(out), "--base-url", base_url, "--workers", "0", "--index-backend", "numpy"]
+    argv += ["--tpm", "100000000", "--rpm", "1000000", "--no-progress"]
+    cmd = [sys.executable, "-m", "rise_batch.cli", *argv]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=os.environ)
+
+
 def test_rise_toc_end_to_end(agent_world, fake_server):
     """`rise-batch run --system rise-toc`: a search, a grep of the TOC-only files, one read of the entry naming the
-    title, which shows the structured file's lines from that section's heading, and the right answer."""
+    title, which shows the structured file's lines from that section's heading, and the right answer. Over a docs
+    directory that was never structured, it is refused in one line (exit 2) before any model call."""
     out = run_dir("views-rise-toc")
     items = list(agent_world.titles.items())[:3]
     queries = write_queries(out / "q.jsonl", [title_query(d, t) for d, t in items])
-    argv = ["run", "--queries", str(queries), "--system", "rise-toc", "--index", str(agent_world.index)]
-    argv += ["--docs", str(agent_world.docs), "--out", str(out / "run"), "--base-url", fake_server.base_url]
-    argv += ["--workers", "0", "--index-backend", "numpy", "--tpm", "100000000", "--rpm", "1000000", "--no-progress"]
-    res = subprocess.run(
-        [sys.executable, "-m", "rise_batch.cli", *argv], capture_output=True, text=True, timeout=300, env=os.environ
-    )
+    plain = out / "plain"
+    shutil.copytree(agent_world.docs / "corpus", plain / "corpus")
+    shutil.copy(agent_world.docs / "docmap.parquet", plain)
+    refused = run_cli(plain, out / "refused", agent_world.index, fake_server.base_url, queries)
+    assert refused.returncode == 2 and "the toc view is made from a `rise-batch structure` output" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert not (out / "refused" / "trajectories").exists()
+    res = run_cli(agent_world.docs, out / "run", agent_world.index, fake_server.base_url, queries)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "run system=rise-toc" in res.stdout and "answered:3" in res.stdout, res.stdout
     structured, toc = DocStore(agent_world.docs), DocStore(agent_world.docs / "toc")
