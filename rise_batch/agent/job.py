@@ -18,13 +18,13 @@ from typing import Any, NamedTuple
 
 from rise_batch.agent.inputs import check_sources
 from rise_batch.agent.ledger import recorded_spend
-from rise_batch.agent.originals import ORIGINAL_DIR, original_docs
 from rise_batch.agent.pilot import pilot_sample, require_plan_price, run_plan
 from rise_batch.agent.run_config import RunConfig, config_hash
 from rise_batch.agent.run_stats import TRANSPORT_KEYS, RunStats, WorkerReport, cache_by_node, cache_line
 from rise_batch.agent.runner import EVENT_PARTS, EVENTS, TRAJECTORIES, finished, trajectory_path
 from rise_batch.agent.stage import STUCK_WHY, TrajectoryOutcomes
-from rise_batch.agent.systems import ORIGINAL, get_system
+from rise_batch.agent.systems import get_system
+from rise_batch.agent.views import VIEWS, user_copy, view_docs
 from rise_batch.agent.workspace_root import claim_workspace_root
 from rise_batch.config import ConfigError, config_to_dict
 from rise_batch.counters import add_counts
@@ -90,8 +90,8 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
     if system.uses_sandbox and not cfg.allow_unsandboxed:
         if not probe().ok:  # refuse up front rather than fail every trajectory
             raise ConfigError(f"{probe().reason}; the {system.name} agent's bash needs it (or --unsandboxed)")
-    if system.docs == ORIGINAL and not cfg.original_docs and not isinstance(location(cfg.docs), ObjectPath):
-        cfg = dataclasses.replace(cfg, original_docs=str(original_docs(cfg.docs, workers=max(cfg.workers, 1))))
+    if not isinstance(location(cfg.docs), ObjectPath):  # in object storage, each node derives its own
+        cfg = build_views(cfg, system.view)
     queries = select_gold(read_queries(cfg.queries, cfg.limit), cfg.gold, cfg.qrels, cfg.queries)
     claim_workspace_root(cfg.workspace_dir, out, default=cfg.workspace_root is None)  # refused before any write
     write_json_atomic(
@@ -118,14 +118,28 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
     return RunPlan(cfg, ch, queries, pending, round(checked, 3))
 
 
+def build_views(cfg: RunConfig, view: Any) -> RunConfig:
+    """Build, once here before any worker starts, the views derived from DOCS that the system reads (its view and
+    the one its entries point into); a view with an option of its own (--original-docs) records the built copy
+    there, so run.json names the files the agent read."""
+    for v in (view, *([VIEWS.lookup(view.lines_of)] if view.lines_of else [])):
+        if user_copy(v, cfg) is None and v.build is not None:
+            built = str(view_docs(v, cfg.docs, workers=max(cfg.workers, 1)))
+            if v.option and not getattr(cfg, v.option):
+                cfg = dataclasses.replace(cfg, **{v.option: built})
+    return cfg
+
+
 def check_nodes_storage(cfg: RunConfig, system: Any) -> None:
     """On a cluster, every node must write the run directory this driver reads and read the docs and index it
     read (a per-node copy of those is fine): probed once before the first query (executor/probe.py)."""
     inputs = [Input("the docs directory (--docs)", cfg.docs, "docs")]
     if system.uses_index and cfg.index:
         inputs.append(Input("the index (--index)", cfg.index, "index"))
-    if system.docs == ORIGINAL and cfg.original_docs and Path(cfg.original_docs) != Path(cfg.docs) / ORIGINAL_DIR:
-        inputs.append(Input("the original docs (--original-docs)", cfg.original_docs, "docs"))
+    own = user_copy(system.view, cfg)
+    if own:
+        flag = "--" + str(system.view.option).replace("_", "-")
+        inputs.append(Input(f"the {system.view.name} docs ({flag})", own, "docs"))
     lent = (cfg.llm.api_key_env,)  # what run_queries lends the actors (the probe connects first)
     check_storage(cfg.ray_address, [Output("the run directory (--out)", cfg.out)], inputs, env=lent)
 

@@ -25,9 +25,9 @@ import orjson
 from rise_batch.agent.inputs import localize
 from rise_batch.agent.ledger import EARLIER, earlier_spend
 from rise_batch.agent.loop import AgentRun, run_agent
-from rise_batch.agent.originals import COMPLETE, ORIGINAL_DIR, original_docs
 from rise_batch.agent.run_config import RunConfig
-from rise_batch.agent.systems import ORIGINAL, get_system, open_tools, workspace_docs
+from rise_batch.agent.systems import get_system, open_tools, workspace_docs
+from rise_batch.agent.views import VIEWS, docs_for, view_built
 from rise_batch.agent.workspace_root import claim_workspace_root
 from rise_batch.cache import same_filesystem
 from rise_batch.executor.local import node_cpus
@@ -95,17 +95,13 @@ class EventLog:
             self.local.unlink(missing_ok=True)
 
 
-def system_docs(cfg: RunConfig) -> str:
-    """The docs a worker's system reads. Originals derived from DOCS (no --original-docs, or DOCS/original) are
-    derived on this worker's node if need be: the driver's twin is on the driver's node, and a node with its own
-    copy of DOCS has none until one of its workers builds it (once per node, agent/originals.py)."""
-    system = get_system(cfg.system)
-    if system.docs != ORIGINAL:
-        return cfg.docs
-
-    if cfg.original_docs and Path(cfg.original_docs) != Path(cfg.docs) / ORIGINAL_DIR:
-        return cfg.original_docs  # the user's own originals
-    return str(original_docs(cfg.docs, workers=node_cpus()))  # every core of the node: it waits for this
+def system_docs(cfg: RunConfig, view: str | None = None) -> str:
+    """The docs a worker's system reads (its view, agent/views.py; or the named `view`). A view derived from DOCS
+    (the original text, TOC-only files; not given as the user's own copy) is derived on this worker's node if need
+    be: the driver's is on the driver's node, and a node with its own copy of DOCS has none until one of its workers
+    builds it (once per node, agent/view_files.py)."""
+    entry = VIEWS.lookup(view) if view else get_system(cfg.system).view
+    return docs_for(entry, cfg, workers=node_cpus())  # every core of the node: it waits for this
 
 
 class WorkerContext:
@@ -130,14 +126,16 @@ class WorkerContext:
         inputs_t0 = time.monotonic()
         self.cfg, self.cache = localize(cfg, self.system.uses_index)
         cfg = self.cfg
-        t0, twin = time.monotonic(), Path(cfg.docs) / ORIGINAL_DIR / COMPLETE
-        had_twin = twin.is_file()
+        view = self.system.view
+        t0, had_view = time.monotonic(), view_built(view, cfg.docs)
         docs = system_docs(cfg)
-        if "docs" in self.cache and docs != cfg.docs:  # the original twin, derived in this node's cached docs
-            self.cache["original"] = {"bytes": 0, "seconds": round(time.monotonic() - t0, 3), "reused": had_twin}
+        if "docs" in self.cache and docs != cfg.docs:  # a view derived in this node's cached docs (the original twin)
+            self.cache[view.name] = {"bytes": 0, "seconds": round(time.monotonic() - t0, 3), "reused": had_view}
         # the wall of getting them all: the index is copied while the docs tree is made (localize)
         self.inputs_s = round(time.monotonic() - inputs_t0, 3) if self.cache else None
         self.store = DocStore(docs)
+        # the files the view's entries point at (RISE-TOC: the structured files), which its `read` opens
+        self.lines = DocStore(system_docs(cfg, view.lines_of)) if view.lines_of else None
         self.cost_budget = budget  # --max-cost: what every model call reserves from (llm/cost_cap.worker_budget)
         self.client = client_from_config(cfg.llm, limiter=limiter, api=cfg.api, budget=budget)  # api: a wrapper
         self.params: dict[str, Any] = {}
@@ -298,6 +296,7 @@ async def run_query(ctx: WorkerContext, query: Query, attempt: int = 1) -> dict[
                     limits=ctx.limits,
                     allow_unsandboxed=ctx.cfg.allow_unsandboxed,
                     keep_workspace=ctx.cfg.keep_workspaces,
+                    lines=ctx.lines,
                 ),
             )
             agent = run_agent(

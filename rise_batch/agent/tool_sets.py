@@ -10,12 +10,12 @@ from rise_batch.space.tools import DciTools, RetrievalTools, RiseTools
 from rise_batch.space.workspace import Workspace
 
 
-def open_rise(system, store, index, ws_path, *, k, limits, allow_unsandboxed, keep_workspace):  # noqa: ANN001
+def open_rise(system, store, index, ws_path, *, k, limits, allow_unsandboxed, keep_workspace, lines):  # noqa: ANN001
     if ws_path is None:
         raise ValueError(f"system {system.name} needs a workspace path")
     ws = Workspace(ws_path, store, keep=keep_workspace)
     try:
-        return RiseTools(index(), ws, k=k, limits=limits, allow_unsandboxed=allow_unsandboxed), ws
+        return RiseTools(index(), ws, k=k, limits=limits, allow_unsandboxed=allow_unsandboxed, lines=lines), ws
     except BaseException:
         ws.close()
         raise

@@ -1,6 +1,6 @@
 """The docs' option tables, made from the same layouts as the commands' flags (rise_batch/options.py).
 
-A guide marks where a command's table goes, and where a registry's list goes (formats, systems, tool-kinds,
+A guide marks where a command's table goes, and where a registry's list goes (formats, systems, tool-kinds, views,
 retrievers, backends, transports):
 
     <!-- options: structure -->
@@ -66,7 +66,25 @@ def _registry_list(kind: str) -> str:
     if kind == "systems":
         from rise_batch.agent.systems import SYSTEMS
 
-        return "".join(f"- `{s.name}` ({s.label}): {s.help}; tools: {s.tools}\n" for s in SYSTEMS.values())
+        return "".join(
+            f"- `{s.name}` ({s.label}): {s.help}; tools: {s.tools}; view: {s.docs}\n" for s in SYSTEMS.values()
+        )
+    if kind == "views":
+        from rise_batch.agent.systems import SYSTEMS
+        from rise_batch.agent.views import VIEWS, View
+
+        def used_by(view: str) -> str:
+            return ", ".join(f"`{s.name}`" for s in SYSTEMS.values() if s.docs == view) or "no system yet"
+
+        def assumes(v: View) -> str:
+            said = [("a TOC at the top", v.toc), ("sections under `## ` headings", v.headings)]
+            said.append((f"its line numbers are lines of the {v.lines_of} files, which `read` opens", bool(v.lines_of)))
+            return ", ".join(text for text, holds in said if holds) or "no TOC"
+
+        return "".join(
+            f"- `{v.name}`: {v.help}; tools may assume: {assumes(v)}; used by {used_by(v.name)}\n"
+            for v in VIEWS.values()
+        )
     if kind == "tool-kinds":
         from rise_batch.agent.systems import TOOL_KINDS
 
@@ -83,7 +101,15 @@ def _registry_list(kind: str) -> str:
     return "".join(f"- `{e.name}`: {e.help}\n" for e in table.values())
 
 
-LISTS = ("formats", "systems", "tool-kinds", "retrievers", "backends", "transports")  # what <!-- list: X --> may name
+LISTS = (
+    "formats",
+    "systems",
+    "tool-kinds",
+    "views",
+    "retrievers",
+    "backends",
+    "transports",
+)  # what <!-- list: X --> may name
 
 
 def table(command: str) -> str:

@@ -2,8 +2,9 @@
 
 It plays the trajectory a diligent model would, with whatever tools the request offers: search with the question's
 distinctive words, grep (rg) for its key term, read the head of the matching file (its table of contents), read the
-TOC range holding the hit (or, offered a search of sections and a read by line range, read the listed section that
-names the key term), then answer from the text it read in the `Explanation / Exact Answer / Confidence`
+TOC range holding the hit (or, when only TOC entry lines name the term, as in TOC-only files, read that entry's
+range; or, offered a search of sections and a read by line range, read the listed section that names the key term),
+then answer from the text it read in the `Explanation / Exact Answer / Confidence`
 format. The answer therefore only comes out right when the tools really work end to end.
 
 Behaviours that exercise budgets and failures are chosen per query by markers in the question text, e.g.
@@ -39,6 +40,7 @@ _WORD = re.compile(r"[A-Za-z][A-Za-z0-9-]{3,}")
 _RG_LINE = re.compile(r"^(?:\./)?([^\s:][^:\n]*\.txt):(\d+):(.*)$", re.MULTILINE)
 _NOT_BODY = re.compile(r"^(title:|url:|- L\d+\u2013|## |---)")
 _PREVIEW_PATH = re.compile(r"^\s+\d+\. \[[\d.]+\] (\S.*\.txt)$", re.MULTILINE)
+_TOC_LINE = re.compile(r"- L(\d+)\u2013(\d+): ")
 _TOC_ENTRY = re.compile(r"^\s*\d+\t- L(\d+)\u2013(\d+): ", re.MULTILINE)
 _NUMBERED = re.compile(r"^\s*(\d+)\t(.*)$", re.MULTILINE)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
@@ -125,6 +127,22 @@ def _grep_hit(steps: list[Step], term: str) -> tuple[str, int] | None:
             for m in _RG_LINE.finditer(s.output):
                 if not _NOT_BODY.match(m.group(3)):  # frontmatter and TOC lines are not evidence
                     hits.setdefault(m.group(1), int(m.group(2)))
+    return _preferred(steps, hits, term)
+
+
+def _toc_hit(steps: list[Step], term: str) -> tuple[str, tuple[int, int]] | None:
+    """A grep hit on a TOC entry line (TOC-only files hold nothing else): the file and the entry's line range."""
+    hits: dict[str, tuple[int, int]] = {}
+    for s in steps:
+        if s.tool == "bash":
+            for m in _RG_LINE.finditer(s.output):
+                entry = _TOC_LINE.match(m.group(3))
+                if entry:
+                    hits.setdefault(m.group(1), (int(entry.group(1)), int(entry.group(2))))
+    return _preferred(steps, hits, term)
+
+
+def _preferred(steps: list[Step], hits: dict[str, Any], term: str) -> tuple[str, Any] | None:
     if not hits:
         return None
     for path in (m for s in steps if s.tool == "search" for m in _PREVIEW_PATH.findall(s.output)):
@@ -203,11 +221,15 @@ def next_action(question: str, tools: dict[str, set[str]], steps: list[Step], be
             return "call", "bash", {"command": _rg(term)}
         reads = [s for s in steps if s.tool == "read"]
         hit = _grep_hit(steps, term)
+        toc = _toc_hit(steps, term) if hit is None and "read" in tools else None
+        if toc is not None and not reads:  # only TOC entry lines name the term (TOC-only files): read that range
+            path, (start, end) = toc
+            return "call", "read", {"path": path, "offset": start - 1, "limit": end - start + 1}
         path = hit[0] if hit else None
         if path is None:
             previews = [m for s in steps if s.tool == "search" for m in _PREVIEW_PATH.findall(s.output)]
             path = previews[0] if previews else None
-        if path is not None and "read" in tools:
+        if path is not None and "read" in tools and toc is None:
             if not reads:
                 return "call", "read", {"path": path, "offset": 0, "limit": 40}
             if len(reads) == 1:

@@ -74,6 +74,19 @@ def read_schema(max_lines: int = 2000, what: str = "workspace") -> dict:
     )
 
 
+def read_lines_schema(max_lines: int = 2000) -> dict:
+    """`read` where the workspace holds TOC-only files: it opens the structured file the entries point at."""
+    schema = read_schema(max_lines)
+    schema["function"]["description"] = (
+        "Read lines of a document's structured file, with 1-indexed line numbers. The workspace holds each "
+        "document's table of contents only; `path` is that file's path in the workspace (as rg and ls print it), "
+        "and the lines are those of the whole structured document its entries count. `offset` is the 0-indexed "
+        f"first line, `limit` the number of lines (at most {max_lines}). An entry `L12–40` is read with offset=11, "
+        "limit=29. Long lines are cut."
+    )
+    return schema
+
+
 def retrieval_search_schema(k: int = 5) -> dict:
     return _tool(
         "search",

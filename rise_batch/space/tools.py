@@ -26,6 +26,7 @@ from rise_batch.space.fileview import (
     MAX_READ_LINES,
     SNIPPET_HEAD_BYTES,
     PathRefused,
+    agent_relpath,
     leading_text,
     open_inside,
     prefetch_heads,
@@ -308,7 +309,10 @@ def search_into(index: SearchIndex, ws: Workspace, queries: Any, k: int = 1000, 
 
 
 class RiseTools(ToolSet):
-    """search + bash + read over one query's workspace (RISE on structured files, RISE-BM25 on originals)."""
+    """search + bash + read over one query's workspace (RISE on structured files, RISE-BM25 on originals).
+
+    `lines`: the files a view's entries point at (RISE-TOC: the workspace holds TOC-only files, and `read` opens
+    the structured file of a relpath in the workspace); None: `read` opens the workspace's own file."""
 
     def __init__(
         self,
@@ -319,15 +323,16 @@ class RiseTools(ToolSet):
         preview: int = 10,
         limits: SandboxLimits | None = None,
         allow_unsandboxed: bool = False,
+        lines: DocStore | None = None,
     ) -> None:
-        self.index, self.ws, self.k, self.preview = index, workspace, k, preview
+        self.index, self.ws, self.k, self.preview, self.lines = index, workspace, k, preview, lines
         self.sandbox = Sandbox(workspace.files_dir, limits, allow_unsandboxed=allow_unsandboxed)
         lim = self.sandbox.limits
         self.tools = {"search": self.search, "bash": self.bash, "read": self.read}
         self.schemas = [
             schemas.rise_search_schema(k, preview),
             schemas.bash_schema(lim.timeout_s, lim.max_output_chars),
-            schemas.read_schema(MAX_READ_LINES),
+            schemas.read_schema(MAX_READ_LINES) if lines is None else schemas.read_lines_schema(MAX_READ_LINES),
         ]
 
     def search(self, queries: Any = None, query: Any = None) -> ToolResult:
@@ -340,7 +345,17 @@ class RiseTools(ToolSet):
         return bash_in(self.sandbox, command, self.ws.by_relpath.get, timeout_s)
 
     def read(self, path: Any, offset: Any = 0, limit: Any = MAX_READ_LINES) -> ToolResult:
-        return read_in(self.ws.files, path, offset, limit, self.ws.by_relpath.get)
+        if self.lines is None:
+            return read_in(self.ws.files, path, offset, limit, self.ws.by_relpath.get)
+        try:  # only a document search brought into the workspace, as for the workspace's own files
+            rel = agent_relpath(path)
+        except PathRefused as e:
+            return ToolResult(f"error: {e}", error=True)
+        if rel not in self.ws.by_relpath:
+            return ToolResult(
+                f"error: no such file in the workspace: {rel!r} (list files with bash: ls, rg -l)", error=True
+            )
+        return read_in(self.lines.docs, rel, offset, limit, self.ws.by_relpath.get)
 
 
 class DciTools(ToolSet):

@@ -16,6 +16,7 @@ import pytest
 
 from rise_batch.agent.inputs import local_docs, make_tree
 from rise_batch.agent.originals import original_docs
+from rise_batch.agent.views import TOC, VIEWS, view_docs
 from rise_batch.cli import main
 from rise_batch.corpus.scan import shards_from_json
 from rise_batch.storage import location
@@ -64,6 +65,8 @@ def test_the_tree_unpacked_from_archives_is_the_posix_runs(out, ref, tmp_path, c
     # the original-text twin derives from the unpacked tree, each original checked against its content hash
     twin = original_docs(got.path, workers=1)
     assert twin == got.path / "original" and len(tree(twin / "corpus")) == 24
+    toc = view_docs(VIEWS[TOC], got.path, workers=1)  # and so does every other view (TOC-only files)
+    assert toc == got.path / "toc" and len(tree(toc / "corpus")) == 24
 
 
 def damage(path, how: str) -> None:

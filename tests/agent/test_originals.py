@@ -155,6 +155,7 @@ def test_a_planted_lock_marker_or_twin_is_refused_or_rebuilt_never_followed(tmp_
     shutil.copytree(twin, forged)
     shutil.rmtree(twin)
     (out / ORIGINAL_DIR).symlink_to(forged)
-    from rise_batch.agent.originals import _complete
+    from rise_batch.agent.originals import BUILD_RULE
+    from rise_batch.agent.view_files import complete
 
-    assert not _complete(out, out / ORIGINAL_DIR)
+    assert not complete(out, out / ORIGINAL_DIR, BUILD_RULE)
