@@ -13,9 +13,13 @@ a node derive it once, written under a temporary name and renamed into place so 
 table. Where the directory cannot take the file the table is built in memory: the same answers, not shared (a
 warning says so).
 
-File: b"RBSTRTAB" + uint64 length of a JSON header + the header, padded to 64 bytes; then per column its sections
-(offsets: uint64 [n+1], absolute file positions of each string's bytes; blob; for a hashed column, bucket starts
-uint32 [2**bits + 1] and rows uint32 [n] ordered by bucket), each section 64-byte aligned.
+Its stamp matching says the source is unchanged, not the table: so the table's header also records a sha256 of the
+whole file, checked on every open (rise_batch/strtable_check.py), and a table whose bytes changed (two rows of equal
+length swapped) is derived again, never answered from.
+
+File: b"RBSTRTAB" + uint64 length of a JSON header + the header (with `digest`), padded to 64 bytes; then per
+column its sections (offsets: uint64 [n+1], absolute file positions of each string's bytes; blob; for a hashed
+column, bucket starts uint32 [2**bits + 1] and rows uint32 [n] ordered by bucket), each section 64-byte aligned.
 """
 
 from __future__ import annotations
@@ -35,12 +39,21 @@ from typing import Any, TypeVar
 from rise_batch.io import write_parts_atomic
 from rise_batch.safe_read import SOURCE_MAX_BYTES, RefusedFile, map_regular, open_regular
 from rise_batch.strtable_batch import Arrays, find_many, take_many
-from rise_batch.strtable_check import MIX, check_column, hash_bits
+from rise_batch.strtable_check import (
+    BLANK_DIGEST,
+    DIGEST_KEY,
+    MIX,
+    check_column,
+    check_digest,
+    digest_field,
+    digest_of,
+    hash_bits,
+)
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"RBSTRTAB"
-VERSION = 1
+VERSION = 2  # 2: the header records the file's sha256 (a table of version 1 is derived again)
 _ALIGN = 64
 _CHUNK = 1 << 16  # strings per step when iterating a column
 
@@ -229,6 +242,9 @@ class StrTable:
             if problem:
                 raise ValueError(f"{where}: damaged string table (column {name}: {problem})")
             self.columns[name] = StrColumn(buf, spec, base)
+        problem = check_digest(buf, self.header, 16 + size)  # every byte, so no row is answered from a changed one
+        if problem:
+            raise ValueError(f"{where}: damaged string table ({problem})")
 
     @classmethod
     def open(cls, path: str | Path) -> StrTable:
@@ -277,7 +293,9 @@ def encode_table(columns: Columns, header: dict | None = None) -> list:
             np.cumsum(np.bincount(buckets.astype(np.int64), minlength=1 << bits), out=starts[1:])
             spec["hash"] = {"bits": bits, "starts": add(starts, starts.nbytes), "rows": add(rows, rows.nbytes)}
         specs[name] = spec
-    head = json.dumps({"version": VERSION, "columns": specs, **(header or {})}, sort_keys=True).encode()
+    head = json.dumps(
+        {"version": VERSION, "columns": specs, **(header or {}), DIGEST_KEY: BLANK_DIGEST}, sort_keys=True
+    ).encode()
     base = _aligned(16 + len(head))
     for offsets, blob_at in offsets_of:
         offsets += np.uint64(base + blob_at)  # absolute file positions: a lookup slices the mapping directly
@@ -287,6 +305,7 @@ def encode_table(columns: Columns, header: dict | None = None) -> list:
         parts.append(b"\0" * (base + at - end))
         parts.append(part)
         end = base + at + (part.nbytes if hasattr(part, "nbytes") else len(part))
+    parts[0] = parts[0].replace(digest_field(BLANK_DIGEST), digest_field(digest_of(parts)), 1)
     return parts
 
 
