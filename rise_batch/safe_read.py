@@ -23,12 +23,20 @@ import mmap
 import os
 import stat
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from rise_batch.storage import ObjectPath, arrow_source
 
 JSON_MAX_BYTES = 64 << 20  # a small JSON file of an index or a run (meta.json, params.index.json)
 SOURCE_MAX_BYTES = 16 << 30  # a file read whole to derive a table from (docids.json, docmap.parquet)
+
+
+class Recorded(NamedTuple):
+    """A file's size as what wrote it recorded (an index's meta.json, a structure run's manifest.json): the bound it
+    is read with, so a file grown or replaced since is refused before a byte of it is read."""
+
+    size: int
+    record: str  # the file that records it, named in the refusal
 
 
 class RefusedFile(ValueError):
@@ -130,6 +138,18 @@ def read_parquet(path: Any, columns: list[str] | None = None) -> Any:
     with open_regular(path, below=path.parent) as fh:  # /proc/self/fd/N: the very file checked, read natively
         with pa.OSFile(f"/proc/self/fd/{fh.fileno()}") as f:
             return pq.read_table(f, columns=columns)
+
+
+def check_size(path: str | Path, size: int, recorded: Recorded | None, max_bytes: int = SOURCE_MAX_BYTES) -> None:
+    """Refuse a file about to be read whole whose size is not the one recorded for it (or, with no record, over
+    `max_bytes`), in one line naming it and the record."""
+    if recorded is not None and size != recorded.size:
+        raise RefusedFile(
+            f"{path} is {size:,} bytes where {recorded.record} records {recorded.size:,}: restore the file, or "
+            "rebuild what wrote it"
+        )
+    if size > max_bytes:
+        raise _too_big(path, max_bytes)
 
 
 def _too_big(path: str | Path, max_bytes: int) -> RefusedFile:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rise_batch.io import write_parts_atomic
-from rise_batch.safe_read import SOURCE_MAX_BYTES, RefusedFile, map_regular, open_regular
+from rise_batch.safe_read import Recorded, check_size, map_regular, open_regular
 from rise_batch.strtable_batch import Arrays, find_many, take_many
 from rise_batch.strtable_check import (
     BLANK_DIGEST,
@@ -328,10 +328,16 @@ def source_stamp(source: Path, data: bytes | None = None, fd: int | None = None)
 
 
 def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with open_regular(path, below=path.parent) as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
+        return _fd_sha256(f.fileno())
+
+
+def _fd_sha256(fd: int) -> str:
+    """sha256 of an open file, read in 4 MiB steps from its start (its position untouched): never held whole."""
+    h, at = hashlib.sha256(), 0
+    while chunk := os.pread(fd, 1 << 22, at):
+        h.update(chunk)
+        at += len(chunk)
     return h.hexdigest()
 
 
@@ -354,9 +360,20 @@ def _fresh(target: Path, source: Path, warn: bool = True) -> StrTable | None:
     return None
 
 
-def derived_table(target: str | Path, source: str | Path, derive: Callable[[bytes], Columns]) -> StrTable:
+def derived_table(
+    target: str | Path,
+    source: str | Path,
+    derive: Callable[[Any], Columns],
+    *,
+    recorded: Recorded | None = None,
+    whole: bool = True,
+) -> StrTable:
     """The table `target` derived from the file `source` by `derive(source bytes)`: opened when it still matches the
-    source, else derived (once per node: the first process holds a flock of the source while the others wait)."""
+    source, else derived (once per node: the first process holds a flock of the source while the others wait).
+
+    The source must be the size `recorded` for it (an index's meta.json; with no record, at most SOURCE_MAX_BYTES),
+    checked before any byte is read. `whole=False` hands `derive` the opened file instead of its bytes, for a
+    format read in parts (Parquet: its footer first, so a file that is not one is refused without being read)."""
     target, source = Path(target), Path(source)
     table = _fresh(target, source)
     if table is not None:
@@ -371,12 +388,17 @@ def derived_table(target: str | Path, source: str | Path, derive: Callable[[byte
         table = _fresh(target, source, warn=False)
         if table is not None:
             return table
-        if os.fstat(fd).st_size > SOURCE_MAX_BYTES:
-            raise RefusedFile(f"{source} is over {SOURCE_MAX_BYTES} bytes, more than such a file can be")
-        data = src.read()
-        stamp = source_stamp(source, data, fd)
-        parts = encode_table(derive(data), {"source": stamp})
-        del data
+        check_size(source, os.fstat(fd).st_size, recorded)
+        if whole:
+            data = src.read()
+            stamp = source_stamp(source, data, fd)
+            columns = derive(data)
+            del data
+        else:
+            columns = derive(src)
+            stamp = source_stamp(source, fd=fd) | {"sha256": _fd_sha256(fd)}
+        parts = encode_table(columns, {"source": stamp})
+        del columns
         try:
             write_parts_atomic(target, parts)
         except OSError as e:

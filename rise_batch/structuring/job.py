@@ -131,6 +131,7 @@ def prepare_run(cfg: StructureConfig) -> RunPlan:
             "n_rows": plan.n_rows,
             "n_bad_rows": len(plan.bad_rows),
             "shards": shards_to_json(plan.shards),
+            "files": {"docmap.parquet": (out / "docmap.parquet").stat().st_size},  # its readers' bound
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
         mpath,
