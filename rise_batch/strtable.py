@@ -360,6 +360,12 @@ def _fresh(target: Path, source: Path, warn: bool = True) -> StrTable | None:
     return None
 
 
+def is_current(target: str | Path, source: str | Path) -> bool:
+    """Whether the table `target` exists, checks out whole and matches `source` as it is now (what `derived_table`
+    would open rather than derive)."""
+    return _fresh(Path(target), Path(source), warn=False) is not None
+
+
 def derived_table(
     target: str | Path,
     source: str | Path,

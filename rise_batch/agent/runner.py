@@ -27,6 +27,7 @@ from rise_batch.agent.ledger import EARLIER, earlier_spend
 from rise_batch.agent.loop import AgentRun, run_agent
 from rise_batch.agent.originals import COMPLETE, ORIGINAL_DIR, original_docs
 from rise_batch.agent.run_config import RunConfig
+from rise_batch.agent.run_tables import derive_ahead
 from rise_batch.agent.systems import ORIGINAL, get_system, open_tools, workspace_docs
 from rise_batch.agent.workspace_root import claim_workspace_root
 from rise_batch.cache import same_filesystem
@@ -133,6 +134,8 @@ class WorkerContext:
         t0, twin = time.monotonic(), Path(cfg.docs) / ORIGINAL_DIR / COMPLETE
         had_twin = twin.is_file()
         docs = system_docs(cfg)
+        if self.cache:  # this node's copies: their missing tables derived in a process that ends, not in this actor
+            derive_ahead([cfg.docs, docs], cfg.index if self.system.uses_index else None)
         if "docs" in self.cache and docs != cfg.docs:  # the original twin, derived in this node's cached docs
             self.cache["original"] = {"bytes": 0, "seconds": round(time.monotonic() - t0, 3), "reused": had_twin}
         # the wall of getting them all: the index is copied while the docs tree is made (localize)
