@@ -54,6 +54,13 @@ log = logging.getLogger(__name__)
 
 MAGIC = b"RBSTRTAB"
 VERSION = 2  # 2: the header records the file's sha256 (a table of version 1 is derived again)
+OLDER_VERSIONS = (1,)
+
+
+class OlderTable(ValueError):
+    """A table written by an earlier rise_batch in an older format: derived again, quietly (nothing is damaged)."""
+
+
 _ALIGN = 64
 _CHUNK = 1 << 16  # strings per step when iterating a column
 
@@ -231,7 +238,9 @@ class StrTable:
         except ValueError as e:
             raise ValueError(f"{where}: damaged string table header ({e})") from None
         if self.header.get("version") != VERSION:
-            raise ValueError(f"{where}: string table version {self.header.get('version')!r}, expected {VERSION}")
+            version = self.header.get("version")
+            kind = OlderTable if version in OLDER_VERSIONS else ValueError
+            raise kind(f"{where}: string table version {version!r}, expected {VERSION}")
         base = _aligned(16 + size)
         self.columns: dict[str, StrColumn] = {}
         columns = self.header.get("columns")
@@ -347,6 +356,9 @@ def _fresh(target: Path, source: Path, warn: bool = True) -> StrTable | None:
     try:
         table = StrTable.open(target)
     except FileNotFoundError:
+        return None
+    except OlderTable as e:  # written by an earlier rise_batch: derived again, nothing wrong with it
+        log.info("%s; deriving it again from %s", e, source)
         return None
     except (OSError, ValueError) as e:  # damaged, truncated, not a file: never used
         if warn:
