@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rise_batch.corpus.docmap import REMEDY_DOCMAP, UnsafePathError, checked_columns, relpath_problem
+from rise_batch.io import JSON_FILE_MAX_BYTES
 from rise_batch.safe_read import Recorded, RefusedFile, check_size, open_regular, read_json_file
 from rise_batch.strtable import KeyedColumn, StrColumn, derived_table
 
@@ -129,7 +130,7 @@ def recorded_docmap_size(docs_dir: str | Path) -> Recorded | None:
     run from before sizes were recorded)."""
     d = Path(docs_dir)
     try:
-        manifest = read_json_file(d / MANIFEST_FILE, below=d, max_bytes=256 << 20)  # a shard plan of 1M rows: ~MBs
+        manifest = read_json_file(d / MANIFEST_FILE, below=d, max_bytes=JSON_FILE_MAX_BYTES)
     except FileNotFoundError:
         return None
     files = manifest.get(FILES_KEY) if isinstance(manifest, dict) else None
