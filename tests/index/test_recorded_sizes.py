@@ -107,3 +107,14 @@ def test_a_docmap_with_no_record_is_read_from_its_footer_never_whole(out, tmp_pa
     assert res.returncode == 2, res.stdout + res.stderr
     assert f"{path} is not a Parquet docmap" in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_an_index_array_larger_than_its_recorded_length_allows_is_refused_before_it_is_mapped(out, tmp_path):
+    """meta.json's counts give each array's length: a file larger than any array of that length can be is refused
+    in one line, never mapped."""
+    path = out / "index" / "data.csc.index.npy"
+    subprocess.run(["truncate", "-s", str(SPARSE), str(path)], check=True)
+    res = _search(out, tmp_path / "ws")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert f"{path} is over" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
