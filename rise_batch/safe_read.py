@@ -23,12 +23,21 @@ import mmap
 import os
 import stat
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from rise_batch.storage import ObjectPath, arrow_source
 
 JSON_MAX_BYTES = 64 << 20  # a small JSON file of an index or a run (meta.json, params.index.json)
+NPY_HEADER_MAX = 1 << 16  # the most bytes a .npy header takes before its data
 SOURCE_MAX_BYTES = 16 << 30  # a file read whole to derive a table from (docids.json, docmap.parquet)
+
+
+class Recorded(NamedTuple):
+    """A file's size as what wrote it recorded (an index's meta.json, a structure run's manifest.json): the bound it
+    is read with, so a file grown or replaced since is refused before a byte of it is read."""
+
+    size: int
+    record: str  # the file that records it, named in the refusal
 
 
 class RefusedFile(ValueError):
@@ -92,14 +101,17 @@ def map_regular(path: str | Path, *, below: str | Path | None = None, max_bytes:
 def load_npy(path: str | Path, *, below: str | Path, length: int | None = None, ndim: int = 1) -> Any:
     """An `ndim`-D C-ordered array saved with `np.save`, memory-mapped from the checked file (as
     `np.load(mmap_mode="r")` does from a path): its header must describe a plain array whose bytes fill the rest of
-    the file exactly, of `length` rows when the index records how many. Anything else is a RefusedFile naming it."""
+    the file exactly, of `length` rows when the index records how many. Anything else is a RefusedFile naming it.
+    A 1-D array of `length` items is refused before it is mapped when the file is larger than any such array can be
+    (its header and `length` items of at most 16 bytes)."""
     import numpy as np
 
-    buf = map_regular(path, below=below)
+    bound = NPY_HEADER_MAX + 16 * length if length is not None and ndim == 1 else None
+    buf = map_regular(path, below=below, max_bytes=bound)
     if not buf:
         raise RefusedFile(f"{path} is empty, not a .npy array: rebuild the index")
     try:
-        head = io.BytesIO(buf[: min(len(buf), 1 << 16)])
+        head = io.BytesIO(buf[: min(len(buf), NPY_HEADER_MAX)])
         version = np.lib.format.read_magic(head)
         read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
         shape, fortran, dtype = read(head)
@@ -130,6 +142,18 @@ def read_parquet(path: Any, columns: list[str] | None = None) -> Any:
     with open_regular(path, below=path.parent) as fh:  # /proc/self/fd/N: the very file checked, read natively
         with pa.OSFile(f"/proc/self/fd/{fh.fileno()}") as f:
             return pq.read_table(f, columns=columns)
+
+
+def check_size(path: str | Path, size: int, recorded: Recorded | None, max_bytes: int = SOURCE_MAX_BYTES) -> None:
+    """Refuse a file about to be read whole whose size is not the one recorded for it (or, with no record, over
+    `max_bytes`), in one line naming it and the record."""
+    if recorded is not None and size != recorded.size:
+        raise RefusedFile(
+            f"{path} is {size:,} bytes where {recorded.record} records {recorded.size:,}: restore the file, or "
+            "rebuild what wrote it"
+        )
+    if size > max_bytes:
+        raise _too_big(path, max_bytes)
 
 
 def _too_big(path: str | Path, max_bytes: int) -> RefusedFile:

@@ -13,9 +13,13 @@ a node derive it once, written under a temporary name and renamed into place so 
 table. Where the directory cannot take the file the table is built in memory: the same answers, not shared (a
 warning says so).
 
-File: b"RBSTRTAB" + uint64 length of a JSON header + the header, padded to 64 bytes; then per column its sections
-(offsets: uint64 [n+1], absolute file positions of each string's bytes; blob; for a hashed column, bucket starts
-uint32 [2**bits + 1] and rows uint32 [n] ordered by bucket), each section 64-byte aligned.
+Its stamp matching says the source is unchanged, not the table: so the table's header also records a sha256 of the
+whole file, checked on every open (rise_batch/strtable_check.py), and a table whose bytes changed (two rows of equal
+length swapped) is derived again, never answered from.
+
+File: b"RBSTRTAB" + uint64 length of a JSON header + the header (with `digest`), padded to 64 bytes; then per
+column its sections (offsets: uint64 [n+1], absolute file positions of each string's bytes; blob; for a hashed
+column, bucket starts uint32 [2**bits + 1] and rows uint32 [n] ordered by bucket), each section 64-byte aligned.
 """
 
 from __future__ import annotations
@@ -33,14 +37,30 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rise_batch.io import write_parts_atomic
-from rise_batch.safe_read import SOURCE_MAX_BYTES, RefusedFile, map_regular, open_regular
+from rise_batch.safe_read import Recorded, check_size, map_regular, open_regular
 from rise_batch.strtable_batch import Arrays, find_many, take_many
-from rise_batch.strtable_check import MIX, check_column, hash_bits
+from rise_batch.strtable_check import (
+    BLANK_DIGEST,
+    DIGEST_KEY,
+    MIX,
+    check_column,
+    check_digest,
+    digest_field,
+    digest_of,
+    hash_bits,
+)
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"RBSTRTAB"
-VERSION = 1
+VERSION = 2  # 2: the header records the file's sha256 (a table of version 1 is derived again)
+OLDER_VERSIONS = (1,)
+
+
+class OlderTable(ValueError):
+    """A table written by an earlier rise_batch in an older format: derived again, quietly (nothing is damaged)."""
+
+
 _ALIGN = 64
 _CHUNK = 1 << 16  # strings per step when iterating a column
 
@@ -218,7 +238,9 @@ class StrTable:
         except ValueError as e:
             raise ValueError(f"{where}: damaged string table header ({e})") from None
         if self.header.get("version") != VERSION:
-            raise ValueError(f"{where}: string table version {self.header.get('version')!r}, expected {VERSION}")
+            version = self.header.get("version")
+            kind = OlderTable if version in OLDER_VERSIONS else ValueError
+            raise kind(f"{where}: string table version {version!r}, expected {VERSION}")
         base = _aligned(16 + size)
         self.columns: dict[str, StrColumn] = {}
         columns = self.header.get("columns")
@@ -229,6 +251,9 @@ class StrTable:
             if problem:
                 raise ValueError(f"{where}: damaged string table (column {name}: {problem})")
             self.columns[name] = StrColumn(buf, spec, base)
+        problem = check_digest(buf, self.header, 16 + size)  # every byte, so no row is answered from a changed one
+        if problem:
+            raise ValueError(f"{where}: damaged string table ({problem})")
 
     @classmethod
     def open(cls, path: str | Path) -> StrTable:
@@ -277,7 +302,9 @@ def encode_table(columns: Columns, header: dict | None = None) -> list:
             np.cumsum(np.bincount(buckets.astype(np.int64), minlength=1 << bits), out=starts[1:])
             spec["hash"] = {"bits": bits, "starts": add(starts, starts.nbytes), "rows": add(rows, rows.nbytes)}
         specs[name] = spec
-    head = json.dumps({"version": VERSION, "columns": specs, **(header or {})}, sort_keys=True).encode()
+    head = json.dumps(
+        {"version": VERSION, "columns": specs, **(header or {}), DIGEST_KEY: BLANK_DIGEST}, sort_keys=True
+    ).encode()
     base = _aligned(16 + len(head))
     for offsets, blob_at in offsets_of:
         offsets += np.uint64(base + blob_at)  # absolute file positions: a lookup slices the mapping directly
@@ -287,6 +314,7 @@ def encode_table(columns: Columns, header: dict | None = None) -> list:
         parts.append(b"\0" * (base + at - end))
         parts.append(part)
         end = base + at + (part.nbytes if hasattr(part, "nbytes") else len(part))
+    parts[0] = parts[0].replace(digest_field(BLANK_DIGEST), digest_field(digest_of(parts)), 1)
     return parts
 
 
@@ -309,10 +337,16 @@ def source_stamp(source: Path, data: bytes | None = None, fd: int | None = None)
 
 
 def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with open_regular(path, below=path.parent) as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
+        return _fd_sha256(f.fileno())
+
+
+def _fd_sha256(fd: int) -> str:
+    """sha256 of an open file, read in 4 MiB steps from its start (its position untouched): never held whole."""
+    h, at = hashlib.sha256(), 0
+    while chunk := os.pread(fd, 1 << 22, at):
+        h.update(chunk)
+        at += len(chunk)
     return h.hexdigest()
 
 
@@ -322,6 +356,9 @@ def _fresh(target: Path, source: Path, warn: bool = True) -> StrTable | None:
     try:
         table = StrTable.open(target)
     except FileNotFoundError:
+        return None
+    except OlderTable as e:  # written by an earlier rise_batch: derived again, nothing wrong with it
+        log.info("%s; deriving it again from %s", e, source)
         return None
     except (OSError, ValueError) as e:  # damaged, truncated, not a file: never used
         if warn:
@@ -335,9 +372,26 @@ def _fresh(target: Path, source: Path, warn: bool = True) -> StrTable | None:
     return None
 
 
-def derived_table(target: str | Path, source: str | Path, derive: Callable[[bytes], Columns]) -> StrTable:
+def is_current(target: str | Path, source: str | Path) -> bool:
+    """Whether the table `target` exists, checks out whole and matches `source` as it is now (what `derived_table`
+    would open rather than derive)."""
+    return _fresh(Path(target), Path(source), warn=False) is not None
+
+
+def derived_table(
+    target: str | Path,
+    source: str | Path,
+    derive: Callable[[Any], Columns],
+    *,
+    recorded: Recorded | None = None,
+    whole: bool = True,
+) -> StrTable:
     """The table `target` derived from the file `source` by `derive(source bytes)`: opened when it still matches the
-    source, else derived (once per node: the first process holds a flock of the source while the others wait)."""
+    source, else derived (once per node: the first process holds a flock of the source while the others wait).
+
+    The source must be the size `recorded` for it (an index's meta.json; with no record, at most SOURCE_MAX_BYTES),
+    checked before any byte is read. `whole=False` hands `derive` the opened file instead of its bytes, for a
+    format read in parts (Parquet: its footer first, so a file that is not one is refused without being read)."""
     target, source = Path(target), Path(source)
     table = _fresh(target, source)
     if table is not None:
@@ -352,12 +406,17 @@ def derived_table(target: str | Path, source: str | Path, derive: Callable[[byte
         table = _fresh(target, source, warn=False)
         if table is not None:
             return table
-        if os.fstat(fd).st_size > SOURCE_MAX_BYTES:
-            raise RefusedFile(f"{source} is over {SOURCE_MAX_BYTES} bytes, more than such a file can be")
-        data = src.read()
-        stamp = source_stamp(source, data, fd)
-        parts = encode_table(derive(data), {"source": stamp})
-        del data
+        check_size(source, os.fstat(fd).st_size, recorded)
+        if whole:
+            data = src.read()
+            stamp = source_stamp(source, data, fd)
+            columns = derive(data)
+            del data
+        else:
+            columns = derive(src)
+            stamp = source_stamp(source, fd=fd) | {"sha256": _fd_sha256(fd)}
+        parts = encode_table(columns, {"source": stamp})
+        del columns
         try:
             write_parts_atomic(target, parts)
         except OSError as e:

@@ -14,12 +14,44 @@ its source or refused (the caller's choice), never used.
 
 from __future__ import annotations
 
+import hashlib
+import re
 import zlib
 from typing import Any
 
 MIX = 0x9E3779B1  # Fibonacci hashing: spreads CRC-32's linear structure over the bucket bits
 _CHUNK = 1 << 20  # elements per numpy step: bounded temporaries whatever the table's size
 _SAMPLE = 512  # rows whose bucket is recomputed on open
+DIGEST_KEY = "digest"  # the header's key for the sha256 of the file (with its own hex digits zeroed)
+BLANK_DIGEST = "0" * 64
+_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def digest_field(hexdigest: str) -> bytes:
+    """The header's bytes for the digest (json.dumps's spelling of the key and its value)."""
+    return f'"{DIGEST_KEY}": "{hexdigest}"'.encode()
+
+
+def digest_of(parts: Any) -> str:
+    """sha256 of a table's parts in order (bytes or C-contiguous numpy arrays), its header holding BLANK_DIGEST."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part)
+    return h.hexdigest()
+
+
+def check_digest(buf: Any, header: dict, head_end: int) -> str | None:
+    """What is wrong with the table in `buf` as a whole (its header of `head_end` bytes from the start included), or
+    None when its sha256, its own digits zeroed, is the one its header records."""
+    recorded = header.get(DIGEST_KEY)
+    if not isinstance(recorded, str) or not _HEX.fullmatch(recorded):
+        return "no digest of its content"
+    head = bytes(buf[:head_end])
+    if head.count(digest_field(recorded)) != 1:
+        return "its header was rewritten"
+    with memoryview(buf) as view:
+        got = digest_of((head.replace(digest_field(recorded), digest_field(BLANK_DIGEST)), view[head_end:]))
+    return None if got == recorded else "its content does not match its digest"
 
 
 def hash_bits(n: int) -> int:

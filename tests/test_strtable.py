@@ -148,3 +148,29 @@ def test_batch_lookups_give_the_answers_of_the_one_by_one_calls(tmp_path):
         assert k.take_many(rows) == k.take(rows)
     plain = [r for r, s in enumerate(values) if "\x00" not in s]
     assert k.take_many(plain) == k.take(plain)
+
+
+def test_a_table_of_an_older_format_is_derived_again_without_a_warning(tmp_path, caplog):
+    """A table written before tables recorded their digest (format version 1) is derived again, quietly: nothing is
+    wrong with it, it only cannot be checked whole."""
+    src = _docids_source(tmp_path, ["a", "b", "c"])
+    derived_table(tmp_path / "d.strtab", src, _derive)
+    data = (tmp_path / "d.strtab").read_bytes()
+    (tmp_path / "d.strtab").write_bytes(data.replace(b'"version": 2', b'"version": 1', 1))
+    caplog.set_level("INFO")
+    t = derived_table(tmp_path / "d.strtab", src, _derive)
+    assert list(t.columns["docid"]) == ["a", "b", "c"] and t.header["version"] == 2
+    assert "version 1, expected 2" in caplog.text and not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_a_row_changed_in_place_is_caught_by_the_digest(tmp_path, caplog):
+    """Two rows of equal length swapped in a column without a hash: every offset and count still checks out, the
+    digest does not, so the table is derived again from its source."""
+    src = _docids_source(tmp_path, ["doc-1", "doc-2", "doc-3"])
+    write_table(tmp_path / "d.strtab", {"docid": (["doc-1", "doc-2", "doc-3"], False)})
+    data = (tmp_path / "d.strtab").read_bytes()
+    (tmp_path / "d.strtab").write_bytes(data.replace(b"doc-1doc-2", b"doc-2doc-1", 1))
+    with pytest.raises(ValueError, match=r"d.strtab: damaged string table \(its content does not match its digest\)"):
+        StrTable.open(tmp_path / "d.strtab")
+    derived = derived_table(tmp_path / "d.strtab", src, lambda data: {"docid": (json.loads(data), False)})
+    assert list(derived.columns["docid"]) == ["doc-1", "doc-2", "doc-3"]

@@ -21,6 +21,7 @@ from rise_batch.agent.ledger import recorded_spend
 from rise_batch.agent.pilot import pilot_sample, require_plan_price, run_plan
 from rise_batch.agent.run_config import RunConfig, config_hash
 from rise_batch.agent.run_stats import TRANSPORT_KEYS, RunStats, WorkerReport, cache_by_node, cache_line
+from rise_batch.agent.run_tables import derive_for_run
 from rise_batch.agent.runner import EVENT_PARTS, EVENTS, TRAJECTORIES, finished, trajectory_path
 from rise_batch.agent.stage import STUCK_WHY, TrajectoryOutcomes
 from rise_batch.agent.systems import get_system
@@ -32,6 +33,7 @@ from rise_batch.errors import RunIncomplete, StorageError
 from rise_batch.executor import executor_for
 from rise_batch.executor.base import MapOptions, Stage, WorkerSpec
 from rise_batch.executor.probe import REMEDY, Input, Output, check_storage, node_labels
+from rise_batch.index.tables import read_docids
 from rise_batch.io import make_output_dir, read_json, supersede, write_json_atomic
 from rise_batch.llm.cost_cap import CostCap
 from rise_batch.llm.errors import KeyRefused
@@ -92,6 +94,7 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
             raise ConfigError(f"{probe().reason}; the {system.name} agent's bash needs it (or --unsandboxed)")
     if not isinstance(location(cfg.docs), ObjectPath):  # in object storage, each node derives its own
         cfg = build_views(cfg, system.view)
+    derive_for_run(cfg, system.uses_index)  # tables missing or stale: derived here, never in a trajectory actor
     queries = select_gold(read_queries(cfg.queries, cfg.limit), cfg.gold, cfg.qrels, cfg.queries)
     claim_workspace_root(cfg.workspace_dir, out, default=cfg.workspace_root is None)  # refused before any write
     write_json_atomic(
@@ -164,7 +167,8 @@ def refuse_foreign_index(index_dir: str | Path, docs_dir: str | Path) -> None:
     themselves (the index's docids.json against the docs' docmap.parquet), which also catches an index over a
     larger slice of the same corpus; the corpus paths both sides recorded are named to show where each came from."""
     try:
-        docids = read_json(location(index_dir) / "docids.json")
+        index = location(index_dir)  # a local docids.json: read with the size meta.json records as its bound
+        docids = read_json(index / "docids.json") if isinstance(index, ObjectPath) else read_docids(index)
     except (OSError, ValueError) as e:
         raise ConfigError(f"{index_dir} is not an index of `rise-batch index` (no readable docids.json: {e})") from e
     known = load_docmap(docs_dir)

@@ -26,6 +26,7 @@ from rise_batch.agent.inputs import localize
 from rise_batch.agent.ledger import EARLIER, earlier_spend
 from rise_batch.agent.loop import AgentRun, run_agent
 from rise_batch.agent.run_config import RunConfig
+from rise_batch.agent.run_tables import derive_ahead
 from rise_batch.agent.systems import get_system, open_tools, workspace_docs
 from rise_batch.agent.views import VIEWS, docs_for, view_built
 from rise_batch.agent.workspace_root import claim_workspace_root
@@ -129,6 +130,8 @@ class WorkerContext:
         view = self.system.view
         t0, had_view = time.monotonic(), view_built(view, cfg.docs)
         docs = system_docs(cfg)
+        if self.cache:  # this node's copies: their missing tables derived in a process that ends, not in this actor
+            derive_ahead([cfg.docs, docs], cfg.index if self.system.uses_index else None)
         if "docs" in self.cache and docs != cfg.docs:  # a view derived in this node's cached docs (the original twin)
             self.cache[view.name] = {"bytes": 0, "seconds": round(time.monotonic() - t0, 3), "reused": had_view}
         # the wall of getting them all: the index is copied while the docs tree is made (localize)

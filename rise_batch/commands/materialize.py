@@ -32,6 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from rise_batch.corpus.docmap_table import mapped_docmap
     from rise_batch.corpus.scan import shards_from_json
     from rise_batch.io import read_json
     from rise_batch.progress import Progress
@@ -52,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
         for spec in shards:
             n += materialize_shard(out, spec, manifest["config"]["max_doc_chars"], dest=dest)
             bar.update(1)
+    if not isinstance(out, ObjectPath):  # the docs dir's table too, so that no run's actor derives it
+        mapped_docmap(out)
     missing = manifest["n_docs"] - n  # documents of an unfinished run are said to be missing, never left out quietly
     note = f" missing={missing} (not structured yet: re-run `rise-batch structure` to finish)" if missing else ""
     print(f"materialize docs={n}{note} out={dest}")

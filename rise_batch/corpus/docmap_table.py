@@ -6,17 +6,28 @@ it is derived from `docmap.parquet` on first use, every relpath checked then, ex
 them, and derived again whenever docmap.parquet changes. Each relpath is checked again when it is handed out (the
 fast path of `relpath_problem`, well under a microsecond), so a table altered after it was written is refused
 where it is read, as an altered docmap is.
+
+docmap.parquet is read with the size the `structure` run recorded for it in manifest.json (`files`) as its bound,
+and through pyarrow from the opened file (its footer first), never read whole into memory: a docmap grown or
+replaced since (a 3 GB sparse file) is refused in one line before it is read.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import ItemsView, Iterator, ValuesView
 from pathlib import Path
+from typing import Any
 
 from rise_batch.corpus.docmap import REMEDY_DOCMAP, UnsafePathError, checked_columns, relpath_problem
+from rise_batch.io import JSON_FILE_MAX_BYTES
+from rise_batch.safe_read import Recorded, RefusedFile, check_size, open_regular, read_json_file
 from rise_batch.strtable import KeyedColumn, StrColumn, derived_table
 
 DOCMAP_TABLE = "docmap.strtab"
+DOCMAP_FILE = "docmap.parquet"
+MANIFEST_FILE = "manifest.json"  # a structure run's (structuring/job.py writes it after docmap.parquet)
+FILES_KEY = "files"  # the manifest's record of each file's size (name -> bytes)
 
 
 class MappedDocmap(KeyedColumn[str]):
@@ -114,21 +125,55 @@ class _Values(ValuesView):
         return map(m.value, range(len(m)))
 
 
+def recorded_docmap_size(docs_dir: str | Path) -> Recorded | None:
+    """The size the docs dir's manifest.json records for docmap.parquet, or None (a docs dir made by hand, or by a
+    run from before sizes were recorded)."""
+    d = Path(docs_dir)
+    try:
+        manifest = read_json_file(d / MANIFEST_FILE, below=d, max_bytes=JSON_FILE_MAX_BYTES)
+    except FileNotFoundError:
+        return None
+    files = manifest.get(FILES_KEY) if isinstance(manifest, dict) else None
+    size = files.get(DOCMAP_FILE) if isinstance(files, dict) else None
+    return Recorded(size, str(d / MANIFEST_FILE)) if type(size) is int else None
+
+
+def read_docmap_columns(docs_dir: str | Path, columns: list[str]) -> Any:
+    """`columns` of DOCS/docmap.parquet as a pyarrow Table, its size checked against the record first, read by
+    pyarrow from the opened file (the footer, then those columns' chunks): a file that is not Parquet is refused,
+    naming it, without being read."""
+    d = Path(docs_dir)
+    with open_regular(d / DOCMAP_FILE, below=d) as f:
+        return _read_checked(f, d / DOCMAP_FILE, columns, recorded_docmap_size(d))
+
+
+def _read_checked(f: Any, path: Path, columns: list[str], recorded: Recorded | None) -> Any:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    check_size(path, os.fstat(f.fileno()).st_size, recorded)
+    try:
+        with pa.OSFile(f"/proc/self/fd/{f.fileno()}") as src:  # the very file checked, read natively
+            return pq.read_table(src, columns=columns)
+    except pa.ArrowInvalid as e:
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise RefusedFile(f"{path} is not a Parquet docmap ({why}): restore it, or run `structure` again") from None
+
+
 def mapped_docmap(docs_dir: str | Path) -> MappedDocmap:
     """The docmap of a docs dir as a MappedDocmap; its table is derived beside docmap.parquet when missing or stale.
 
     Refuses what the Parquet reader refuses (an unsafe relpath, invalid UTF-8), and a docid or relpath listed
     twice (two documents would share one file)."""
-    path = Path(docs_dir) / "docmap.parquet"
+    path = Path(docs_dir) / DOCMAP_FILE
     if not path.exists():
         raise FileNotFoundError(f"no docmap.parquet in {docs_dir} (written by `rise-batch structure`)")
     where = f"{path}: refusing this docs dir"
 
-    def derive(data: bytes) -> dict:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+    recorded = recorded_docmap_size(docs_dir)
 
-        docids, rels = checked_columns(pq.read_table(pa.BufferReader(data), columns=["docid", "relpath"]), where)
+    def derive(f: Any) -> dict:
+        docids, rels = checked_columns(_read_checked(f, path, ["docid", "relpath"], recorded), where)
         bad = next((i for i, d in enumerate(docids) if not isinstance(d, str) or not d), None)
         if bad is not None:
             raise UnsafePathError(f"{where}: row {bad}: docid {docids[bad]!r} is not a docid; {REMEDY_DOCMAP}")
@@ -139,5 +184,5 @@ def mapped_docmap(docs_dir: str | Path) -> MappedDocmap:
                 raise UnsafePathError(f"{where}: {name} {twice!r} is listed twice; {REMEDY_DOCMAP}")
         return {"docid": (docids, True), "relpath": (rels, True)}
 
-    table = derived_table(path.with_name(DOCMAP_TABLE), path, derive)
+    table = derived_table(path.with_name(DOCMAP_TABLE), path, derive, recorded=recorded, whole=False)
     return MappedDocmap(table.columns["docid"], table.columns["relpath"], f"{path.with_name(DOCMAP_TABLE)}")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from rise_batch.index.build_options import IndexOptions
 from rise_batch.index.plan import later_copy, plan_index_shards
 from rise_batch.index.shards import ProcessShardRunner
-from rise_batch.index.tables import DOCIDS_FILE, write_docid_table, write_vocab_table
+from rise_batch.index.tables import DOCIDS_FILE, META_FILE, file_sizes, write_docid_table, write_vocab_table
 from rise_batch.index.tokenize import TokenizerSettings
 from rise_batch.progress import Progress
 from rise_batch.safe_read import read_json_file
@@ -35,14 +35,14 @@ if TYPE_CHECKING:
     from rise_batch.index.tokenize import ShardPostings
     from rise_batch.types import BadRow
 
-META_FILE = "meta.json"
 FORMAT = "rise_batch.bm25/1"
 K1, B, METHOD = 1.5, 0.75, "lucene"
 
 
 @dataclass(frozen=True)
 class IndexMeta:
-    """meta.json, typed. `counts`: n_docs, n_terms, n_postings, n_tokens, n_empty_docs, avg_doc_len."""
+    """meta.json, typed. `counts`: n_docs, n_terms, n_postings, n_tokens, n_empty_docs, avg_doc_len. `files`: each
+    file's size as built (name -> bytes), the bound each is read with (index/tables.py: recorded_size)."""
 
     path: str
     k1: float
@@ -54,6 +54,7 @@ class IndexMeta:
     bm25s_version: str
     build: dict = field(default_factory=dict)
     format: str = FORMAT
+    files: dict = field(default_factory=dict)
 
     @property
     def n_docs(self) -> int:
@@ -150,6 +151,7 @@ def build_index(
                 "seconds": round(t3 - t0, 3),
                 "note": "vocabulary ids follow stock bm25s (set order of this process's string hashes)",
             },
+            files=file_sizes(tmp),
         )
         (tmp / META_FILE).write_text(json.dumps(meta.to_json(), indent=2, ensure_ascii=False))
         _publish(tmp, out)

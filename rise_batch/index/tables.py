@@ -5,17 +5,25 @@ them); beside them, `docids.strtab` and `vocab.strtab` (rise_batch.strtable) hol
 process of a node maps instead of holding: at 1M documents the docid list and a vocabulary of a few million terms
 (with bm25s's set of their ids) were ~0.5 GB of Python objects in each trajectory actor. The build writes both
 tables; an index built before them gets them on first load, derived from its JSON files.
+
+The JSON files are read whole to derive a table, so each is read with the size meta.json records for it (`files`,
+written by the build) as its bound: a docids.json grown or replaced since (a 3 GB sparse file) is refused in one
+line before any of it is read, never read until memory runs out.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from rise_batch.index.retriever_kinds import DOCIDS_FILE as DOCIDS_FILE  # every index's rule, stated there
+from rise_batch.safe_read import Recorded, check_size, open_regular, read_json_file
 from rise_batch.strtable import KeyedColumn, StrColumn, derived_table, source_stamp, write_table
 
+META_FILE = "meta.json"
+FILES_KEY = "files"  # meta.json's record of each file's size (name -> bytes)
 VOCAB_JSON = "vocab.index.json"  # bm25s's name
 DOCIDS_TABLE = "docids.strtab"
 VOCAB_TABLE = "vocab.strtab"
@@ -59,6 +67,37 @@ def _stamp(source: Path) -> dict:
     return source_stamp(source, source.read_bytes())
 
 
+def file_sizes(index_dir: str | Path) -> dict[str, int]:
+    """name -> bytes of each file of a just-built index directory: what meta.json records under `files`."""
+    return {p.name: p.stat().st_size for p in sorted(Path(index_dir).iterdir()) if p.is_file()}
+
+
+def recorded_size(index_dir: str | Path, name: str) -> Recorded | None:
+    """The size meta.json records for the index file `name`, or None (an index built before sizes were recorded,
+    or without meta.json: the generic bound of safe_read applies)."""
+    d = Path(index_dir)
+    try:
+        meta = read_json_file(d / META_FILE, below=d)
+    except FileNotFoundError:
+        return None
+    files = meta.get(FILES_KEY) if isinstance(meta, dict) else None
+    size = files.get(name) if isinstance(files, dict) else None
+    return Recorded(size, str(d / META_FILE)) if type(size) is int else None
+
+
+def read_docids(index_dir: str | Path) -> list:
+    """docids.json of an index, read whole once its size is the one meta.json records (refused before any read
+    otherwise)."""
+    d = Path(index_dir)
+    with open_regular(d / DOCIDS_FILE, below=d) as f:
+        check_size(d / DOCIDS_FILE, os.fstat(f.fileno()).st_size, recorded_size(d, DOCIDS_FILE))
+        data = f.read()
+    try:
+        return json.loads(data)
+    except ValueError as e:
+        raise ValueError(f"{d / DOCIDS_FILE} is not valid JSON ({e}): rebuild the index") from None
+
+
 def docid_table(index_dir: str | Path) -> StrColumn:
     """Row -> docid of an index, mapped (derived from docids.json if missing or stale)."""
     d = Path(index_dir)
@@ -69,7 +108,8 @@ def docid_table(index_dir: str | Path) -> StrColumn:
             raise ValueError(f"{d / DOCIDS_FILE}: expected a JSON list of docid strings")
         return {"docid": (docids, False)}
 
-    return derived_table(d / DOCIDS_TABLE, d / DOCIDS_FILE, derive).columns["docid"]
+    table = derived_table(d / DOCIDS_TABLE, d / DOCIDS_FILE, derive, recorded=recorded_size(d, DOCIDS_FILE))
+    return table.columns["docid"]
 
 
 def vocabulary(index_dir: str | Path) -> Vocabulary:
@@ -79,4 +119,5 @@ def vocabulary(index_dir: str | Path) -> Vocabulary:
     def derive(data: bytes) -> dict:
         return {"term": (_dense(json.loads(data), str(d / VOCAB_JSON)), True)}
 
-    return Vocabulary(derived_table(d / VOCAB_TABLE, d / VOCAB_JSON, derive).columns["term"])
+    table = derived_table(d / VOCAB_TABLE, d / VOCAB_JSON, derive, recorded=recorded_size(d, VOCAB_JSON))
+    return Vocabulary(table.columns["term"])

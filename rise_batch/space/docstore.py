@@ -14,7 +14,7 @@ from rise_batch.corpus import docmap_table
 from rise_batch.corpus.docmap import check_relpaths, checked_columns
 from rise_batch.safe_read import read_parquet
 from rise_batch.space.safe_open import Below
-from rise_batch.storage import location
+from rise_batch.storage import ObjectPath, location
 
 _MISSING = (errno.ENOENT, errno.ENOTDIR)
 
@@ -79,6 +79,12 @@ def load_docmap(docs_dir: str | Path) -> dict[str, str]:
     path = location(docs_dir) / "docmap.parquet"
     if not path.exists():
         raise FileNotFoundError(f"no docmap.parquet in {docs_dir} (written by `rise-batch structure`)")
-    table = read_parquet(path, columns=["docid", "relpath"])
+    columns = ["docid", "relpath"]
+    # a local docmap: its size checked against the run's record before it is read
+    table = (
+        read_parquet(path, columns)
+        if isinstance(path, ObjectPath)
+        else docmap_table.read_docmap_columns(docs_dir, columns)
+    )
     docids, rels = checked_columns(table, f"{path}: refusing this docs dir")
     return dict(zip(docids, rels, strict=True))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rise_batch.config import ConfigError, StructureConfig, config_to_dict, run_hash
+from rise_batch.corpus.docmap_table import mapped_docmap
 from rise_batch.corpus.readers import ShardSpec, list_sources
 from rise_batch.corpus.scan import corpus_fingerprint, scan_corpus, shards_from_json, shards_to_json, write_bad_rows
 from rise_batch.counters import add_counts
@@ -131,6 +132,7 @@ def prepare_run(cfg: StructureConfig) -> RunPlan:
             "n_rows": plan.n_rows,
             "n_bad_rows": len(plan.bad_rows),
             "shards": shards_to_json(plan.shards),
+            "files": {"docmap.parquet": (out / "docmap.parquet").stat().st_size},  # its readers' bound
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
         mpath,
@@ -286,6 +288,8 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
     if shards.docs_left:
         dump_json(stats.to_json(), location(cfg.out) / "stats.json")
         raise RunIncomplete(left_message(shards))
+    if not isinstance(location(cfg.out), ObjectPath):  # the docs dir's table, so that no run's actor derives it
+        mapped_docmap(cfg.out)
     if cfg.index:
         stats.index = build_job_index(cfg, plan)
     dump_json(stats.to_json(), location(cfg.out) / "stats.json")

@@ -57,16 +57,27 @@ def test_an_index_without_tables_derives_them_on_load_and_searches_the_same(buil
 
 
 def test_a_table_older_than_its_json_is_never_used(built, tmp_path):
-    """docids.json rewritten after the table was derived (here: the rows renamed): the loader derives the table
-    again and reports the new docids, it does not answer from the stale table."""
+    """docids.json rewritten after the table was derived (here: the rows renamed, g00001 -> G00001, so the file
+    keeps the size meta.json records): the loader derives the table again and reports the new docids, it does not
+    answer from the stale table."""
+    out, _ = built
+    d = tmp_path / "idx"
+    shutil.copytree(out, d)
+    docids = json.loads((d / "docids.json").read_text())
+    (d / "docids.json").write_text(json.dumps([x.upper() for x in docids]))
+    index = load_index(d, backend="numpy")
+    assert index.docids[0] == docids[0].upper() != docids[0] and len(index) == len(docids)
+    assert index.search(["paris"], 3) == [
+        h._replace(docids=[x.upper() for x in h.docids]) for h in load_index(out, backend="numpy").search(["paris"], 3)
+    ]
+
+
+def test_a_docids_json_of_another_size_than_recorded_is_refused(built, tmp_path):
+    """docids.json rewritten to another size than meta.json records: refused before it is read, naming both."""
     out, _ = built
     d = tmp_path / "idx"
     shutil.copytree(out, d)
     docids = json.loads((d / "docids.json").read_text())
     (d / "docids.json").write_text(json.dumps([f"renamed-{x}" for x in docids]))
-    index = load_index(d, backend="numpy")
-    assert index.docids[0] == f"renamed-{docids[0]}" and len(index) == len(docids)
-    assert index.search(["paris"], 3) == [
-        h._replace(docids=[f"renamed-{x}" for x in h.docids])
-        for h in load_index(out, backend="numpy").search(["paris"], 3)
-    ]
+    with pytest.raises(ValueError, match=r"docids.json is [\d,]+ bytes where .*meta.json records [\d,]+"):
+        load_index(d, backend="numpy")

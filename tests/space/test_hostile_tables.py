@@ -102,9 +102,32 @@ def _zeroed_hash_starts(data: bytes) -> bytes:
     return _poke(data, lambda c: c["hash"]["starts"], np.uint32, lambda a: a.__setitem__(slice(0, len(a) - 1), 0))
 
 
+def _two_rows_swapped(data: bytes) -> bytes:
+    """The first two rows of equal length (and different bytes) of the first column swapped in the blob: every
+    offset, count and hash section stays as it was."""
+    head, _, base = _layout(data)
+    spec = next(iter(head["columns"].values()))
+    at, nbytes = spec["offsets"]
+    off = np.frombuffer(data, np.uint64, nbytes // 8, base + at).astype(np.int64)
+    rows = [data[off[i] : off[i + 1]] for i in range(len(off) - 1)]
+    i, j = next(
+        (i, j) for i in range(len(rows)) for j in range(i) if len(rows[i]) == len(rows[j]) != rows[i] != rows[j]
+    )
+    out = bytearray(data)
+    out[off[i] : off[i + 1]], out[off[j] : off[j + 1]] = rows[j], rows[i]
+    return bytes(out)
+
+
 @pytest.mark.parametrize(
     "craft",
-    [_count_too_large, _hash_rows_out_of_range, _offsets_into_the_header, _zeroed_hash_starts, _hash_bits_40],
+    [
+        _count_too_large,
+        _hash_rows_out_of_range,
+        _offsets_into_the_header,
+        _zeroed_hash_starts,
+        _hash_bits_40,
+        _two_rows_swapped,
+    ],
     ids=lambda f: f.__name__.strip("_"),
 )
 def test_a_crafted_string_table_is_derived_again_and_the_answer_is_the_same(world, tmp_path, craft):
@@ -128,3 +151,31 @@ def test_a_table_that_does_not_check_out_is_refused_in_one_line(world):
     data = _zeroed_hash_starts((world / "docs/docmap.strtab").read_bytes())
     with pytest.raises(ValueError, match=r"^x: damaged string table \(column docid: row \d+ is not in the hash"):
         StrTable(data, "x")
+
+
+def test_two_docids_of_equal_length_swapped_in_the_index_table_never_answer(world, tmp_path):
+    """docids.strtab with the rows of enwiki-12 (Anarchism) and enwiki-25 (Autism) swapped, docids.json unchanged:
+    the table's digest no longer matches, so it is derived again from docids.json and the search for "anarchism"
+    links Anarchism.txt, recorded in the workspace manifest under its own docid.
+
+    Before the fix: every check passed (the docid column has no hash to sample), Autism.txt came first and the
+    manifest recorded enwiki-25 for the anarchism hit."""
+    root = tmp_path / "w"
+    shutil.copytree(world / "docs", root / "docs")
+    shutil.copytree(world / "index", root / "index")
+    table = root / "index" / "docids.strtab"
+    data = table.read_bytes()
+    a, b = data.index(b"enwiki-12"), data.index(b"enwiki-25")
+    swapped = bytearray(data)
+    swapped[a : a + 9], swapped[b : b + 9] = b"enwiki-25", b"enwiki-12"
+    table.write_bytes(bytes(swapped))
+    cmd = [sys.executable, "-m", "rise_batch.cli", "workspace", "search", "--index", str(root / "index")]
+    cmd += ["--docs", str(root / "docs"), "--workspace", str(tmp_path / "ws"), "-k", "3", "anarchism"]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert res.returncode == 0, res.stderr
+    hits = [line.split("] ", 1)[1] for line in res.stdout.splitlines() if line.strip().startswith("1. [")]
+    assert hits == ["en.wikipedia.org/Anarchism.txt"], res.stdout
+    first = json.loads((tmp_path / "ws" / "manifest.jsonl").read_text().splitlines()[0])
+    assert (first["docid"], first["relpath"]) == ("enwiki-12", "en.wikipedia.org/Anarchism.txt")
+    assert f"{table}: damaged string table (its content does not match its digest)" in res.stderr
+    assert list(StrTable.open(table).columns["docid"]) == json.loads((root / "index" / "docids.json").read_text())
