@@ -265,8 +265,9 @@ def main() -> None:
             base = run_argv(out, docs, queries, server.base_url, "--workers", "0", "--concurrency", "8")
             plan = json.loads(cli(*base, "--plan", "--pilot", str(args.pilot), "--json").stdout.splitlines()[-1])
             pilot_ids = set(costs(out))
-            cli(*base)
-            kept.write_text(json.dumps({"plan": plan, "pilot_ids": sorted(pilot_ids)}))
+            line = cli(*base).stdout.strip().splitlines()[-1]  # the run's `planned $X [low, high], spent $Y`
+            kept.write_text(json.dumps({"plan": plan, "pilot_ids": sorted(pilot_ids), "planned_line": line}))
+        planned_line = json.loads(kept.read_text()).get("planned_line")
         pop = costs(out)
         rest = sum(v for k, v in pop.items() if k not in pilot_ids)
         c = plan["cost_usd"]
@@ -274,7 +275,8 @@ def main() -> None:
                                 "estimate": c["estimate"], "low": c["low"], "high": c["high"],
                                 "actual_rest_usd": round(rest, 6), "covered": c["low"] <= rest <= c["high"],
                                 "error": round((c["estimate"] - rest) / rest, 3),
-                                "calls_estimate": plan["model_calls"]["estimate"]}  # fmt: skip
+                                "calls_estimate": plan["model_calls"]["estimate"],
+                                "planned_line": planned_line}  # fmt: skip
         xs = sorted(pop.values())
         figures["population"] = {"queries": len(xs), "total_usd": round(sum(xs), 6),
                                  "median_usd": round(statistics.median(xs), 6), "p90_usd": round(pct(xs, 90), 6),
@@ -292,6 +294,8 @@ def main() -> None:
             figures["cap"] = cap_runs(scratch, docs, queries, server, args.cap_queries, fr)
     print(json.dumps(figures["population"]))
     print(json.dumps(figures["real_plan"]))
+    if planned_line := figures["real_plan"].get("planned_line"):
+        print(planned_line)
     print_coverage("run", figures["coverage"], ("plan", "t"))
     if "sweep_coverage" in figures:
         print_coverage(f"sweep of {figures['sweep_coverage'][0]['cells']} cells sharing the queries",
