@@ -22,7 +22,7 @@ import hashlib
 from typing import Any
 
 from rise_batch.agent.pilot import duration, require_plan_price, run_plan, usd
-from rise_batch.agent.plan_estimate import SMALL_PILOT, is_small, paired_total, predict_total
+from rise_batch.agent.plan_estimate import MIN_PILOT, SMALL_PILOT, is_small, paired_total, predict_total
 from rise_batch.agent.runner import finished
 from rise_batch.eval.judge import build_grader_messages, response_text
 from rise_batch.eval.judge_runner import gold_answers
@@ -86,7 +86,8 @@ def cell_plan(cid: str, cfg: Any, plan: Any, judge: Any = None, prompt: str | No
 def query_groups(cells: list[dict[str, Any]]) -> list[tuple[list[float], int]]:
     """Per group of cells over the same queries: each pilot query's cost summed over the group's cells (the pilot
     queries all of them finished), and the queries left. A cell with fewer left than its group's most counts its
-    cost in proportion (m_cell / m_group), so the sums still add up to the cells' totals."""
+    cost in proportion (m_cell / m_group), so the sums still add up to the cells' totals. Cells whose pilots share
+    fewer than MIN_PILOT queries (run apart before the plan) are each a group of their own."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for c in cells:
         groups.setdefault(c["query_set"], []).append(c)
@@ -96,6 +97,10 @@ def query_groups(cells: list[dict[str, Any]]) -> list[tuple[list[float], int]]:
         if not m:
             continue
         common = set.intersection(*(set(c["pilot_usd_by_query"]) for c in group))
+        if len(common) < MIN_PILOT <= min(len(c["pilot_usd_by_query"]) for c in group):
+            # pilots that hardly overlap (cells run apart before): each cell alone, as if independent
+            out += [(list(c["pilot_usd_by_query"].values()), c["remaining_queries"]) for c in group]
+            continue
         sums = [sum(c["pilot_usd_by_query"][q] * c["remaining_queries"] / m for c in group) for q in sorted(common)]
         out.append((sums, m))
     return out
@@ -118,7 +123,8 @@ def plan_table(cells: list[dict[str, Any]], tot: dict[str, Any]) -> str:
         u, h = c["cost_usd"], c["hours"]
         est, low, high = usd(u["estimate"], u["low"], u["high"])
         cost = f"{est:>12} [{low}, {high}]" if u["low"] is not None else f"{est:>12} [no interval]"
-        return f"{cost:<36} {duration(h['estimate']):>9} [{duration(h['low'])}, {duration(h['high'])}]"
+        time = f"[{duration(h['low'])}, {duration(h['high'])}]" if h["low"] is not None else "[no interval]"
+        return f"{cost:<36} {duration(h['estimate']):>9} {time}"
 
     w = max([len("total"), *(len(c["cell"]) for c in cells)])
     rows = [f"{'cell':<{w}} {'pilot':>5} {'left':>6} {'USD agent+judge [95% interval]':<36} {'time':>9} [95% interval]"]

@@ -91,3 +91,12 @@ def test_dollars_print_to_as_many_places_as_tell_the_bounds_and_the_spend_apart(
 
 def test_durations_print_in_hours_minutes_or_seconds() -> None:
     assert [duration(h) for h in (2.5, 0.25, 0.0026, None)] == ["2.50 h", "15.0 min", "9.4 s", "-"]
+
+
+def test_cells_whose_pilots_hardly_overlap_are_each_a_group_of_their_own() -> None:
+    x, y = skewed(8, 1), skewed(8, 2)
+    cells = [
+        {"query_set": "A", "remaining_queries": 20, "pilot_usd_by_query": {f"a{i}": v for i, v in enumerate(x)}},
+        {"query_set": "A", "remaining_queries": 20, "pilot_usd_by_query": {f"b{i}": v for i, v in enumerate(y)}},
+    ]
+    assert query_groups(cells) == [(x, 20), (y, 20)]
