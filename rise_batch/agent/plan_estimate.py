@@ -16,7 +16,7 @@ high, and nearly every miss is one. bench/plan_pilot.py replays thousands of pil
 this estimator (coverage by pilot size, for a run and for a sweep whose cells share queries); the default pilot
 (run_config.DEFAULT_PILOT, run's and sweep's --pilot) is a size at which the 95% interval held the real total at
 least 90% of the time there. Below MIN_PILOT queries there is no interval at all (a spread from 2-4 values says
-nothing of a tail): the estimate comes with the reason instead; so does a pilot whose queries all cost the same.
+nothing of a tail): the estimate comes with the reason instead; so does a pilot whose queries all came out the same.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ SMALL_PILOT = 40  # below it an interval is said to be rough: the benchmark's co
 LEVEL = 0.95
 DRAWS = 4000
 EXACT_REST = 4000  # up to this many remaining queries each bootstrap draws them one by one; beyond, their mean
-NO_SPREAD = "every pilot query cost the same: no spread to bound the rest with (alike queries cost the same again)"
+NO_SPREAD = "every pilot query came out the same: no spread to bound the rest with"
 
 
 class Interval(NamedTuple):
