@@ -92,12 +92,21 @@ def run(args: argparse.Namespace) -> int:
     label = cost_label(cfg.llm.base_url)
     if want_plan:
         from rise_batch.agent.pilot import plan_text
+        from rise_batch.commands.plan_check import save_plan
+        from rise_batch.storage import location
 
         plan = stats["plan"] | {"cost_simulated": bool(label)}
+        save_plan(cfg.out, plan, [location(cfg.out)])  # the run that follows checks its spend against it
         print(json.dumps(plan, sort_keys=True) if want_json else plan_text(plan, redact(cfg.out)) + label)
         return 0
+    from rise_batch.commands.plan_check import check_run
+
+    checked = check_run(cfg.out, stats["config_hash"])
     if want_json:  # the summary once: the full stats for scripts, or the one line for people
-        print(json.dumps(stats | {"cost_simulated": bool(label)}, sort_keys=True))
+        extra = {"planned": checked[1]} if checked else {}
+        print(json.dumps(stats | {"cost_simulated": bool(label)} | extra, sort_keys=True))
     else:
         print(summary_line(stats, redact(cfg.out)) + label)
+        if checked:
+            print(checked[0] + label)
     return 0

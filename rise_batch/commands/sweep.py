@@ -64,20 +64,37 @@ def run(args: argparse.Namespace, base: str | None = None, name: str = "rise-bat
     cfg = with_run(anchor_paths(load_sweep_config(args.config), base, "sweep"), opts)
     if opts.dry_run:
         return dry_run(cfg, opts, args.json)
+    from rise_batch.commands.plan_check import check_sweep, save_plan
     from rise_batch.eval.sweep_plan import plan_table
     from rise_batch.eval.sweep_runner import run_sweep, summary_line
 
     result = run_sweep(cfg, opts)
+    dirs = cell_dirs(cfg, None)  # every cell: a plan of some cells (--only) is checked after a whole sweep too
     if opts.plan:
+        save_plan(cfg.out, result, [dirs[c["cell"]] for c in result["cells"]])  # the sweep after checks against it
         print(json.dumps(result, indent=2) if args.json else plan_table(result["cells"], result["total"]))
         return 0
-    print(json.dumps(result, indent=2) if args.json else summary_line(result, cfg.out))
+    checked = check_sweep(cfg.out, dirs)
+    if args.json:
+        print(json.dumps(result | ({"planned": checked[1]} if checked else {}), indent=2))
+    else:
+        print(summary_line(result, cfg.out))
+        if checked:
+            print(f"sweep {cfg.name}: {checked[0]}")
     if result["incomplete"]:
         raise RunIncomplete(
             f"{len(result['incomplete'])} of {result['cells']} cells are incomplete (first: {result['incomplete'][0]}"
             "; see OUT/sweep.json); re-run the same command to resume them"
         )
     return 0
+
+
+def cell_dirs(cfg: Any, only: list[str] | None) -> dict[str, Any]:
+    """Each cell's run directory (the `only` ones), by cell id."""
+    from rise_batch.eval.sweep import cell_dir
+    from rise_batch.eval.sweep_runner import plan_sweep
+
+    return {cell.cell_id: cell_dir(cfg, cell) for cell, _ in plan_sweep(cfg, only)}
 
 
 def dry_run(cfg: Any, opts: SweepRun, as_json: bool) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from rise_batch.agent.run_config import AGENT_LLM_DEFAULTS, RunConfig
+from rise_batch.agent.run_config import AGENT_LLM_DEFAULTS, DEFAULT_PILOT, RunConfig
 from rise_batch.config import ConfigError, LLMConfig, build_section, read_yaml_file, section_mapping
 from rise_batch.names import portable
 from rise_batch.option_paths import URI
@@ -87,7 +87,7 @@ class SweepConfig:
     model_llm: dict[str, Any] = field(default_factory=dict)  # model -> llm overrides (reasoning_effort, ...)
     judge: JudgeSpec = field(default_factory=JudgeSpec)
     report: bool = True
-    pilot: int = 20  # queries each cell's pilot runs for `--plan` (SweepRun.pilot overrides it)
+    pilot: int = DEFAULT_PILOT  # queries each cell's pilot runs for `--plan` (SweepRun.pilot overrides it)
     max_cost_usd: float | None = None  # one cap on the whole sweep: every cell's agents and the judge (--max-cost)
 
 
@@ -104,7 +104,9 @@ class SweepRun:
     plan: bool = option(
         False, help="run each cell's pilot (in its own run directory, so the sweep resumes past it), print the plan"
     )
-    pilot: int | None = option(None, help="queries in each cell's pilot", shown="the config's `pilot`, else 20")
+    pilot: int | None = option(
+        None, help="queries in each cell's pilot", shown=f"the config's `pilot`, else {DEFAULT_PILOT}"
+    )
     max_cost_usd: float | None = option(
         None,
         flag="--max-cost",

@@ -7,17 +7,22 @@ added per query: a pilot query's cost is its trajectory's plus its judgment's, a
 those sums over the queries left. The judge's cost per trajectory is what the pilot's judgments record when every
 pilot trajectory was judged; otherwise it is priced from the grader's prompt filled with the question and the
 trajectory's final text (counted by the judge model's token counter) and a reply of GRADER_REPLY_TOKENS. Each cell
-says which (`judge_basis`). The sweep's total adds the cells' estimates; the interval's arms add in quadrature
-(cells are independent draws), and hours add (the cells share one queue of workers).
+says which (`judge_basis`).
+
+The sweep's total resamples queries, not cells: cells over the same queries drew the same seeded pilot, so their
+errors move together (a pilot that missed the long queries missed them in every cell). Each query's cost summed
+over those cells is one value, and the total's interval is the estimator's for those sums (agent/plan_estimate.py
+`paired_total`); cells over other queries are independent groups whose draws add. Hours add (the cells share one
+queue of workers), each end from the cells' same ends.
 """
 
 from __future__ import annotations
 
-import math
+import hashlib
 from typing import Any
 
-from rise_batch.agent.pilot import require_plan_price, run_plan
-from rise_batch.agent.plan_estimate import SMALL_PILOT, is_small, predict_total
+from rise_batch.agent.pilot import duration, require_plan_price, run_plan, usd
+from rise_batch.agent.plan_estimate import MIN_PILOT, SMALL_PILOT, is_small, paired_total, predict_total
 from rise_batch.agent.runner import finished
 from rise_batch.eval.judge import build_grader_messages, response_text
 from rise_batch.eval.judge_runner import gold_answers
@@ -58,10 +63,15 @@ def cell_plan(cid: str, cfg: Any, plan: Any, judge: Any = None, prompt: str | No
     per_query = [float(run.trajectories[s].get("cost_usd") or 0.0) + g for s, g in zip(stems, graded, strict=True)]
     m = agent["remaining_queries"]
     cost = predict_total(per_query, m)
+    ids = sorted(q.query_id for q in plan.queries)
     return {
         "cell": cid,
         "pilot_queries": len(stems),
         "remaining_queries": m,
+        "query_set": hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16],  # cells alike here share queries
+        "pilot_usd_by_query": {
+            run.trajectories[s]["query_id"]: round(c, 9) for s, c in zip(stems, per_query, strict=True)
+        },
         "spent_usd": round(sum(per_query), 6),
         "cost_usd": cost.as_dict(6),
         "agent_cost_usd": agent["cost_usd"],
@@ -73,17 +83,36 @@ def cell_plan(cid: str, cfg: Any, plan: Any, judge: Any = None, prompt: str | No
     }
 
 
+def query_groups(cells: list[dict[str, Any]]) -> list[tuple[list[float], int]]:
+    """Per group of cells over the same queries: each pilot query's cost summed over the group's cells (the pilot
+    queries all of them finished), and the queries left. A cell with fewer left than its group's most counts its
+    cost in proportion (m_cell / m_group), so the sums still add up to the cells' totals. Cells whose pilots share
+    fewer than MIN_PILOT queries (run apart before the plan) are each a group of their own."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for c in cells:
+        groups.setdefault(c["query_set"], []).append(c)
+    out = []
+    for group in groups.values():
+        m = max(c["remaining_queries"] for c in group)
+        if not m:
+            continue
+        common = set.intersection(*(set(c["pilot_usd_by_query"]) for c in group))
+        if len(common) < MIN_PILOT <= min(len(c["pilot_usd_by_query"]) for c in group):
+            # pilots that hardly overlap (cells run apart before): each cell alone, as if independent
+            out += [(list(c["pilot_usd_by_query"].values()), c["remaining_queries"]) for c in group]
+            continue
+        sums = [sum(c["pilot_usd_by_query"][q] * c["remaining_queries"] / m for c in group) for q in sorted(common)]
+        out.append((sums, m))
+    return out
+
+
 def plan_total(cells: list[dict[str, Any]]) -> dict[str, Any]:
-    """The sweep's total: estimates add; the interval's arms add in quadrature (cells are independent). Hours add
-    too: the cells share one pool of workers (one queue)."""
-
-    def add(key: str) -> dict[str, float]:
-        est = sum(c[key]["estimate"] for c in cells)
-        up = math.sqrt(sum((c[key]["high"] - c[key]["estimate"]) ** 2 for c in cells))
-        down = math.sqrt(sum((c[key]["estimate"] - c[key]["low"]) ** 2 for c in cells))
-        return {"estimate": est, "low": max(0.0, est - down), "high": est + up}
-
-    return {"cost_usd": add("cost_usd"), "hours": add("hours")}
+    """The sweep's total: the cost's interval resamples queries, paired across the cells that share them
+    (module docstring); hours add, each end from the cells' same ends (one queue of workers)."""
+    cost = paired_total(query_groups(cells)) if any(c["remaining_queries"] for c in cells) else None
+    ends = [[c["hours"][k] for c in cells] for k in ("estimate", "low", "high")]
+    hours = {k: None if None in v else sum(v) for k, v in zip(("estimate", "low", "high"), ends, strict=True)}
+    return {"cost_usd": cost.as_dict(6) if cost else {"estimate": 0.0, "low": 0.0, "high": 0.0}, "hours": hours}
 
 
 def plan_table(cells: list[dict[str, Any]], tot: dict[str, Any]) -> str:
@@ -92,15 +121,19 @@ def plan_table(cells: list[dict[str, Any]], tot: dict[str, Any]) -> str:
 
     def figures(c: dict[str, Any]) -> str:
         u, h = c["cost_usd"], c["hours"]
-        return (
-            f"{u['estimate']:>12.4f} [{u['low']:.4f}, {u['high']:.4f}]  "
-            f"{h['estimate']:>8.3g} [{h['low']:.3g}, {h['high']:.3g}]"
-        )
+        est, low, high = usd(u["estimate"], u["low"], u["high"])
+        cost = f"{est:>12} [{low}, {high}]" if u["low"] is not None else f"{est:>12} [no interval]"
+        time = f"[{duration(h['low'])}, {duration(h['high'])}]" if h["low"] is not None else "[no interval]"
+        return f"{cost:<36} {duration(h['estimate']):>9} {time}"
 
     w = max([len("total"), *(len(c["cell"]) for c in cells)])
-    rows = [f"{'cell':<{w}} {'pilot':>5} {'left':>6} {'USD agent+judge [95% interval]':>34}  hours [95% interval]"]
+    rows = [f"{'cell':<{w}} {'pilot':>5} {'left':>6} {'USD agent+judge [95% interval]':<36} {'time':>9} [95% interval]"]
     rows += [f"{c['cell']:<{w}} {c['pilot_queries']:>5} {c['remaining_queries']:>6} {figures(c)}" for c in cells]
     rows.append(f"{'total':<{w}} {'':>5} {'':>6} {figures(tot)}")
+    why = sorted(
+        {str(u["no_interval"]) for u in [*(c["cost_usd"] for c in cells), tot["cost_usd"]] if u.get("no_interval")}
+    )
+    rows += [f"no interval: {w}" for w in why]
     bases = sorted({c["judge_basis"] for c in cells})
     rows.append(f"judge cost per trajectory from: {', '.join(bases)}")
     small = [c["cell"] for c in cells if c.get("small_pilot")]

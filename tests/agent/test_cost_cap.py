@@ -117,8 +117,29 @@ def test_plan_runs_a_seeded_pilot_prints_the_rest_and_the_run_resumes_past_it(ag
     assert "5 pilot trajectories finished" in text and "95% prediction interval" in text and "a rough figure" in text
     assert len(fake_server.log()) == mark
 
+    assert json.loads((out / "plan.json").read_text())["cost_usd"] == c  # kept for the run that follows
     assert main(base) == 0  # the run resumes past the pilot
     done = read_trajectories(out)
     assert len(done) == 12 and all(done[k] == pilot[k] for k in pilot)
     asked = {e["head"] for e in fake_server.log(mark)}
     assert not any(t["query"][:30] in h for t in pilot.values() for h in asked)
+    # then one line: the plan beside what the rest cost (what the server billed after the pilot)
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    rest = billed(fake_server, mark)
+    assert line.startswith(f"planned ${c['estimate']:.4f} [${c['low']:.4f}, ${c['high']:.4f}], spent $"), line
+    assert float(line.split("spent $")[1].split()[0]) == pytest.approx(rest, abs=1e-4)
+    assert "on the 7 queries after the pilot" in line
+
+
+def test_a_pilot_under_five_queries_prints_the_estimate_and_why_there_is_no_interval(agent_world, fake_server, capsys):
+    out, q = run_dir("planned1"), queries("planned1", 6)
+    base = argv(out, q, fake_server.base_url, "--workers", "0", "--concurrency", "2")
+    assert main([*base, "--plan", "--pilot", "2", "--json"]) == 0
+    c = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["cost_usd"]
+    assert c["estimate"] > 0 and c["low"] is None and c["high"] is None and "too few" in c["no_interval"]
+    assert main([*base, "--plan", "--pilot", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "no interval: a pilot of 2 queries is too few to bound the rest (an interval needs 5)" in text
+    assert "95%" not in text
+    assert main(base) == 0
+    assert "planned $" in capsys.readouterr().out.strip().splitlines()[-1]
