@@ -28,6 +28,7 @@ from rise_batch.agent.systems import ORIGINAL, get_system
 from rise_batch.agent.workspace_root import claim_workspace_root
 from rise_batch.config import ConfigError, config_to_dict
 from rise_batch.counters import add_counts
+from rise_batch.dirlock import claim, holding
 from rise_batch.errors import RunIncomplete, StorageError
 from rise_batch.executor import executor_for
 from rise_batch.executor.base import MapOptions, Stage, WorkerSpec
@@ -61,6 +62,7 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
     ch = config_hash(cfg, prompt_text)
     out = location(cfg.out)
     make_output_dir(out)  # removed again if the run fails before writing into it (errors.run_main)
+    claim(out)  # one writer: a second command on this directory is refused until this one ends
     meta_path = out / RUN_JSON
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if meta_path.exists():
@@ -315,6 +317,7 @@ def run_cap(cfg: RunConfig) -> CostCap | None:
     return CostCap(cfg.max_cost_usd, lambda: recorded_spend(location(cfg.out) / TRAJECTORIES))
 
 
+@holding("rise-batch run")
 def run_trajectories(
     cfg: RunConfig, incomplete_ok: bool = False, cap: CostCap | None = None, pilot_only: bool = False
 ) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rise_batch.commands.structure import add_columns_flag
+from rise_batch.dirlock import claim, holding
 from rise_batch.index.build_options import INDEX_OPTIONS
 from rise_batch.options import add_layout
 
@@ -23,6 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+@holding("rise-batch index")
 def run(args: argparse.Namespace) -> int:
     import sys
     import time
@@ -42,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
         from rise_batch.errors import ConfigError
 
         raise ConfigError(f"--gpus must be a finite number >= 0, got {args.gpus}")
+    claim(args.out, beside=True)  # one writer; beside OUT, which is replaced whole when the index is published
     t0 = time.perf_counter()
     if args.retriever != "bm25" and not is_local_path(args.out):
         return publish_built(args)

@@ -35,6 +35,7 @@ from rise_batch.agent.ledger import recorded_spend
 from rise_batch.agent.pilot import pilot_sample, require_plan_price
 from rise_batch.agent.run_stats import RunStats
 from rise_batch.agent.runner import TRAJECTORIES
+from rise_batch.dirlock import claim, holding
 from rise_batch.eval.judge_runner import recorded_judge_spend
 from rise_batch.eval.judging import judge_run_sync
 from rise_batch.eval.report import write_report
@@ -230,12 +231,14 @@ class _Cells:
             self.pool.shutdown(wait=True)
 
 
+@holding("rise-batch sweep")
 def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
     """The sweep (or its `--only` cells); returns its summary. Unfinished cells are resumed, finished ones skipped."""
     run = run or SweepRun()
     t0 = time.monotonic()
     plan = plan_sweep(cfg, run.only)
     out = make_output_dir(location(cfg.out))
+    claim(out)  # one writer; each cell's run directory is claimed too, as it is prepared (agent/job.py)
     state = SweepState(out, cfg.name)
     todo = [(c, r) for c, r in plan if state.cells.get(c.cell_id, {}).get("status") != "done" or run.force_judge]
     waiting = {c.cell_id for c, _ in todo}
