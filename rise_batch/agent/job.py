@@ -29,7 +29,7 @@ from rise_batch.agent.workspace_root import claim_workspace_root
 from rise_batch.config import ConfigError, config_to_dict
 from rise_batch.counters import add_counts
 from rise_batch.dirlock import claim, holding
-from rise_batch.errors import RunIncomplete, StorageError
+from rise_batch.errors import RunIncomplete, StorageError, with_result
 from rise_batch.executor import executor_for
 from rise_batch.executor.base import MapOptions, Stage, WorkerSpec
 from rise_batch.executor.probe import REMEDY, Input, Output, check_storage, node_labels
@@ -365,16 +365,17 @@ def run_trajectories(
     stats.wall_seconds = time.monotonic() - t0
     out = stats.to_json()
     if stop is not None:
-        raise CostLimitReached(budget_line(out, cfg, cap.limit if cap is not None else stop.limit))
+        raise with_result(CostLimitReached(budget_line(out, cfg, cap.limit if cap is not None else stop.limit)), out)
     if pilot_only:
         out["plan"] = run_plan(cfg, plan, out)
         return out
     if stats.retryable and not incomplete_ok:
-        raise RunIncomplete(
+        left = RunIncomplete(
             f"{stats.retryable} of {stats.queries} trajectories ended on a transient failure (their worker's "
             "node lost, connection refused, 5xx after every attempt; see `error` in their files, marked retryable). "
             f"The others are kept. Re-run the same command to run those again. ({summary_line(out, cfg.out)})"
         )
+        raise with_result(left, out)
     return out
 
 

@@ -64,10 +64,13 @@ def run(args: argparse.Namespace, base: str | None = None, name: str = "rise-bat
     cfg = with_run(anchor_paths(load_sweep_config(args.config), base, "sweep"), opts)
     if opts.dry_run:
         return dry_run(cfg, opts, args.json)
+    from rise_batch.commands.json_exit import json_on_every_exit
     from rise_batch.eval.sweep_plan import plan_table
-    from rise_batch.eval.sweep_runner import run_sweep, summary_line
+    from rise_batch.eval.sweep_runner import run_sweep, spent_usd, summary_line
 
-    result = run_sweep(cfg, opts)
+    # at --max-cost (exit 3): the summary of what ran, or what OUT records when nothing started
+    with json_on_every_exit(args.json, lambda: {"name": cfg.name, "cost_usd": round(spent_usd(cfg), 6)}, indent=2):
+        result = run_sweep(cfg, opts)
     if opts.plan:
         print(json.dumps(result, indent=2) if args.json else plan_table(result["cells"], result["total"]))
         return 0

@@ -19,7 +19,7 @@ from rise_batch.corpus.readers import ShardSpec, list_sources
 from rise_batch.corpus.scan import corpus_fingerprint, scan_corpus, shards_from_json, shards_to_json, write_bad_rows
 from rise_batch.counters import add_counts
 from rise_batch.dirlock import claim, holding
-from rise_batch.errors import RunIncomplete, StorageError
+from rise_batch.errors import RunIncomplete, StorageError, with_result
 from rise_batch.executor import executor_for
 from rise_batch.executor.base import MapOptions, Stage, WorkerSpec
 from rise_batch.executor.probe import REMEDY, Input, Output, check_storage, node_labels
@@ -288,7 +288,7 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
         stats.structured_output, stats.structured_output_switched_off = structured_output_state(cfg, stats.transport)
     if shards.docs_left:
         dump_json(stats.to_json(), location(cfg.out) / "stats.json")
-        raise RunIncomplete(left_message(shards))
+        raise with_result(RunIncomplete(left_message(shards)), stats.to_json())
     if cfg.index:
         stats.index = build_job_index(cfg, plan)
     dump_json(stats.to_json(), location(cfg.out) / "stats.json")
