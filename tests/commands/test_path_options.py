@@ -112,7 +112,12 @@ def scenarios(url: str) -> dict[str, Scenario]:
         ),
         "rise-batch plan": Scenario(
             ["plan", "--corpus", "{--corpus}", "--sample", "5", *MODEL],
-            {"--corpus": "corpus.jsonl.gz", "--prompt": "structure_prompt.txt", "--llm-tier": "tier.txt"},
+            {
+                "--corpus": "corpus.jsonl.gz",
+                "--prompt": "structure_prompt.txt",
+                "--llm-tier": "tier.txt",
+                "--prices-file": "prices.yaml",
+            },
         ),
         "rise-batch eval-retrieval": Scenario(
             ["eval-retrieval", "--index", "{--index}", "--queries", "{--queries}"],
