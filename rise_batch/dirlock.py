@@ -13,9 +13,11 @@ overwriting the first one's files.
 - **On object storage** there is no lock, so a lease object `OUT/.rise-batch.lease` holds the same fields plus a
   token and an expiry (wall-clock seconds); the holder renews it every LEASE_TTL_S / 3 in a background thread and
   deletes it at the end. A writer that finds a live lease of another token is refused; one whose expiry has passed
-  (its holder was killed, its node lost) is taken over. Taking a lease writes it and reads it back after
-  LEASE_SETTLE_S, so of two writers that both found none, the one whose object was overwritten sees it and is
-  refused. Expiries compare clocks of different machines: LEASE_TTL_S is far above ordinary clock skew.
+  (its holder was killed, its node lost) is taken over, and so at once is one whose holder ran on this machine and
+  no longer runs (`holder_is_gone`: same host, boot and pid namespace, no process of that pid and start time).
+  Taking a lease writes it and reads it back after LEASE_SETTLE_S, so of two writers that both found none, the one
+  whose object was overwritten sees it and is refused. Expiries compare clocks of different machines: LEASE_TTL_S
+  is far above ordinary clock skew.
 
 Locks are re-entrant per process (a sweep holds its OUT and every cell's run directory, and judges those cells
 from its own threads) and scoped: `@holding(command)` on a driver releases, when it returns or raises, every lock
@@ -56,9 +58,38 @@ class DirectoryInUse(ConfigError):
 
 
 def holder_record(command: str) -> dict[str, Any]:
-    """Who holds a lock: what a refused command prints."""
+    """Who holds a lock: what a refused command prints, and (in a lease) what tells whether it still runs."""
     since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return {"host": socket.gethostname(), "pid": os.getpid(), "command": command, "since": since}
+    record = {"host": socket.gethostname(), "pid": os.getpid(), "command": command, "since": since}
+    return record | process_identity(os.getpid())
+
+
+def process_identity(pid: int) -> dict[str, str]:
+    """What names process `pid` on this machine beyond its number: the boot, the pid namespace and the process's
+    start time (Linux /proc; empty elsewhere, and then no lease is ever judged dead before it expires)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        pidns = os.readlink("/proc/self/ns/pid")
+        started = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return {}
+    return {"boot": boot, "pidns": pidns, "started": started}
+
+
+def holder_is_gone(lease: dict[str, Any]) -> bool:
+    """The lease's holder ran on this machine, in this pid namespace, and that process no longer runs (a SIGKILLed
+    command resumed on the same machine takes its lease at once, not after LEASE_TTL_S). A holder elsewhere is
+    never judged gone: its lease expires."""
+    here = process_identity(os.getpid())
+    if not here or lease.get("host") != socket.gethostname():
+        return False
+    if (lease.get("boot"), lease.get("pidns")) != (here["boot"], here["pidns"]):
+        return False
+    pid = lease.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    now = process_identity(pid)  # {} when no process has that pid now
+    return now.get("started") != lease.get("started")
 
 
 def refusal(where: AnyPath, holder: dict[str, Any] | None, how: str) -> DirectoryInUse:
@@ -103,7 +134,7 @@ class Lease:
         self.path, self.token = path, uuid.uuid4().hex
         self.record = holder_record(command) | {"token": self.token}
         found = self.read()
-        if found and found.get("token") != self.token and live(found):
+        if found and found.get("token") != self.token and live(found) and not holder_is_gone(found):
             raise refusal(where, found, lease_note(found))
         self.write()
         time.sleep(LEASE_SETTLE_S)  # a writer that read "none" just before our write has written by now

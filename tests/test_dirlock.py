@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from rise_batch import dirlock
-from rise_batch.dirlock import LEASE_FILE, LOCK_FILE, claim, holding
+from rise_batch.dirlock import LEASE_FILE, LOCK_FILE, claim, holder_record, holding, process_identity
 from rise_batch.storage import location
 from tests.cli import cli
 from tests.conftest import SAMPLE
@@ -85,6 +87,20 @@ def test_a_live_lease_refuses_a_writer_and_an_expired_one_is_taken_over(s3) -> N
 
     while_held()
     assert not (location(uri) / LEASE_FILE).exists()
+
+
+def test_the_lease_of_a_killed_holder_on_this_machine_is_taken_over_at_once(s3) -> None:
+    """A lease whose holder ran here and no longer runs is not waited out (a SIGKILLed command resumed on the same
+    machine); one of a live process here, or of a process elsewhere, is (tests above)."""
+    uri = s3.uri()
+    gone = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    record = holder_record("rise-batch structure") | process_identity(gone.pid) | {"pid": gone.pid, "token": "t"}
+    (location(uri) / LEASE_FILE).write_bytes(json.dumps(record | {"expires": time.time() + 3600}).encode())
+    refused(cli(*structure(uri), timeout=120), f"pid {gone.pid} on host {socket.gethostname()}")
+    gone.kill()
+    gone.wait()
+    done = cli(*structure(uri), timeout=300)
+    assert done.returncode == 0, done.stderr
 
 
 def test_the_holder_renews_its_lease_until_it_ends(s3, monkeypatch: pytest.MonkeyPatch) -> None:
