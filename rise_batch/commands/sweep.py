@@ -57,7 +57,7 @@ def sweep_run(args: argparse.Namespace) -> SweepRun:
 def run(args: argparse.Namespace, base: str | None = None, name: str = "rise-batch sweep") -> int:
     """The command's work, also the job's (`base`: the job's --base; `name` starts its lines)."""
     from rise_batch.commands.job_paths import anchor_paths
-    from rise_batch.errors import RunIncomplete
+    from rise_batch.errors import RunIncomplete, with_result
     from rise_batch.eval.sweep import load_sweep_config, with_run
 
     opts = sweep_run(args)
@@ -68,18 +68,22 @@ def run(args: argparse.Namespace, base: str | None = None, name: str = "rise-bat
     from rise_batch.eval.sweep_plan import plan_table
     from rise_batch.eval.sweep_runner import run_sweep, spent_usd, summary_line
 
-    # at --max-cost (exit 3): the summary of what ran, or what OUT records when nothing started
+    # --json on every exit: at --max-cost (3) the summary of what ran (or what OUT records when nothing started),
+    # with cells incomplete (75) the summary
     with json_on_every_exit(args.json, lambda: {"name": cfg.name, "cost_usd": round(spent_usd(cfg), 6)}, indent=2):
         result = run_sweep(cfg, opts)
+        if not opts.plan and result["incomplete"]:
+            if not args.json:
+                print(summary_line(result, cfg.out))
+            left = RunIncomplete(
+                f"{len(result['incomplete'])} of {result['cells']} cells are incomplete (first: "
+                f"{result['incomplete'][0]}; see OUT/sweep.json); re-run the same command to resume them"
+            )
+            raise with_result(left, result)
     if opts.plan:
         print(json.dumps(result, indent=2) if args.json else plan_table(result["cells"], result["total"]))
         return 0
     print(json.dumps(result, indent=2) if args.json else summary_line(result, cfg.out))
-    if result["incomplete"]:
-        raise RunIncomplete(
-            f"{len(result['incomplete'])} of {result['cells']} cells are incomplete (first: {result['incomplete'][0]}"
-            "; see OUT/sweep.json); re-run the same command to resume them"
-        )
     return 0
 
 

@@ -178,3 +178,20 @@ def test_cells_that_would_share_a_directory_are_refused_and_a_long_name_is_short
     ids = [r["cell"] for r in rows]
     assert len(rows) == 4 and len(set(ids)) == 4 and all(len(i.encode()) <= 200 for i in ids)
     assert all(i.startswith("rise") and "__ccc" in i for i in ids)
+
+
+def test_json_is_printed_when_cells_are_left_incomplete(agent_world, capsys) -> None:  # noqa: F811
+    """Exit 75 (a server that refuses connections: every trajectory is left for the resume) prints the summary with
+    `--json` as a finished sweep does, plus the exit code and the line on stderr."""
+    d = run_dir("sweep-cmd-75")
+    q = queries_of(agent_world, d / "q.jsonl", 2)
+    cfg = sweep_config(d / "s.yaml", str(d / "out"), str(q), str(agent_world.docs), str(agent_world.index),
+                       "http://127.0.0.1:9", systems=["rise"])  # fmt: skip
+    data = yaml.safe_load(cfg.read_text())
+    data["sweep"]["run"]["llm"]["max_attempts"] = 1  # refused at once, not after every retry's backoff
+    cfg.write_text(yaml.safe_dump(data))
+    assert main(["sweep", str(cfg), "--json"]) == 75
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert result["exit_code"] == 75 and result["incomplete"] == ["rise__gpt-5.4-mini__k5__sample"]
+    assert result["message"] in captured.err and "re-run the same command" in result["message"]
