@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 from rise_batch.io import remove_unused_outputs
 from rise_batch.logs import setup_logging
@@ -37,6 +38,7 @@ EXIT_USAGE = 2
 EXIT_BUDGET = 3
 EXIT_RETRY = 75
 EXIT_INTERRUPTED = 130
+E = TypeVar("E", bound="CleanExit")
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, FileExistsError)
 
 
@@ -55,6 +57,13 @@ class CleanExit:
     them (structuring's BudgetExceeded, the sandbox's SandboxUnavailable)."""
 
     exit_code: int = EXIT_USAGE
+    result: dict[str, Any] | None = None  # the command's figures when it stopped (what `--json` prints), if any
+
+
+def with_result(exc: E, result: dict[str, Any]) -> E:
+    """`exc` carrying `result`, the figures a command's `--json` prints when it ends by `exc` (exit 3, 75)."""
+    exc.result = result
+    return exc
 
 
 class RunIncomplete(CleanExit, Exception):

@@ -1,6 +1,7 @@
 """File names made from ids: query ids -> trajectory/judgment file stems, sweep labels -> cell directory names.
 
-Both use the same portable alphabet, `[A-Za-z0-9._-]`, with every run of anything else replaced by one `_`.
+Both use the same portable alphabet, `[A-Za-z0-9._-]`, with every run of anything else replaced by one `_`, and
+stay within a file name's length (`bounded`).
 
 The corpus's relpaths are NOT made here: `corpus.docmap.sanitize` keeps Unicode word characters and a little more
 punctuation (an agent reads titles in `rg` output and `ls`, so `Zürich` stays `Zürich`), NFKC-normalizes and bounds
@@ -19,6 +20,16 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 def portable(text: str) -> str:
     """`text` with every run of characters outside `[A-Za-z0-9._-]` replaced by one `_` (nothing else changed)."""
     return _UNSAFE.sub("_", text)
+
+
+def bounded(name: str, max_bytes: int) -> str:
+    """`name` when it fits in `max_bytes` (UTF-8), else its beginning plus a digest of the whole: a file name never
+    over the file system's limit (255 bytes a component), and two long names that share a beginning still differ."""
+    data = name.encode()
+    if len(data) <= max_bytes:
+        return name
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    return f"{data[: max_bytes - len(digest) - 1].decode(errors='ignore')}-{digest}"
 
 
 def safe_stem(text: str, max_chars: int = 100) -> str:

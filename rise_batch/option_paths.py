@@ -6,7 +6,8 @@ takes a path of this machine only (a tree that must be POSIX: hardlinks, a sandb
 given to a local-only option is refused in one line naming it, and a `file://` URI is read as the path it names,
 by `check_path_args` for the flags and positionals of every command and job script and by config.build_section for
 the keys of every config file, so that no `s3://b/x` (or `file:///x`) is ever taken for a relative directory
-`s3:/b/x`. The guides' option tables say which is which.
+`s3:/b/x`; a storage scheme without `//` (`s3:relative`) is refused as the malformed URI it is, never taken for a
+local directory. The guides' option tables say which is which.
 
 Pure stdlib (and storage, which is too).
 """
@@ -14,6 +15,7 @@ Pure stdlib (and storage, which is too).
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any, NamedTuple
 
 from rise_batch.storage import is_local_path, is_uri, location, redact
@@ -37,6 +39,12 @@ class URIRefused(ValueError):
     the option. (A ValueError rather than errors.ConfigError: errors.py's imports reach this module.)"""
 
 
+# schemes of storage (pyarrow's and fsspec's usual ones): `s3:x` or `s3:/b/x`, without `//`, is a URI mistyped, not
+# a local directory named `s3:x` (which a command would create and write into)
+STORAGE_SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "hdfs", "viewfs", "oss", "hf", "file")
+_SCHEME_NO_SLASHES = re.compile(rf"^({'|'.join(STORAGE_SCHEMES)}):(?!//)", re.IGNORECASE)
+
+
 def local(why: str) -> PathKind:
     return PathKind("local", why)
 
@@ -49,6 +57,11 @@ def checked_path(name: str, value: Any, kind: PathKind | None) -> Any:
         return value
     if isinstance(value, (list, tuple)):
         return type(value)(checked_path(name, v, kind) for v in value)
+    if isinstance(value, str) and (m := _SCHEME_NO_SLASHES.match(value)):
+        raise URIRefused(
+            f"{name} {redact(value)}: a malformed URI ({m.group(1)}: without //); a URI names "
+            f"{m.group(1)}://bucket/prefix, and a local path whose name starts so is written ./{redact(value)}"
+        )
     if not isinstance(value, str) or not is_uri(value):
         return value
     if is_local_path(value):

@@ -63,6 +63,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "rise_batch.io",
         "rise_batch.safe_read",  # every file the engine reads, opened like a document (no link, regular, bounded)
         "rise_batch.errors",
+        "rise_batch.dirlock",  # one writer per output directory: a flock, or a lease in object storage
         "rise_batch.prompts",
         "rise_batch.queries",
         "rise_batch.registry",

@@ -29,7 +29,8 @@ from rise_batch.agent.views import VIEWS, user_copy, view_docs
 from rise_batch.agent.workspace_root import claim_workspace_root
 from rise_batch.config import ConfigError, config_to_dict
 from rise_batch.counters import add_counts
-from rise_batch.errors import RunIncomplete, StorageError
+from rise_batch.dirlock import claim, holding
+from rise_batch.errors import RunIncomplete, StorageError, with_result
 from rise_batch.executor import executor_for
 from rise_batch.executor.base import MapOptions, Stage, WorkerSpec
 from rise_batch.executor.probe import REMEDY, Input, Output, check_storage, node_labels
@@ -63,6 +64,7 @@ def prepare_run(cfg: RunConfig) -> RunPlan:
     ch = config_hash(cfg, prompt_text)
     out = location(cfg.out)
     make_output_dir(out)  # removed again if the run fails before writing into it (errors.run_main)
+    claim(out)  # one writer: a second command on this directory is refused until this one ends
     meta_path = out / RUN_JSON
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if meta_path.exists():
@@ -331,6 +333,7 @@ def run_cap(cfg: RunConfig) -> CostCap | None:
     return CostCap(cfg.max_cost_usd, lambda: recorded_spend(location(cfg.out) / TRAJECTORIES))
 
 
+@holding("rise-batch run")
 def run_trajectories(
     cfg: RunConfig, incomplete_ok: bool = False, cap: CostCap | None = None, pilot_only: bool = False
 ) -> dict[str, Any]:
@@ -378,16 +381,17 @@ def run_trajectories(
     stats.wall_seconds = time.monotonic() - t0
     out = stats.to_json()
     if stop is not None:
-        raise CostLimitReached(budget_line(out, cfg, cap.limit if cap is not None else stop.limit))
+        raise with_result(CostLimitReached(budget_line(out, cfg, cap.limit if cap is not None else stop.limit)), out)
     if pilot_only:
         out["plan"] = run_plan(cfg, plan, out)
         return out
     if stats.retryable and not incomplete_ok:
-        raise RunIncomplete(
+        left = RunIncomplete(
             f"{stats.retryable} of {stats.queries} trajectories ended on a transient failure (their worker's "
             "node lost, connection refused, 5xx after every attempt; see `error` in their files, marked retryable). "
             f"The others are kept. Re-run the same command to run those again. ({summary_line(out, cfg.out)})"
         )
+        raise with_result(left, out)
     return out
 
 

@@ -8,6 +8,7 @@ import argparse
 import os
 
 from rise_batch.commands.structure import add_columns_flag
+from rise_batch.dirlock import claim, holding
 from rise_batch.index.build_options import INDEX_OPTIONS
 from rise_batch.options import add_layout
 
@@ -28,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+@holding("rise-batch index")
 def run(args: argparse.Namespace) -> int:
     import shutil
     import sys
@@ -48,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
         from rise_batch.errors import ConfigError
 
         raise ConfigError(f"--gpus must be a finite number >= 0, got {args.gpus}")
+    claim(args.out, beside=True)  # one writer; beside OUT, which is replaced whole when the index is built
     if args.passages is not None:
         from rise_batch.index.passages import parse_passages
 

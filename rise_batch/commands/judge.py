@@ -58,6 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from rise_batch.commands.json_exit import json_on_every_exit
     from rise_batch.eval.judge_runner import recorded_judge_spend
     from rise_batch.eval.judging import judge_run_sync
     from rise_batch.eval.sweep import JudgeSpec, judge_llm_config
@@ -91,16 +92,17 @@ def run(args: argparse.Namespace) -> int:
     for run_dir in args.run_dirs:
         if left:  # the limit stopped the judging: later run directories are not started
             break
-        s = judge_run_sync(
-            run_dir,
-            llm,
-            mode=args.mode,
-            poll_s=args.poll_s,
-            force=args.force,
-            prompt=args.prompt,
-            queries_path=args.queries,
-            cap=cap,
-        )
+        with json_on_every_exit(args.json, lambda: dict(results), indent=2):  # the run directories judged so far
+            s = judge_run_sync(
+                run_dir,
+                llm,
+                mode=args.mode,
+                poll_s=args.poll_s,
+                force=args.force,
+                prompt=args.prompt,
+                queries_path=args.queries,
+                cap=cap,
+            )
         left += s.left_by_budget
         results[run_dir] = s.as_dict() | {"cost_simulated": bool(label)}
         failed += s.failed

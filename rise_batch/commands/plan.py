@@ -31,12 +31,15 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from rise_batch.errors import ConfigError
+    from rise_batch.llm.pricing import PriceTable
     from rise_batch.structuring.plan import OutputModel, format_plan, make_plan
 
     if args.max_input_tokens is not None and args.max_input_tokens <= 0:
         raise ConfigError(f"--max-input-tokens must be a positive integer, got {args.max_input_tokens}")
     if args.target_usd is not None and (args.target_usd <= 0 or args.tier or args.max_input_tokens):
         raise ConfigError("--target-usd needs a positive amount and proposes --llm-tier and --max-input-tokens itself")
+    prices = PriceTable.load([args.prices_file] if args.prices_file else [])
+    prices.require(args.model, "a plan in dollars")  # refused as --max-cost does: $0 replies would make it a lie
 
     output = OutputModel(reasoning_tokens=args.reasoning_tokens)
     if args.tokens_per_section is not None:
@@ -59,8 +62,9 @@ def run(args: argparse.Namespace) -> int:
         batch_queue_tokens=args.batch_queue_tokens,
         seed=args.seed,
         columns=args.columns or "",
+        prices=prices,
     )
-    target = _target(args, plan, output) if args.target_usd is not None else None
+    target = _target(args, plan, output, prices) if args.target_usd is not None else None
     if args.json:
         print(json.dumps(plan | {"mode": args.mode} | ({"target": target} if target else {}), indent=2))
     else:
@@ -72,9 +76,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _target(args: argparse.Namespace, plan: dict, output) -> dict:
+def _target(args: argparse.Namespace, plan: dict, output, prices) -> dict:
     """The same sample (same seed) priced over the grid of tier rules and input cuts (structuring/plan_target.py)."""
-    from rise_batch.llm.pricing import PriceTable
     from rise_batch.prompts import load_prompt
     from rise_batch.structuring.plan_sample import plan_sample
     from rise_batch.structuring.plan_target import price_options, target_plan
@@ -86,7 +89,7 @@ def _target(args: argparse.Namespace, plan: dict, output) -> dict:
         args.model,
         n_docs=plan["docs"],
         batch=args.mode == "batch",
-        prices=PriceTable.load(),
+        prices=prices,
         max_input_chars=args.max_input_chars,
         output=output,
         structured=args.structured_output,

@@ -82,14 +82,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rise_batch.agent.job import run_trajectories, summary_line
+    from rise_batch.commands.json_exit import json_on_every_exit
     from rise_batch.llm.simulated import cost_label
     from rise_batch.storage import redact
 
     want_json, want_plan = args.json, args.plan
     del args.json, args.plan  # command options, not run settings
     cfg = config_from_args(args)
-    stats = run_trajectories(cfg, pilot_only=want_plan)  # --max-cost reached: CostLimitReached, exit 3
     label = cost_label(cfg.llm.base_url)
+    # --max-cost reached: CostLimitReached, exit 3; transient failures left: RunIncomplete, exit 75 (both with stats)
+    with json_on_every_exit(want_json, lambda: recorded(cfg.out), {"cost_simulated": bool(label)}):
+        stats = run_trajectories(cfg, pilot_only=want_plan)
     if want_plan:
         from rise_batch.agent.pilot import plan_text
         from rise_batch.commands.plan_check import save_plan
@@ -110,3 +113,12 @@ def run(args: argparse.Namespace) -> int:
         if checked:
             print(checked[0] + label)
     return 0
+
+
+def recorded(out: str) -> dict:
+    """What `--json` prints for a run that stopped before its stats were summed: what RUN_DIR records it paid."""
+    from rise_batch.money.spent import spent_usd
+    from rise_batch.storage import location, redact
+
+    where = location(out)
+    return {"out": redact(out)} | ({"spent_usd": round(spent_usd(where), 6)} if where.exists() else {})

@@ -86,6 +86,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rise_batch.commands.json_exit import json_on_every_exit
     from rise_batch.llm.simulated import cost_label
     from rise_batch.storage import redact
     from rise_batch.structuring.job import next_commands, run_structure, summary_line
@@ -93,8 +94,10 @@ def run(args: argparse.Namespace) -> int:
     want_json, verify = args.json, args.verify
     del args.json, args.verify  # command options, not run settings (the manifest's config stays the same)
     cfg = config_from_args(args)
-    stats = run_structure(cfg, verify)  # --max-cost reached: BudgetExceeded, exit 3 (rise_batch.errors)
     label = cost_label(cfg.llm.base_url) if cfg.calls_llm else ""
+    # --max-cost reached: BudgetExceeded, exit 3 (what the checkpoint records); documents left: RunIncomplete, 75
+    with json_on_every_exit(want_json, lambda: checkpointed(cfg.out), {"cost_simulated": bool(label)}, indent=2):
+        stats = run_structure(cfg, verify)
     if want_json:
         print(json.dumps(stats | {"cost_simulated": bool(label)}, indent=2, sort_keys=True))
     else:
@@ -102,3 +105,12 @@ def run(args: argparse.Namespace) -> int:
         for line in next_commands(stats, redact(cfg.out)):
             print(line)
     return 0
+
+
+def checkpointed(out: str) -> dict:
+    """What `--json` prints for a run stopped before its stats were summed (at --max-cost): what OUT's checkpoint
+    records it paid."""
+    from rise_batch.storage import redact
+    from rise_batch.structuring.budget import checkpoint_cost
+
+    return {"out": redact(out), "cost_usd": round(checkpoint_cost(out), 6)}

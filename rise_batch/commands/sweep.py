@@ -57,35 +57,43 @@ def sweep_run(args: argparse.Namespace) -> SweepRun:
 def run(args: argparse.Namespace, base: str | None = None, name: str = "rise-batch sweep") -> int:
     """The command's work, also the job's (`base`: the job's --base; `name` starts its lines)."""
     from rise_batch.commands.job_paths import anchor_paths
-    from rise_batch.errors import RunIncomplete
+    from rise_batch.errors import RunIncomplete, with_result
     from rise_batch.eval.sweep import load_sweep_config, with_run
 
     opts = sweep_run(args)
     cfg = with_run(anchor_paths(load_sweep_config(args.config), base, "sweep"), opts)
     if opts.dry_run:
         return dry_run(cfg, opts, args.json)
+    from rise_batch.commands.json_exit import json_on_every_exit
     from rise_batch.commands.plan_check import check_sweep, save_plan
     from rise_batch.eval.sweep_plan import plan_table
-    from rise_batch.eval.sweep_runner import run_sweep, summary_line
+    from rise_batch.eval.sweep_runner import run_sweep, spent_usd, summary_line
 
-    result = run_sweep(cfg, opts)
-    dirs = cell_dirs(cfg, None)  # every cell: a plan of some cells (--only) is checked after a whole sweep too
+    # --json on every exit: at --max-cost (3) the summary of what ran (or what OUT records when nothing started),
+    # with cells incomplete (75) the summary
+    with json_on_every_exit(args.json, lambda: {"name": cfg.name, "cost_usd": round(spent_usd(cfg), 6)}, indent=2):
+        result = run_sweep(cfg, opts)
+        dirs = cell_dirs(cfg, None)  # every cell: a plan of some cells (--only) is checked after a whole sweep too
+        checked = None if opts.plan else check_sweep(cfg.out, dirs)
+        if checked:
+            result = result | {"planned": checked[1]}
+        if not opts.plan and result["incomplete"]:
+            if not args.json:
+                print(summary_line(result, cfg.out))
+                if checked:
+                    print(f"sweep {cfg.name}: {checked[0]}")
+            left = RunIncomplete(
+                f"{len(result['incomplete'])} of {result['cells']} cells are incomplete (first: "
+                f"{result['incomplete'][0]}; see OUT/sweep.json); re-run the same command to resume them"
+            )
+            raise with_result(left, result)
     if opts.plan:
         save_plan(cfg.out, result, [dirs[c["cell"]] for c in result["cells"]])  # the sweep after checks against it
         print(json.dumps(result, indent=2) if args.json else plan_table(result["cells"], result["total"]))
         return 0
-    checked = check_sweep(cfg.out, dirs)
-    if args.json:
-        print(json.dumps(result | ({"planned": checked[1]} if checked else {}), indent=2))
-    else:
-        print(summary_line(result, cfg.out))
-        if checked:
-            print(f"sweep {cfg.name}: {checked[0]}")
-    if result["incomplete"]:
-        raise RunIncomplete(
-            f"{len(result['incomplete'])} of {result['cells']} cells are incomplete (first: {result['incomplete'][0]}"
-            "; see OUT/sweep.json); re-run the same command to resume them"
-        )
+    print(json.dumps(result, indent=2) if args.json else summary_line(result, cfg.out))
+    if checked and not args.json:
+        print(f"sweep {cfg.name}: {checked[0]}")
     return 0
 
 

@@ -14,18 +14,24 @@ from pathlib import Path
 from typing import Any
 
 from rise_batch.config import LLMConfig
+from rise_batch.dirlock import claim, holding
 from rise_batch.errors import StorageError
 from rise_batch.eval.judge import judges
 from rise_batch.eval.judge_batch import judge_run_batch
 from rise_batch.eval.judge_runner import JudgeSummary, judge_run
 from rise_batch.eval.metrics import run_metrics
 from rise_batch.eval.rundir import judgment_path, load_run
+from rise_batch.storage import location
 
 
+@holding("rise-batch judge")
 def judge_run_sync(
     run_dir: str | Path, llm: LLMConfig, *, mode: str = "online", poll_s: float = 30.0, **options: Any
 ) -> JudgeSummary:
-    """Judge a run online (rate-limited calls) or in batch mode (the Batch API: half price, no limiter)."""
+    """Judge a run online (rate-limited calls) or in batch mode (the Batch API: half price, no limiter). The run
+    directory is locked as `run` locks it, so a judging and a run (or two judgings) never write it at once."""
+    if location(run_dir).exists():  # a missing one is refused by the judge, naming it
+        claim(run_dir)
     if mode == "batch":
         options.pop("limiter", None)
         summary = asyncio.run(judge_run_batch(run_dir, llm, poll_s=poll_s, **options))

@@ -20,10 +20,10 @@ from typing import Any, NamedTuple
 
 from rise_batch.agent.run_config import AGENT_LLM_DEFAULTS, DEFAULT_PILOT, RunConfig
 from rise_batch.config import ConfigError, LLMConfig, build_section, read_yaml_file, section_mapping
-from rise_batch.names import portable
+from rise_batch.names import bounded, portable
 from rise_batch.option_paths import URI
 from rise_batch.options import option, same_as
-from rise_batch.storage import AnyPath, child, location, open_binary
+from rise_batch.storage import AnyPath, child, location, open_binary, redact
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,9 @@ class SweepRun:
     force_judge: bool = option(False, help="re-grade every cell's answers")
 
 
+MAX_CELL_ID = 200  # bytes of a cell's directory name: a file name is at most 255, with room for what is added to it
+
+
 class Cell(NamedTuple):
     system: str
     model: str
@@ -127,10 +130,20 @@ class Cell(NamedTuple):
 
     @property
     def cell_id(self) -> str:
+        """The cell's directory name: its parts in the portable alphabet (so `a/b` and `a_b` give the same id:
+        `check_cell_ids` refuses such a pair), shortened with a digest past MAX_CELL_ID bytes."""
         parts = [self.system, self.model, "all" if self.k is None else f"k{self.k}", self.corpus.name]
         parts += [] if self.retriever == "bm25" else [self.retriever.replace(":", "-")]
         cid = "__".join(portable(p) for p in parts)
-        return cid + (f"__r{self.repeat}" if self.repeat else "")
+        return bounded(cid + (f"__r{self.repeat}" if self.repeat else ""), MAX_CELL_ID)
+
+    def describe(self) -> str:
+        """The cell as the config names it (the names before they were made a directory name)."""
+        k = "none" if self.k is None else self.k
+        return (
+            f"(system {self.system!r}, model {self.model!r}, k {k}, corpus {self.corpus.name!r}, retriever "
+            f"{self.retriever!r}, repeat {self.repeat})"
+        )
 
     def labels(self) -> dict[str, Any]:
         """What cell.json records: the report labels sweep plots with it."""
@@ -206,12 +219,28 @@ def validate(cfg: SweepConfig) -> None:
         raise ConfigError(f"sweep.model_llm names models not in sweep.models: {sorted(unknown)}")
 
 
+def check_cell_ids(cfg: SweepConfig, cells: list[Cell]) -> None:
+    """Refuse two cells that would write one run directory: names that differ only in characters outside the
+    portable alphabet (`a/b`, `a_b`, `a b`) or only in case (one directory on a case-insensitive file system)."""
+    seen: dict[str, Cell] = {}
+    for cell in cells:
+        other = seen.setdefault(cell.cell_id.casefold(), cell)
+        if other is not cell:
+            raise ConfigError(
+                f"sweep cells {other.describe()} and {cell.describe()} would share one run directory "
+                f"({redact(cell_out(cfg, other))}): their names differ only in characters a directory name cannot "
+                "keep or in case; rename a corpus, system or model so that they differ in letters, digits, `.`, "
+                "`-` or `_`"
+            )
+
+
 def load_sweep_config(path: str | Path) -> SweepConfig:
     return parse_sweep(read_yaml_file(path, "sweep config") or {})
 
 
 def expand(cfg: SweepConfig) -> list[Cell]:
-    """Every cell, in a stable order: corpus, model, system, K, retriever, repeat (one model's cells together)."""
+    """Every cell, in a stable order: corpus, model, system, K, retriever, repeat (one model's cells together), each
+    with a run directory of its own."""
     from rise_batch.agent.systems import get_system  # lazy: the CLI builds judge's flags from JudgeSpec at start-up
 
     cells = []
@@ -223,6 +252,7 @@ def expand(cfg: SweepConfig) -> list[Cell]:
                 for k in ks:
                     for retriever in cfg.retrievers if searches else ("bm25",):
                         cells.extend(Cell(system, model, k, corpus, r, retriever) for r in range(cfg.repeats))
+    check_cell_ids(cfg, cells)  # before any cell is run or listed
     return cells
 
 

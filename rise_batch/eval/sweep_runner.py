@@ -35,6 +35,8 @@ from rise_batch.agent.ledger import recorded_spend
 from rise_batch.agent.pilot import pilot_sample, require_plan_price
 from rise_batch.agent.run_stats import RunStats
 from rise_batch.agent.runner import TRAJECTORIES
+from rise_batch.dirlock import claim, holding
+from rise_batch.errors import with_result
 from rise_batch.eval.judge_runner import recorded_judge_spend
 from rise_batch.eval.judging import judge_run_sync
 from rise_batch.eval.report import write_report
@@ -230,12 +232,14 @@ class _Cells:
             self.pool.shutdown(wait=True)
 
 
+@holding("rise-batch sweep")
 def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
     """The sweep (or its `--only` cells); returns its summary. Unfinished cells are resumed, finished ones skipped."""
     run = run or SweepRun()
     t0 = time.monotonic()
     plan = plan_sweep(cfg, run.only)
     out = make_output_dir(location(cfg.out))
+    claim(out)  # one writer; each cell's run directory is claimed too, as it is prepared (agent/job.py)
     state = SweepState(out, cfg.name)
     todo = [(c, r) for c, r in plan if state.cells.get(c.cell_id, {}).get("status") != "done" or run.force_judge]
     waiting = {c.cell_id for c, _ in todo}
@@ -272,8 +276,8 @@ def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
         finally:
             progress.close()
             cells.wait()
-        if cap is not None and (stop is not None or cap.tripped()):
-            raise CostLimitReached(cap_line(cfg, state, plan))
+        if cap is not None and (stop is not None or cap.tripped()):  # --json prints the summary all the same
+            raise with_result(CostLimitReached(cap_line(cfg, state, plan)), summary(cfg, plan, todo, state, t0))
     if run.plan:
         plans = {r.cid: r.plan for r in runs} if todo else {}
         per_cell = [
@@ -281,19 +285,25 @@ def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
             for c, r in plan
         ]
         return {"name": cfg.name, "pilot": cfg.pilot, "cells": per_cell, "total": plan_total(per_cell)}
-    result: dict[str, Any] = {
+    result = summary(cfg, plan, todo, state, t0)
+    if cfg.report and (report := report_sweep(cfg)) is not None:
+        result["report"] = str(location(child(cfg.out, "report", "report.md")))
+        result["plots"] = report["plots"]
+    result["wall_seconds"] = round(time.monotonic() - t0, 3)
+    return result
+
+
+def summary(cfg: SweepConfig, plan: list, todo: list, state: SweepState, t0: float) -> dict[str, Any]:
+    """The sweep's figures: cells run, skipped and left incomplete, what OUT records it spent."""
+    return {
         "name": cfg.name,
         "cells": len(plan),
         "ran": len(todo),
         "skipped": len(plan) - len(todo),
         "incomplete": sorted(c.cell_id for c, _ in plan if state.cells.get(c.cell_id, {}).get("status") != "done"),
         "cost_usd": round(spent_usd(cfg), 6),
+        "wall_seconds": round(time.monotonic() - t0, 3),
     }
-    if cfg.report and (report := report_sweep(cfg)) is not None:
-        result["report"] = str(location(child(cfg.out, "report", "report.md")))
-        result["plots"] = report["plots"]
-    result["wall_seconds"] = round(time.monotonic() - t0, 3)
-    return result
 
 
 def report_sweep(cfg: SweepConfig) -> dict[str, Any] | None:

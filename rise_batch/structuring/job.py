@@ -19,7 +19,8 @@ from rise_batch.corpus.docmap_table import mapped_docmap
 from rise_batch.corpus.readers import ShardSpec, list_sources
 from rise_batch.corpus.scan import corpus_fingerprint, scan_corpus, shards_from_json, shards_to_json, write_bad_rows
 from rise_batch.counters import add_counts
-from rise_batch.errors import RunIncomplete, StorageError
+from rise_batch.dirlock import claim, holding
+from rise_batch.errors import RunIncomplete, StorageError, with_result
 from rise_batch.executor import executor_for
 from rise_batch.executor.base import MapOptions, Stage, WorkerSpec
 from rise_batch.executor.probe import REMEDY, Input, Output, check_storage, node_labels
@@ -77,6 +78,7 @@ def prepare_run(cfg: StructureConfig) -> RunPlan:
     """Scan the corpus (or reuse the manifest's scan) and pin the run; refuse a mismatched resume."""
     out = location(cfg.out)
     make_output_dir(out)  # removed again if the run fails before writing into it (errors.run_main)
+    claim(out)  # one writer: a second command on this directory is refused until this one ends
     prompt_text = load_prompt(cfg.prompt) if cfg.calls_llm else ""
     rh = run_hash(cfg, prompt_text)
     key = _plan_key(cfg, corpus_fingerprint(list_sources(cfg.corpus)))
@@ -251,6 +253,7 @@ def check_checkpoint(cfg: StructureConfig, plan: RunPlan, full: bool) -> dict:
     return found.stats()
 
 
+@holding("rise-batch structure")
 def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
     """The whole job; returns the merged stats that are also written to OUT/stats.json. `verify` is `--verify`:
     every checkpoint part's digest and rows are checked, not only its footer."""
@@ -287,7 +290,7 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
         stats.structured_output, stats.structured_output_switched_off = structured_output_state(cfg, stats.transport)
     if shards.docs_left:
         dump_json(stats.to_json(), location(cfg.out) / "stats.json")
-        raise RunIncomplete(left_message(shards))
+        raise with_result(RunIncomplete(left_message(shards)), stats.to_json())
     if not isinstance(location(cfg.out), ObjectPath):  # the docs dir's table, so that no run's actor derives it
         mapped_docmap(cfg.out)
     if cfg.index:

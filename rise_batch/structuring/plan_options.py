@@ -17,6 +17,12 @@ from rise_batch.options import Entry, Layout, Section, option, same_as
 class PlanOptions:
     corpus: str = same_as(StructureConfig, "corpus")
     model: str = same_as(LLMConfig, "model", help="model to price")
+    prices_file: str | None = same_as(
+        LLMConfig,
+        "prices_file",
+        help="prices of models not in the packaged table (or overriding it): `models: {NAME: {input: USD, "
+        "cached_input: USD, output: USD}}` per 1M tokens; a model without a price is refused",
+    )
     mode: str = same_as(StructureConfig, "mode", help="the mode the run will use")
     sample: int = option(1000, help="documents to sample")
     docs: int | None = option(None, help="scale the estimate to this many documents", shown="the corpus's rows")
@@ -55,7 +61,7 @@ class PlanOptions:
 
 
 _KEYS = (
-    *("model", "mode", "sample", "docs", "rpm", "tpm", "prompt", "max_input_chars", "max_input_tokens"),
+    *("model", "prices_file", "mode", "sample", "docs", "rpm", "tpm", "prompt", "max_input_chars", "max_input_tokens"),
     *("structured_output", "target_usd", "target_margin", "tier", "reasoning_tokens", "batch_queue_tokens"),
     *("seed", "json"),
 )

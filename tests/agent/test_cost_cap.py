@@ -86,6 +86,18 @@ def test_max_cost_reached_before_anything_starts_runs_nothing(agent_world, fake_
     assert billed(fake_server) == 0 and read_trajectories(out) == {}
 
 
+def test_json_is_printed_at_the_cap_with_what_the_run_spent(agent_world, fake_server, capsys):
+    """`--json` prints the run's stats when it stops at --max-cost (exit 3), not only when it finishes."""
+    out, q = run_dir("capped-json"), queries("capped-json", 6)
+    assert main(argv(out, q, fake_server.base_url, "--workers", "0", "--concurrency", "2", "--max-cost", "0.03",
+                     "--json")) == 3  # fmt: skip
+    captured = capsys.readouterr()
+    stats = json.loads(captured.out)
+    assert stats["exit_code"] == 3 and "stopped at the cost limit" in stats["message"] in captured.err
+    assert 0 < stats["spent_usd"] == pytest.approx(recorded(out), abs=1e-6) and stats["queries"] == 6
+    assert stats["stop_reasons"].get("budget") and stats["cost_simulated"] is True
+
+
 def test_an_unpriced_model_is_refused_for_max_cost_and_plan(agent_world, fake_server, capsys):
     q = queries("unpriced", 2)
     for flags in (["--max-cost", "1"], ["--plan"]):

@@ -25,7 +25,7 @@ import pytest
 
 from rise_batch.cli import main
 from rise_batch.fake_llm import FakeLLMServer
-from rise_batch.option_paths import shown_name
+from rise_batch.option_paths import URI, checked_path, shown_name
 from rise_batch.storage import location
 from tests.commands.test_help import ROOT, parsers
 from tests.conftest import SAMPLE
@@ -112,7 +112,12 @@ def scenarios(url: str) -> dict[str, Scenario]:
         ),
         "rise-batch plan": Scenario(
             ["plan", "--corpus", "{--corpus}", "--sample", "5", *MODEL],
-            {"--corpus": "corpus.jsonl.gz", "--prompt": "structure_prompt.txt", "--llm-tier": "tier.txt"},
+            {
+                "--corpus": "corpus.jsonl.gz",
+                "--prompt": "structure_prompt.txt",
+                "--llm-tier": "tier.txt",
+                "--prices-file": "prices.yaml",
+            },
         ),
         "rise-batch eval-retrieval": Scenario(
             ["eval-retrieval", "--index", "{--index}", "--queries", "{--queries}"],
@@ -294,3 +299,25 @@ def test_a_config_file_key_that_takes_a_local_path_refuses_a_uri_in_one_line(arg
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and f"{key} " in lines[0] and "a local path only" in lines[0], r.stderr
     assert not s3_dirs(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--queries", "q.jsonl", "--docs", "d", "--out", "s3:relative"],
+        ["structure", "--corpus", str(SAMPLE), "--out", "S3:/b/x"],
+        ["index", "--corpus", str(SAMPLE), "--out", "gs:idx"],
+        ["run", "--queries", "q.jsonl", "--out", "o", "--config", "c.yaml"],
+    ],
+    ids=["run", "structure", "index", "config-key"],
+)
+def test_a_storage_scheme_without_slashes_is_a_malformed_uri_never_a_local_directory(argv, tmp_path, monkeypatch):
+    """`s3:relative` (or `S3:/b/x`, `gs:x`, a config key `docs: s3:d`) is refused in one line naming the option,
+    where it used to create a local directory of that name; `./s3:relative` is the way to mean one."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.yaml").write_text("docs: s3:d\n")
+    r = subprocess.run([sys.executable, "-m", "rise_batch.cli", *argv], capture_output=True, text=True, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "a malformed URI" in lines[0] and "://" in lines[0], r.stderr
+    assert not s3_dirs(tmp_path) and not [p for p in tmp_path.iterdir() if ":" in p.name]
+    assert checked_path("--out", "./s3:relative", URI) == "./s3:relative"

@@ -62,13 +62,16 @@ def test_max_cost_caps_the_whole_sweep_mid_run_and_a_higher_cap_resumes(
         data["sweep"]["judge"] |= {"mode": mode, "poll_s": 0.01}
         cfg.write_text(yaml.safe_dump(data))
         cap = 0.06
-        assert main(["sweep", str(cfg), "--max-cost", str(cap)]) == 3
-        err = capsys.readouterr().err
+        assert main(["sweep", str(cfg), "--max-cost", str(cap), "--json"]) == 3
+        captured = capsys.readouterr()
+        err, stopped = captured.err, json.loads(captured.out)  # --json prints the summary at the cap too
         line = [x for x in err.splitlines() if "stopped at the cost limit" in x]
         assert len(line) == 1 and f"--max-cost ${cap:.4f}" in line[0] and "higher --max-cost" in line[0], err
         assert "Traceback" not in err
         first = recorded(d / "out")
         assert 0 < first <= cap and billed(server) <= cap
+        assert stopped["exit_code"] == 3 and stopped["cost_usd"] == pytest.approx(first, abs=1e-6)
+        assert stopped["cells"] == 2 and stopped["incomplete"]
         if mode == "online":  # the server's log holds each online reply (batch results are billed at half price)
             assert first == pytest.approx(billed(server), abs=1e-6)
         trajectories = files(d / "out", "trajectories")

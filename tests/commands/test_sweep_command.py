@@ -80,8 +80,8 @@ def test_plan_runs_pilots_then_the_sweep_resumes_past_them_under_a_cap(agent_wor
             u = c["cost_usd"]
             assert 0 < u["low"] < u["estimate"] < u["high"]
             assert 0 <= c["hours"]["low"] <= c["hours"]["estimate"] <= c["hours"]["high"]
-        assert plan["total"]["cost_usd"]["estimate"] == pytest.approx(
-            sum(c["cost_usd"]["estimate"] for c in plan["cells"])
+        assert plan["total"]["cost_usd"]["estimate"] == pytest.approx(  # each figure rounded to 6 decimals
+            sum(c["cost_usd"]["estimate"] for c in plan["cells"]), abs=1e-6 * len(plan["cells"])
         )
         figures = {"estimate", "low", "high"}
         for c in plan["cells"]:  # the agent's and the judge's cost per cell, the judge's measured by the pilot
@@ -156,3 +156,46 @@ def test_a_sweep_in_object_storage_writes_the_bucket_not_a_local_dir(
         # resumed from the bucket: every cell skipped, nothing sent
         assert main(["sweep", str(cfg), "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["skipped"] == 2 and len(server.log()) == sent
+
+
+def test_cells_that_would_share_a_directory_are_refused_and_a_long_name_is_shortened(agent_world, capsys) -> None:  # noqa: F811
+    """`a/b` and `a_b` (and `A_B`: one directory on a case-insensitive file system) make the same directory name:
+    refused at validation naming both; a 5,000-character corpus name is shortened with a digest, never an OSError."""
+    d = run_dir("sweep-cmd-ids")
+    q = queries_of(agent_world, d / "q.jsonl", 2)
+    docs, index = str(agent_world.docs), str(agent_world.index)
+    for other in ("a_b", "A_B"):
+        corpora = [{"name": "a/b", "docs": docs, "index": index}, {"name": other, "docs": docs, "index": index}]
+        cfg = sweep_config(d / "s.yaml", str(d / "out"), str(q), docs, index, "http://127.0.0.1:9", corpora=corpora)
+        for more in (["--dry-run"], []):
+            assert main(["sweep", str(cfg), *more]) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and "would share one run directory" in err[0], err
+            assert "corpus 'a/b'" in err[0] and f"corpus '{other}'" in err[0]
+    assert not (d / "out").exists()
+
+    name = "c" * 5000
+    corpora = [{"name": name, "docs": docs, "index": index}, {"name": name[:-1] + "d", "docs": docs, "index": index}]
+    cfg = sweep_config(d / "s.yaml", str(d / "out"), str(q), docs, index, "http://127.0.0.1:9", corpora=corpora)
+    assert main(["sweep", str(cfg), "--dry-run", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    ids = [r["cell"] for r in rows]
+    assert len(rows) == 4 and len(set(ids)) == 4 and all(len(i.encode()) <= 200 for i in ids)
+    assert all(i.startswith("rise") and "__ccc" in i for i in ids)
+
+
+def test_json_is_printed_when_cells_are_left_incomplete(agent_world, capsys) -> None:  # noqa: F811
+    """Exit 75 (a server that refuses connections: every trajectory is left for the resume) prints the summary with
+    `--json` as a finished sweep does, plus the exit code and the line on stderr."""
+    d = run_dir("sweep-cmd-75")
+    q = queries_of(agent_world, d / "q.jsonl", 2)
+    cfg = sweep_config(d / "s.yaml", str(d / "out"), str(q), str(agent_world.docs), str(agent_world.index),
+                       "http://127.0.0.1:9", systems=["rise"])  # fmt: skip
+    data = yaml.safe_load(cfg.read_text())
+    data["sweep"]["run"]["llm"]["max_attempts"] = 1  # refused at once, not after every retry's backoff
+    cfg.write_text(yaml.safe_dump(data))
+    assert main(["sweep", str(cfg), "--json"]) == 75
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert result["exit_code"] == 75 and result["incomplete"] == ["rise__gpt-5.4-mini__k5__sample"]
+    assert result["message"] in captured.err and "re-run the same command" in result["message"]

@@ -190,13 +190,16 @@ def test_max_cost_stops_cleanly_with_exit_code_3_and_a_higher_limit_resumes(tmp_
     keys = {r["docid"]: doc_key(r["text"]) for r in sample_rows(N_DOCS)}
     with FakeLLMServer() as server:
         cfg_path = write_config(tmp_path / "c.yaml", sample_path, out, server.base_url, mode="online", workers=0)
-        proc = start(cfg_path, "--max-cost", "0.03", "--concurrency", "2")
+        proc = start(cfg_path, "--max-cost", "0.03", "--concurrency", "2", "--json")
         assert proc.wait(timeout=300) == EXIT_BUDGET
         message = proc.stderr.read().decode()
         assert "--max-cost $0.0300" in message and "checkpoint is intact" in message
         rows = rows_of(out)
         assert 0 < len(rows) < N_DOCS
         assert sum(r.cost_usd for r in rows.values()) <= 0.03
+        printed = json.loads(proc.stdout.read())  # --json prints its object at the cap too
+        assert printed["exit_code"] == EXIT_BUDGET and "--max-cost $0.0300" in printed["message"]
+        assert printed["cost_usd"] == pytest.approx(sum(r.cost_usd for r in rows.values()), abs=1e-6)
         sent = {e["key"] for e in server.log() if e.get("key")}
         assert sent == {keys[d] for d in rows}  # every paid reply is in the checkpoint
         mark = len(server.log())

@@ -87,6 +87,20 @@ def test_cli_prints_the_table_and_json(corpus, capsys) -> None:
     assert data["sampled_docs"] == 10 and data["usd_online"] > data["usd_batch"] > 0
 
 
+def test_an_unpriced_model_is_refused_and_a_prices_file_prices_it(corpus, tmp_path, capsys) -> None:
+    """A plan in dollars of a model without a price is refused as --max-cost refuses it (it used to warn and print
+    $0); --prices-file gives the price, as for `structure`."""
+    argv = ["plan", "--corpus", str(corpus), "--sample", "10", "--model", "my-own-model", "--json"]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "'my-own-model'" in err[0] and "--prices-file" in err[0] and not captured.out
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("models:\n  my-own-model: {input: 0.2, cached_input: 0.02, output: 1.25}\n")
+    assert main([*argv, "--prices-file", str(prices)]) == 0
+    assert json.loads(capsys.readouterr().out)["usd_online"] > 0
+
+
 def skewed_rows(n: int, seed: int = 7) -> list[dict]:
     """Documents with a heavy-tailed (lognormal) length, some of them digit-heavy (more tokens per byte), like a
     web corpus: the length distribution that makes scaling a small sample up swing."""

@@ -19,8 +19,8 @@ from tests.conftest import SAMPLE
 N = 12
 
 
-def structure(out: Path, base_url: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "rise_batch.cli", "structure", "--corpus", str(SAMPLE), "--out", str(out)]
+def structure(out: Path, base_url: str, *more: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "rise_batch.cli", "structure", "--corpus", str(SAMPLE), "--out", str(out), *more]
     cmd += ["--backend", "llm", "--base-url", base_url, "--workers", "0", "--limit", str(N), "--shard-docs", "6"]
     cmd += ["--tpm", "100000000", "--rpm", "100000", "--no-progress", "--config", str(out.parent / "c.yaml")]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -30,10 +30,12 @@ def test_documents_failed_by_5xx_are_left_for_the_resume(tmp_path: Path) -> None
     (tmp_path / "c.yaml").write_text("llm:\n  max_attempts: 1\n")
     out = tmp_path / "out"
     with FakeLLMServer(p500=1.0, max_faults_per_key=1) as server:
-        first = structure(out, server.base_url)
+        first = structure(out, server.base_url, "--json")
         assert first.returncode == EXIT_RETRY, first.stderr[-2000:]
         line = first.stderr.strip().splitlines()[-1]
         assert f"{N} documents were left undone" in line and "server" in line and "Re-run the same command" in line
+        printed = json.loads(first.stdout)  # --json prints the stats on exit 75 too
+        assert printed["exit_code"] == EXIT_RETRY and printed["docs_left"] == N and printed["message"] in line
         assert CheckpointStore(out).read_rows() == []
         second = structure(out, server.base_url)
         assert second.returncode == 0, second.stderr[-2000:]
