@@ -38,6 +38,7 @@ from rise_batch.agent.runner import TRAJECTORIES
 from rise_batch.eval.judge_runner import recorded_judge_spend
 from rise_batch.eval.judging import judge_run_sync
 from rise_batch.eval.report import write_report
+from rise_batch.eval.report_spend import directory_spend, total_spend
 from rise_batch.eval.sweep import SweepConfig, SweepRun, cell_dir, cell_run_config, expand, judge_llm_config
 from rise_batch.eval.sweep_plan import cell_plan, plan_total
 from rise_batch.eval.sweep_queue import CellRun, prepare_cells, run_queue
@@ -73,6 +74,19 @@ class SweepState:
         with self.lock:
             self.cells[cid] = entry
             write_json_atomic(self.path, self.data)
+
+    def record_spend(self, cfg: SweepConfig) -> dict[str, float]:
+        """What every cell of the grid has spent (agents, judge, `spent_usd`: its directory's total), into each
+        recorded cell's entry and, added up, the sweep's own `spent_usd` and `spent`; written, and returned."""
+        spends = {c.cell_id: directory_spend(cell_dir(cfg, c)) for c in expand(cfg)}
+        with self.lock:
+            for cid, spend in spends.items():
+                if cid in self.cells:
+                    self.cells[cid]["spent"] = spend
+            total = total_spend(spends.values())
+            self.data["spent_usd"], self.data["spent"] = total["spent_usd"], total
+            write_json_atomic(self.path, self.data)
+        return total
 
 
 def _log(msg: str) -> None:
@@ -214,6 +228,7 @@ class _Cells:
             judge_cost = judged.cost_usd
             complete = complete and judged.failed == 0 and judged.unjudged_total == 0  # unjudged: graded again
         entry["status"] = "done" if complete else "incomplete"
+        entry["spent"] = directory_spend(plan.cfg.out)  # agents, judge, total: what the cell has paid so far
         self.state.record(cid, entry)
         acc = (entry.get("judge") or {}).get("accuracy")
         _log(
@@ -272,6 +287,7 @@ def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
         finally:
             progress.close()
             cells.wait()
+            state.record_spend(cfg)
         if cap is not None and (stop is not None or cap.tripped()):
             raise CostLimitReached(cap_line(cfg, state, plan))
     if run.plan:
@@ -288,6 +304,8 @@ def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
         "skipped": len(plan) - len(todo),
         "incomplete": sorted(c.cell_id for c, _ in plan if state.cells.get(c.cell_id, {}).get("status") != "done"),
         "cost_usd": round(spent_usd(cfg), 6),
+        # all the grid's cells have paid (recorded in sweep.json once the queue ended, or now when nothing ran)
+        "spent_usd": (state.data["spent"] if todo else state.record_spend(cfg))["spent_usd"],
     }
     if cfg.report and (report := report_sweep(cfg)) is not None:
         result["report"] = str(location(child(cfg.out, "report", "report.md")))
