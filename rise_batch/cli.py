@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "export",
     "plan",
     "cache",
+    "status",
 ]
 
 

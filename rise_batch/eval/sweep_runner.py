@@ -75,6 +75,12 @@ class SweepState:
             self.cells[cid] = entry
             write_json_atomic(self.path, self.data)
 
+    def record_cap(self, limit: float | None) -> None:
+        """This invocation's --max-cost (None: none), for `rise-batch status` to show beside the spend."""
+        with self.lock:
+            self.data["max_cost_usd"] = limit
+            write_json_atomic(self.path, self.data)
+
     def record_spend(self, cfg: SweepConfig) -> dict[str, float]:
         """What every cell of the grid has spent (agents, judge, `spent_usd`: its directory's total), into each
         recorded cell's entry and, added up, the sweep's own `spent_usd` and `spent`; written, and returned."""
@@ -192,6 +198,7 @@ class _Cells:
         self.futures: list[Future] = []
         self.index: dict[str, int] = {}
         self.t0 = time.monotonic()
+        self.progress: Progress | None = None  # the queue's line: each judging's dollars go into its spend
 
     def submit(self, run: CellRun) -> None:
         self.futures.append(self.pool.submit(self.finish, run))
@@ -226,6 +233,8 @@ class _Cells:
             )
             entry["judge"] = judged.as_dict()
             judge_cost = judged.cost_usd
+            if self.progress is not None:
+                self.progress.judged(judge_cost)
             complete = complete and judged.failed == 0 and judged.unjudged_total == 0  # unjudged: graded again
         entry["status"] = "done" if complete else "incomplete"
         entry["spent"] = directory_spend(plan.cfg.out)  # agents, judge, total: what the cell has paid so far
@@ -269,6 +278,7 @@ def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
     cells = _Cells(cfg, state, len(plan), run.force_judge, (judge_llm, judge_limiter), cap)
     cells.index = {c.cell_id: i for i, (c, _) in enumerate(plan, 1)}
     if todo:
+        state.record_cap(cfg.max_cost_usd)
         for c, _ in todo:
             write_json_atomic(cell_dir(cfg, c) / "cell.json", c.labels())
         runs = prepare_cells(todo)
@@ -278,15 +288,26 @@ def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
         pending = sum(len(r.plan.pending) for r in runs)
         total = sum(len(r.plan.queries) for r in runs)
         _log(f"{len(runs)} cell(s) to run, {pending} of their {total} queries pending, in one queue")
-        progress = Progress(total, total - pending, runs[0].plan.cfg.progress)
+        shown = runs[0].plan.cfg.progress
+        progress = Progress(
+            total,
+            total - pending,
+            shown,
+            command="sweep",
+            spent_before=spent_usd(cfg) if shown else 0.0,  # every cell's agents and judge, earlier invocations'
+            cap=cfg.max_cost_usd,
+        )
+        cells.progress = progress
         stop: BudgetExceeded | None = None
         try:
             run_queue(runs, progress, cells.submit, env, cap)
         except BudgetExceeded as e:  # what ran is in its files; the cells finished before are still judged
             stop = e
         finally:
-            progress.close()
-            cells.wait()
+            try:
+                cells.wait()  # the last cells' judgings: their dollars are in the progress line's last count
+            finally:
+                progress.close()
             state.record_spend(cfg)
         if cap is not None and (stop is not None or cap.tripped()):
             raise CostLimitReached(cap_line(cfg, state, plan))

@@ -29,7 +29,7 @@ CELLS = [  # the grid's order: systems outer, K inner
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def swept(agent_world) -> Path:  # noqa: F811
     """OUT of a finished, judged and reported 2 x 2 sweep of 4 queries."""
     d = run_dir("sweep-report-2x2")
