@@ -114,3 +114,18 @@ def test_a_capped_sweep_progress_line_then_its_resume(agent_world, capsys) -> No
         f"1/1 cells done, 4/4 queries done, 0 left; spent ${now:.4f} of $5.00 cap"
     )
     shutil.rmtree(d, ignore_errors=True)
+
+
+def test_status_of_a_structuring_output(agent_world) -> None:  # noqa: F811
+    before = tree(agent_world.docs)
+    done = status(str(agent_world.docs), "--json")
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    manifest = json.loads((agent_world.docs / "manifest.json").read_text())
+    assert (got["kind"], got["unit"], got["total"], got["shards"]) == ("structure", "docs", manifest["n_docs"], 1)
+    assert (got["done"], got["left"], got["shards_done"]) == (manifest["n_docs"], 0, 1)
+    line = status(str(agent_world.docs)).stdout.strip()
+    assert (
+        line.startswith(f"structure {agent_world.docs}: 1/1 shards done, {manifest['n_docs']}/") and "spent $" in line
+    )
+    assert tree(agent_world.docs) == before

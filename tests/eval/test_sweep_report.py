@@ -100,6 +100,7 @@ def test_report_html_keeps_wide_tables_in_boxes_that_scroll(swept: Path) -> None
     assert len(tables) >= 6 and all(before.endswith("<div class='scroll'>") for before in tables)
     css = re.search(r"<style>(.*?)</style>", page, re.S).group(1)
     assert re.search(r"\.scroll, #queries \{ overflow-x: auto;", css)
+    assert "white-space: nowrap; }" in re.search(r"table\.queries th \{[^}]*\}", css).group(0)  # one-line heads
     assert "table.summary td { white-space: nowrap; }" in css and re.search(
         r"td\.c-run[^{]*\{ white-space: nowrap", css
     )
