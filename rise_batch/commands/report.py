@@ -80,7 +80,7 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
         spent = s.get("spent") or {}
         lines.append(
             f"{label}: accuracy {acc_text} ({s.get('n_judged', 0)}/{s.get('n_queries', 0)} judged), "
-            f"agent $/query {s.get('agent_usd_per_query') or 0:.4f}, spent ${spent.get('spent_usd', 0):.4f}"
+            f"agent $/query ${s.get('agent_usd_per_query') or 0:.4f}, spent ${spent.get('spent_usd', 0):.4f}"
         )
     if report["paired"]:
         kinds = Counter(factor_name(p["factor"]) for p in report["paired"])

@@ -52,7 +52,7 @@ def directory_spend(directory: str | AnyPath, run: RunData | None = None) -> dic
     except (TypeError, ValueError) as e:  # a forged record the total cannot add up: the report still draws
         log.warning("%s: its total spend cannot be read (%s); the agents' and the judge's shown instead", path, e)
         total = shares["agents_usd"] + shares["judge_usd"]
-    return shares | {"spent_usd": total}
+    return {k: round(v, 8) for k, v in (shares | {"spent_usd": total}).items()}
 
 
 def total_spend(spends: Iterable[dict[str, float]]) -> dict[str, float]:
