@@ -111,10 +111,15 @@ COMPARISONS_NOTE = (
     "each comparison's full table follows."
 )
 
+NO_COMPARISON = (
+    "No two of these runs differ in exactly one factor (system, model, K, retriever, corpus) over common queries, "
+    "so none is compared: a difference in two factors at once mixes their effects."
+)
+
 
 def comparison_rows(summaries: Sequence[dict[str, Any]], paired: Sequence[dict[str, Any]]) -> tuple[list[str], list]:
     """The list of comparisons, a row each: the factor, what A and B are, where, the queries, and the differences
-    in accuracy and in agent and total $/query that decide "which is better, at what cost"."""
+    in accuracy and in agent $/query that decide "which is better, at what cost"."""
     head = ["Factor", "A", "B", "At", "Queries", "Accuracy % B − A [95% CI]", "Agent $/query B − A [95% CI]"]
     rows = []
     for p in paired:

@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from rise_batch.eval.comparisons import COMPARISONS_NOTE, comparison_rows, numbered_labels
+from rise_batch.eval.comparisons import COMPARISONS_NOTE, NO_COMPARISON, comparison_rows, numbered_labels
 from rise_batch.eval.interaction_stats import INTERACTION_NOTE, interaction_rows
 from rise_batch.eval.metrics import CALIBRATION_BIN, UNJUDGED_FLAG
 from rise_batch.eval.paired import paired_intro, paired_outro, paired_rows
@@ -195,8 +195,8 @@ def comparison_blocks(
     summaries: Sequence[dict[str, Any]], labels: Sequence[str], paired: Sequence[dict[str, Any]]
 ) -> list[Block]:
     """The list of paired comparisons (one factor apart each), then each one's table under its title."""
-    if not paired:
-        return []
+    if not paired:  # two runs or more, none one factor apart from another: say so rather than show nothing
+        return [("h2", "Paired comparisons"), ("p", NO_COMPARISON)] if len(summaries) > 1 else []
     out: list[Block] = [("h2", "Paired comparisons"), ("p", COMPARISONS_NOTE)]
     out.append(("table", *comparison_rows(summaries, paired)))
     for p in paired:

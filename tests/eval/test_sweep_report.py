@@ -132,3 +132,18 @@ def test_pairs_of_a_three_factor_grid_differ_in_one_factor_each() -> None:
         a, b = grid[p.a], grid[p.b]
         assert [key for key in ("system", "model", "k", "corpus", "repeat") if a[key] != b[key]] == [p.factor]
     assert [p.factor for p in pairs] == ["system"] * 8 + ["model"] * 8 + ["k"] * 8
+
+
+def test_runs_two_factors_apart_are_not_compared_and_the_report_says_so(tmp_path: Path, capsys) -> None:
+    from tests.eval.helpers import judgment, trajectory, write_run
+
+    def run(name: str, system: str, model: str) -> Path:
+        t = [trajectory(f"q{i}", system=system, model=model, exact_answer="a", answer="a") for i in range(3)]
+        return write_run(tmp_path / name, t, {f"q{i}": judgment(i > 0) for i in range(3)})
+
+    a, b = run("a", "rise", "gpt-5.4-mini"), run("b", "rise-bm25", "gpt-5.4-nano")
+    assert main(["report", str(a), str(b), "--out", str(tmp_path / "out")]) == 0
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["paired"] == []
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "No two of these runs differ in exactly one factor" in md and "| Metric |" not in md
+    assert "paired comparisons" not in capsys.readouterr().out
