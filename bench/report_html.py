@@ -12,7 +12,7 @@ trajectory), then loads report.html in Chromium (tests/browser.py) and reads two
 With `--sweep [CONFIG]` the runs are the cells of a sweep (by default jobs/sweep_table1.yaml, the paper's Table 1:
 4 systems x 3 models, 12 cells), laid out as `rise-batch sweep` writes them (OUT/cells/<cell>/ with cell.json; DCI's
 cells search nothing) and reported by the sweep's own call (eval/sweep_runner.report_sweep): one report over every
-cell, each cell paired with the first.
+cell, its cells paired along one factor at a time (eval/comparisons.py).
 
 Before and after, in the same run: the bash commands of every trajectory split by shlex (the old path) and by
 eval/shell_words.py; with `--code NAME=PATH` (another checkout, e.g. `git archive` of the commit before a change)

@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "export",
     "plan",
     "cache",
+    "status",
 ]
 
 

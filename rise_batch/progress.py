@@ -6,6 +6,10 @@ thread prints one line every `every_s` seconds (default 30, `--progress-every`):
 far and, where they apply, retries and 429s. The first line comes only after the first interval, so a short run
 stays quiet; a run that printed lines prints one more as it ends, so its log ends on the real count. The thread only
 reads counters; the work updates them.
+
+Work an earlier run did is told apart ("57 before this run"); where dollars were spent before this run or a cap
+applies, the line gives the total, this run's share, the cap and the total projected at this run's cost per unit
+("$1.2000 ($0.4000 this run) of $4.00 cap, projected $3.6000").
 """
 
 from __future__ import annotations
@@ -67,10 +71,17 @@ class Progress:
         show_cost: bool = False,
         show_transport: bool = False,
         prefix: str = "rise-batch",
+        spent_before: float = 0.0,
+        cap: float | None = None,
+        project: bool = False,
     ) -> None:
+        """`spent_before`: dollars spent before this run (its cost is added to them); `cap`: the limit they are under
+        (--max-cost); `project`: show the total projected at this run's dollars per unit (needs `total`)."""
         self.what, self.total, self.unit, self.prefix = what, total, unit, prefix
         self.already, self.done = already, 0
         self.cost, self.retries, self.rate_limited = 0.0, 0, 0
+        self.run_cost = 0.0  # this run's own dollars (`cost` also holds what resumed items had spent before)
+        self.spent_before, self.cap, self.project = spent_before, cap, project
         self.show_cost, self.show_transport, self.extra, self.stage = show_cost, show_transport, extra, ""
         self.items: dict[Hashable, tuple[int, int, float]] = {}  # key -> (done, earlier, cost) shown for it
         self.every_s = every_s if every_s is not None else _every_s
@@ -91,6 +102,7 @@ class Progress:
     def update(self, n: int = 1, *, cost: float = 0.0, retries: int = 0, rate_limited: int = 0) -> None:
         self.done += n
         self.cost += cost
+        self.run_cost += cost
         self.retries += retries
         self.rate_limited += rate_limited
         if self.bar is not None:
@@ -137,7 +149,8 @@ class Progress:
         rate = self.done / elapsed
         parts = [f"{self.what}:"]
         if self.total:
-            parts.append(f"{count:,}/{self.total:,} {self.unit} ({100 * count // max(self.total, 1)}%)")
+            before = f"; {self.already:,} before this run" if self.already else ""
+            parts.append(f"{count:,}/{self.total:,} {self.unit} ({100 * count // max(self.total, 1)}%{before})")
         else:  # unknown total: no ETA, but the time spent says the work is alive
             parts.append(f"{count:,} {self.unit} (elapsed {duration(elapsed)})")
         if self.stage:  # a phase without a count of its own: its rate would only decay
@@ -149,8 +162,29 @@ class Progress:
         fields = self._fields()
         return " ".join(parts) + (f" {fields}" if fields else "")
 
+    def projected(self) -> float | None:
+        """The total dollars once every unit is done, at this run's dollars per unit so far (None before this run
+        finished a unit, or without a total)."""
+        if not (self.project and self.total and self.done):
+            return None
+        left = max(self.total - self.already - self.done, 0)
+        return self.spent_before + self.cost + self.run_cost / self.done * left
+
+    def money(self) -> str:
+        """`$0.0312`, or with dollars spent before or a cap: `$1.2000 ($0.4000 this run) of $4.00 cap, projected
+        $3.6000`."""
+        if not (self.spent_before or self.cap is not None or self.project):
+            return f"${self.cost:.4f}"
+        text = f"${self.spent_before + self.cost:.4f}"
+        if self.spent_before:
+            text += f" (${self.cost:.4f} this run)"
+        if self.cap is not None:
+            text += f" of ${self.cap:.2f} cap"
+        projected = self.projected()
+        return text + (f", projected ${projected:.4f}" if projected is not None else "")
+
     def _fields(self) -> str:
-        out = [f"${self.cost:.4f}"] if self.show_cost else []
+        out = [self.money()] if self.show_cost else []
         if self.show_transport:  # only where they are counted: a 0 must mean none, not "not measured"
             out += [f"retries={self.retries}", f"429s={self.rate_limited}"]
         if self.extra is not None:

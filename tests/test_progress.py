@@ -19,7 +19,7 @@ from rise_batch.fake_llm import FakeLLMServer
 from tests.conftest import SAMPLE
 
 LINE = re.compile(
-    r"^rise-batch (?P<what>[\w\[\]-]+): (?P<done>[\d,]+)/(?P<total>[\d,]+) (?P<unit>\w+) \(\d+%\) (?P<rest>.*)$"
+    r"^rise-batch (?P<what>[\w\[\]-]+): (?P<done>[\d,]+)/(?P<total>[\d,]+) (?P<unit>\w+) \(\d+%[^)]*\) (?P<rest>.*)$"
 )
 
 

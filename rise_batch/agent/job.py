@@ -39,6 +39,7 @@ from rise_batch.io import make_output_dir, read_json, supersede, write_json_atom
 from rise_batch.llm.cost_cap import CostCap
 from rise_batch.llm.errors import KeyRefused
 from rise_batch.llm.spend import BudgetExceeded, CostLimitReached, require_cap_price
+from rise_batch.money.spent import spent_usd
 from rise_batch.progress import Progress as Shown
 from rise_batch.prompts import load_prompt, prompt_hash
 from rise_batch.queries import Query, gold_label, read_queries, select_gold
@@ -196,14 +197,28 @@ def refuse_foreign_index(index_dir: str | Path, docs_dir: str | Path) -> None:
 
 class Progress:
     """Queries done / running / failed, tokens and dollars so far, shown by rise_batch.progress (a bar on a terminal,
-    a line every --progress-every seconds elsewhere). The stage's hooks call started / stopped / finished."""
+    a line every --progress-every seconds elsewhere). The stage's hooks call started / stopped / finished.
 
-    def __init__(self, total: int, already: int, enabled: bool = True, every_s: float | None = None) -> None:
+    The line is named for the command that runs (`run`, `sweep`), counts the queries finished before this run apart,
+    and shows the dollars: what the output directory had spent before (`spent_before`, judge included) plus this
+    run's, the --max-cost `cap` when there is one and the total projected at this run's cost per query."""
+
+    def __init__(
+        self,
+        total: int,
+        already: int,
+        enabled: bool = True,
+        every_s: float | None = None,
+        *,
+        command: str = "run",
+        spent_before: float = 0.0,
+        cap: float | None = None,
+    ) -> None:
         self.running = self.failed = 0
         self.reasons: Counter[str] = Counter()
         self.input_tokens = self.output_tokens = 0
         self.shown = Shown(
-            "run",
+            command,
             total,
             "queries",
             enabled=enabled,
@@ -211,6 +226,9 @@ class Progress:
             every_s=every_s,
             extra=self.fields,
             show_cost=True,
+            spent_before=spent_before,
+            cap=cap,
+            project=True,
         )
 
     def started(self) -> None:
@@ -227,6 +245,10 @@ class Progress:
         self.input_tokens += usage.get("input_tokens", 0)
         self.output_tokens += usage.get("output_tokens", 0)
         self.shown.update(1, cost=summary.get("cost_usd") or 0.0)
+
+    def judged(self, cost: float) -> None:
+        """A judging's dollars (a sweep judges each cell as it finishes): in the line's spend, not in its count."""
+        self.shown.update(0, cost=cost)
 
     def fields(self) -> dict[str, Any]:
         """The run's own fields of the progress line; retries and 429s come with the summary (per worker)."""
@@ -350,7 +372,13 @@ def run_trajectories(
     plan = prepare_run(cfg)
     if pilot_only:
         plan = plan._replace(pending=pilot_sample(plan, cfg.pilot))
-    progress = Progress(len(plan.queries), len(plan.queries) - len(plan.pending), cfg.progress)
+    progress = Progress(
+        len(plan.queries),
+        len(plan.queries) - len(plan.pending),
+        cfg.progress,
+        spent_before=spent_usd(location(cfg.out)) if cfg.progress else 0.0,  # judge's and earlier runs' included
+        cap=cap.limit if cap is not None else None,
+    )
     reports: list[WorkerReport] = []
     nodes: dict[str, str] = {}  # query id -> the Ray node that ran it
     stop: BudgetExceeded | None = None

@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from rise_batch.llm.cost_cap import CostCap
     from rise_batch.llm.simulated import cost_label
     from rise_batch.llm.spend import CostLimitReached, require_cap_price
+    from rise_batch.progress import Progress
 
     llm = judge_llm_config(
         JudgeSpec(
@@ -89,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
     failed = unjudged = left = 0
     results = {}
     label = cost_label(llm.base_url)  # the fake server's costs are printed as simulated
+    # the progress line: the judgments this invocation writes and their dollars, beside what the cap counted before
+    shown = Progress("judge", unit="judgments", show_cost=True, spent_before=cap.recorded() if cap else 0.0, cap=limit)
     for run_dir in args.run_dirs:
         if left:  # the limit stopped the judging: later run directories are not started
             break
@@ -102,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
                 prompt=args.prompt,
                 queries_path=args.queries,
                 cap=cap,
+                on_judged=lambda j: shown.update(1, cost=float(j.get("cost_usd") or 0.0)),
             )
         left += s.left_by_budget
         results[run_dir] = s.as_dict() | {"cost_simulated": bool(label)}
@@ -118,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         for e in s.errors[:5]:
             print(f"  error: {e}")
         print(f"judge {run_dir}: {accuracy_line(s)}")
+    shown.close()
     if args.json:
         print(json.dumps(results, indent=2))
     if failed:

@@ -1,9 +1,12 @@
-"""`rise-batch report RUN_DIR... --out DIR`: the paper-style table, report.json and figures."""
+"""`rise-batch report RUN_DIR... --out DIR`: the paper-style table, report.json and figures; on stdout a short
+summary (a line per run, the comparisons, the spend, where the files went), not report.md."""
 
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from rise_batch.option_paths import URI, path_argument
 from rise_batch.options import Entry, Layout, Section, add_layout, option
@@ -55,6 +58,38 @@ def run(args: argparse.Namespace) -> int:
     report = write_report(
         args.run_dirs, args.out, retrieval_files=args.retrieval, bin_size=args.calibration_bin, qrels=args.qrels
     )
-    print((location(args.out) / "report.md").read_text())
-    print(f"report: wrote {location(args.out) / 'report.md'}, report.json and {len(report['plots'])} figure(s)")
+    for line in summary_lines(report):
+        print(line)
+    out = location(args.out)
+    print(f"report: wrote {out / 'report.md'}, {out / 'report.html'}, report.json and {len(report['plots'])} figure(s)")
     return 0
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """What the command prints (report.md holds the rest): a line per run (what it is, its accuracy, its cost),
+    the comparisons made and what all the runs spent."""
+    from rise_batch.eval.comparisons import factor_name, numbered_labels
+
+    runs = report["runs"]
+    lines = []
+    for label, s in zip(numbered_labels(runs), runs, strict=True):
+        acc, ci = s.get("accuracy"), s.get("accuracy_ci95")
+        acc_text = (
+            "–" if acc is None else f"{100 * acc:.1f}%" + (f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else "")
+        )
+        spent = s.get("spent") or {}
+        lines.append(
+            f"{label}: accuracy {acc_text} ({s.get('n_judged', 0)}/{s.get('n_queries', 0)} judged), "
+            f"agent $/query ${s.get('agent_usd_per_query') or 0:.4f}, spent ${spent.get('spent_usd', 0):.4f}"
+        )
+    if report["paired"]:
+        kinds = Counter(factor_name(p["factor"]) for p in report["paired"])
+        lines.append(
+            f"paired comparisons: {len(report['paired'])} (" + ", ".join(f"{k} {n}" for k, n in kinds.items()) + ")"
+        )
+    if len(runs) > 1:
+        total = report["spent"]
+        lines.append(
+            f"spent: ${total['spent_usd']:.4f} (agents ${total['agents_usd']:.4f}, judge ${total['judge_usd']:.4f})"
+        )
+    return lines

@@ -129,6 +129,17 @@ def _fmt(x: float | None, scale: float, digits: int, sign: bool = False) -> str:
     return "–" if x is None else f"{scale * x:{'+' if sign else ''}.{digits}f}"
 
 
+def diff_text(p: dict[str, Any], metric: str) -> str:
+    """One metric's B − A of a comparison and its paired interval, as its table shows them ("–" when undefined)."""
+    row = next((r for r in p["rows"] if r["metric"] == metric), None)
+    if row is None:
+        return "–"
+    _, scale, digits = _SHOW[metric]
+    ci = row["diff_ci95"]
+    ci_text = f" [{_fmt(ci[0], scale, digits, True)}, {_fmt(ci[1], scale, digits, True)}]" if ci else ""
+    return _fmt(row["diff"], scale, digits, True) + ci_text
+
+
 def paired_intro(label_a: str, label_b: str, p: dict[str, Any]) -> str:
     """Which run is A and which B, and the queries compared."""
     left_out = p["only_in_a"] + p["only_in_b"]
@@ -144,10 +155,8 @@ def paired_rows(p: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     rows = []
     for r in p["rows"]:
         name, scale, digits = _SHOW[r["metric"]]
-        ci = r["diff_ci95"]
-        ci_text = f" [{_fmt(ci[0], scale, digits, True)}, {_fmt(ci[1], scale, digits, True)}]" if ci else ""
         cells = [name, str(r["n"]), _fmt(r["a"], scale, digits), _fmt(r["b"], scale, digits)]
-        rows.append([*cells, _fmt(r["diff"], scale, digits, True) + ci_text])
+        rows.append([*cells, diff_text(p, r["metric"])])
     return ["Metric", "Queries", "A", "B", "B − A [paired 95% CI]"], rows
 
 

@@ -3,8 +3,9 @@
 The main table mirrors the paper's (system, model, accuracy, no-answers, tool calls, $/query, gold_R, cov_mean),
 with the Wilson interval and judged/queries next to accuracy so a reader does not over-read small gaps or small n,
 and the unjudged count beside it (queries whose grader never replied in its format: left out of accuracy, never
-counted right or wrong). Each run gets its interaction-space figures (`interaction`), and every run after the
-first a paired comparison with the first over their common queries (`paired`: RUN_A RUN_B). The Markdown is
+counted right or wrong). Each run gets its interaction-space figures (`interaction`) and what its directory spent
+(`spent`: agents, judge, total; report_spend.py), and every two runs that differ in one factor of the grid a paired
+comparison over their common queries (`paired`; comparisons.py says which pairs). The Markdown is
 report_md.py's; report.html (report_html.py) draws the same blocks (report_rows.py), and lists every query with
 its trajectories. Everything in the Markdown is also in report.json with full precision, for scripts. A run
 directory may carry a `cell.json` (written by the sweep job: system, model, k, corpus, corpus_docs, repeat),
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rise_batch.eval.comparisons import factor_pairs, pair_title
 from rise_batch.eval.forkmap import fork_each
 from rise_batch.eval.interaction_stats import interaction_summary
 from rise_batch.eval.metrics import CALIBRATION_BIN, per_query_rows, run_metrics
@@ -35,6 +37,7 @@ from rise_batch.eval.plots import (
 from rise_batch.eval.report_html import render_html, write_html, write_trajectories
 from rise_batch.eval.report_md import render_markdown
 from rise_batch.eval.report_rows import report_blocks, retriever_of, run_names
+from rise_batch.eval.report_spend import directory_spend, total_spend
 from rise_batch.eval.rundir import RunData, load_run
 from rise_batch.io import read_json, write_json_atomic
 from rise_batch.queries import gold_label, read_qrels
@@ -106,6 +109,7 @@ def write_report(
         """Run i read, summarised, and its trajectories written as the page's data files: its summary and page rows."""
         run = load_run(run_dirs[i])
         summary, trajectories = summarize_loaded(run, bin_size=bin_size, qrels=qrels)
+        summary["spent"] = directory_spend(run.path, run)
         rows = write_trajectories(out, i, run.path, trajectories, summary["per_query"], summary["unreadable_files"])
         return summary, rows
 
@@ -133,8 +137,13 @@ def write_report(
         series = {f"{n} ({retriever_of(r)})": r.get("summary", {}).get("recall", {}) for n, r in retrieval}
         plots.append(plot_recalls(series, out / "recall_retrievers.png"))
     written = [str(final / Path(p).name) for p in plots if p is not None]
-    pairs = fork_each(lambda i: paired_comparison(summaries[0], summaries[i + 1]), len(summaries) - 1)  # bootstraps
-    paired = [p for p in pairs if p is not None]
+    pairs = factor_pairs(summaries)
+    compared = fork_each(lambda i: paired_comparison(summaries[pairs[i].a], summaries[pairs[i].b]), len(pairs))
+    paired = [
+        p | {"factor": pair.factor, "a_run": pair.a + 1, "b_run": pair.b + 1, "title": pair_title(summaries, pair)}
+        for pair, p in zip(pairs, compared, strict=True)
+        if p is not None  # no query in common
+    ]
     blocks = report_blocks(summaries, retrieval, paired)
     (out / "report.md").write_text(render_markdown(blocks, written), encoding="utf-8")
     figures = [out / Path(p).name for p in plots if p is not None]
@@ -142,6 +151,7 @@ def write_report(
     report = {
         "runs": summaries,
         "paired": paired,
+        "spent": total_spend(s["spent"] for s in summaries),
         "retrieval": [{"name": n, "retriever": retriever_of(r), "summary": r.get("summary", {})} for n, r in retrieval],
         "plots": written,
     }

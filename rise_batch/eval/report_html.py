@@ -94,7 +94,8 @@ def write_trajectories(
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table class='summary'><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+    # in a box of its own that scrolls sideways: a wide table never pushes the page past a 1,400 px window
+    return f"<div class='scroll'><table class='summary'><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table></div>"
 
 
 def html_block(block: Block) -> str:

@@ -12,10 +12,12 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from rise_batch.eval.comparisons import COMPARISONS_NOTE, NO_COMPARISON, comparison_rows, numbered_labels
 from rise_batch.eval.interaction_stats import INTERACTION_NOTE, interaction_rows
 from rise_batch.eval.metrics import CALIBRATION_BIN, UNJUDGED_FLAG
 from rise_batch.eval.paired import paired_intro, paired_outro, paired_rows
-from rise_batch.eval.plots import run_labels, system_name
+from rise_batch.eval.plots import system_name
+from rise_batch.eval.report_spend import SPEND_NOTE, spend_rows
 
 Table = tuple[list[str], list[list[str]]]  # (head, rows) of text cells
 # A block: ("h2" | "h3" | "p", text), ("warnings", [text, ...]), ("table", head, rows) or ("runs", [(run_dir, note)])
@@ -26,7 +28,7 @@ ACCURACY_NOTE = (
     "Unjudged: queries whose grader reply was not in the grader format even after a "
     "re-ask; they are left out of accuracy (re-run `judge` to grade them). No-answers: runs that ended "
     "without an answer (budget, clock, API error, context). "
-    "Tool calls: mean per query. $/query: mean agent cost (the judge's is in the detail table). gold_R: "
+    "Tool calls: mean per query. $/query: mean agent cost, then with the judge's (Spend below). gold_R: "
     "share of gold documents inside the search union; cov_mean: share surfaced to the agent in reads, "
     "previews or shell output (means over queries with gold documents)."
 )
@@ -66,11 +68,6 @@ def run_label(s: dict[str, Any], summaries: Sequence[dict[str, Any]]) -> str:
     return system
 
 
-def numbered_labels(summaries: Sequence[dict[str, Any]]) -> list[str]:
-    """'1. RISE / gpt-5.4-mini': the detail table's run number with the run's label."""
-    return [f"{i}. {label}" for i, label in enumerate(run_labels(summaries), 1)]
-
-
 def run_names(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The runs as report.html's query table and viewer name them (the numbered labels of the sections)."""
     return [
@@ -82,7 +79,7 @@ def run_names(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def main_rows(summaries: Sequence[dict[str, Any]]) -> Table:
     """The paper's table: a row per run."""
     head = ["System", "Model", "Accuracy % [95% CI] (judged/queries)", "Unjudged", "No-answers", "Tool calls"]
-    head += ["$/query", "gold_R %", "cov_mean %"]
+    head += ["$/query", "$/query with judge", "gold_R %", "cov_mean %"]
     rows = []
     for s in summaries:
         ci = s.get("accuracy_ci95")
@@ -97,6 +94,7 @@ def main_rows(summaries: Sequence[dict[str, Any]]) -> Table:
                 f"{s.get('no_answers', 0)}/{s.get('n_queries', 0)}",
                 _num((s.get("tool_calls") or {}).get("mean")),
                 ("≥ " if s.get("cost_lower_bound") else "") + _usd(s.get("agent_usd_per_query")),  # calls were cut
+                ("≥ " if s.get("cost_lower_bound") else "") + _usd(with_judge(s)),
                 _pct(s.get("gold_R")),
                 _pct(s.get("cov_mean")),
             ]
@@ -104,12 +102,18 @@ def main_rows(summaries: Sequence[dict[str, Any]]) -> Table:
     return head, rows
 
 
+def with_judge(s: dict[str, Any]) -> float | None:
+    """Agent and judge dollars per query of the run (the judge's total spread over every query, judged or not)."""
+    agent, n = s.get("agent_usd_per_query"), s.get("n_queries") or 0
+    return None if agent is None or not n else agent + float(s.get("judge_usd_total") or 0.0) / n
+
+
 def detail_rows(summaries: Sequence[dict[str, Any]]) -> Table:
     tools = sorted({t for s in summaries for t in s.get("tool_calls_by_tool", {})})
     head = ["Run", "Judged", "Calib. err %", "Model calls mean/median", "Tool calls median"]
     head += [f"{t} mean" for t in tools] + ["Workspace docs mean", "Judge $/query", "No-answers by stop reason"]
     rows = []
-    for i, s in enumerate(summaries, 1):
+    for label, s in zip(numbered_labels(summaries), summaries, strict=True):
         calls = s.get("model_calls") or {}
         by_tool = s.get("tool_calls_by_tool", {})
         reasons = ", ".join(f"{k} {v}" for k, v in s.get("no_answers_by_stop_reason", {}).items()) or "–"
@@ -118,7 +122,7 @@ def detail_rows(summaries: Sequence[dict[str, Any]]) -> Table:
             judged += f" ({s['n_unjudged']} unjudged)"
         rows.append(
             [
-                str(i),
+                label,
                 judged,
                 _pct(s.get("calibration_error")),
                 f"{_num(calls.get('mean'))} / {_num(calls.get('median'), 0)}",
@@ -187,6 +191,20 @@ def skipped_warnings(summaries: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def comparison_blocks(
+    summaries: Sequence[dict[str, Any]], labels: Sequence[str], paired: Sequence[dict[str, Any]]
+) -> list[Block]:
+    """The list of paired comparisons (one factor apart each), then each one's table under its title."""
+    if not paired:  # two runs or more, none one factor apart from another: say so rather than show nothing
+        return [("h2", "Paired comparisons"), ("p", NO_COMPARISON)] if len(summaries) > 1 else []
+    out: list[Block] = [("h2", "Paired comparisons"), ("p", COMPARISONS_NOTE)]
+    out.append(("table", *comparison_rows(summaries, paired)))
+    for p in paired:
+        out += [("h3", p["title"]), ("p", paired_intro(labels[p["a_run"] - 1], labels[p["b_run"] - 1], p))]
+        out += [("table", *paired_rows(p)), ("p", paired_outro(p))]
+    return out
+
+
 def report_blocks(
     summaries: Sequence[dict[str, Any]],
     retrieval: Sequence[tuple[str, dict[str, Any]]] = (),
@@ -203,23 +221,22 @@ def report_blocks(
         out.append(
             ("p", "Gold of gold_R and cov_mean: " + ", ".join(sorted({str(s.get("gold")) for s in summaries})) + ".")
         )
+        labels = numbered_labels(summaries)
+        if any("spent" in s for s in summaries):  # what the report found spent (report.py reads it)
+            out += [("h2", "Spend"), ("table", *spend_rows(labels, summaries)), ("p", SPEND_NOTE)]
         out += [("h2", "Details"), ("table", *detail_rows(summaries)), ("p", CALIBRATION_NOTE)]
         notes = [
             f" ({s['n_judged']} of {s['n_queries']} queries judged)" if s["n_judged"] < s["n_queries"] else ""
             for s in summaries
         ]
         out.append(("runs", [(str(s.get("run_dir")), note) for s, note in zip(summaries, notes, strict=True)]))
-        labels = numbered_labels(summaries)
         if any(s.get("interaction") for s in summaries):
             out += [
                 ("h2", "Interaction space"),
                 ("table", *interaction_rows(labels, summaries)),
                 ("p", INTERACTION_NOTE),
             ]
-        by_dir = {s.get("run_dir"): label for s, label in zip(summaries, labels, strict=True)}
-        for p in paired:
-            out += [("h2", "Paired comparison"), ("p", paired_intro(by_dir[p["a"]], by_dir[p["b"]], p))]
-            out += [("table", *paired_rows(p)), ("p", paired_outro(p))]
+        out += comparison_blocks(summaries, labels, paired)
     if retrieval:
         out.append(("h2", "Retrieval only"))
     if len(retrieval) > 1:

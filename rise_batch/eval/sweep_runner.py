@@ -40,6 +40,7 @@ from rise_batch.errors import with_result
 from rise_batch.eval.judge_runner import recorded_judge_spend
 from rise_batch.eval.judging import judge_run_sync
 from rise_batch.eval.report import write_report
+from rise_batch.eval.report_spend import directory_spend, total_spend
 from rise_batch.eval.sweep import SweepConfig, SweepRun, cell_dir, cell_run_config, expand, judge_llm_config
 from rise_batch.eval.sweep_plan import cell_plan, plan_total
 from rise_batch.eval.sweep_queue import CellRun, prepare_cells, run_queue
@@ -75,6 +76,25 @@ class SweepState:
         with self.lock:
             self.cells[cid] = entry
             write_json_atomic(self.path, self.data)
+
+    def record_cap(self, limit: float | None) -> None:
+        """This invocation's --max-cost (None: none), for `rise-batch status` to show beside the spend."""
+        with self.lock:
+            self.data["max_cost_usd"] = limit
+            write_json_atomic(self.path, self.data)
+
+    def record_spend(self, cfg: SweepConfig) -> dict[str, float]:
+        """What every cell of the grid has spent (agents, judge, `spent_usd`: its directory's total), into each
+        recorded cell's entry and, added up, the sweep's own `spent_usd` and `spent`; written, and returned."""
+        spends = {c.cell_id: directory_spend(cell_dir(cfg, c)) for c in expand(cfg)}
+        with self.lock:
+            for cid, spend in spends.items():
+                if cid in self.cells:
+                    self.cells[cid]["spent"] = spend
+            total = total_spend(spends.values())
+            self.data["spent_usd"], self.data["spent"] = total["spent_usd"], total
+            write_json_atomic(self.path, self.data)
+        return total
 
 
 def _log(msg: str) -> None:
@@ -180,6 +200,7 @@ class _Cells:
         self.futures: list[Future] = []
         self.index: dict[str, int] = {}
         self.t0 = time.monotonic()
+        self.progress: Progress | None = None  # the queue's line: each judging's dollars go into its spend
 
     def submit(self, run: CellRun) -> None:
         self.futures.append(self.pool.submit(self.finish, run))
@@ -214,8 +235,11 @@ class _Cells:
             )
             entry["judge"] = judged.as_dict()
             judge_cost = judged.cost_usd
+            if self.progress is not None:
+                self.progress.judged(judge_cost)
             complete = complete and judged.failed == 0 and judged.unjudged_total == 0  # unjudged: graded again
         entry["status"] = "done" if complete else "incomplete"
+        entry["spent"] = directory_spend(plan.cfg.out)  # agents, judge, total: what the cell has paid so far
         self.state.record(cid, entry)
         acc = (entry.get("judge") or {}).get("accuracy")
         _log(
@@ -258,6 +282,7 @@ def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
     cells = _Cells(cfg, state, len(plan), run.force_judge, (judge_llm, judge_limiter), cap)
     cells.index = {c.cell_id: i for i, (c, _) in enumerate(plan, 1)}
     if todo:
+        state.record_cap(cfg.max_cost_usd)
         for c, _ in todo:
             write_json_atomic(cell_dir(cfg, c) / "cell.json", c.labels())
         runs = prepare_cells(todo)
@@ -267,15 +292,27 @@ def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
         pending = sum(len(r.plan.pending) for r in runs)
         total = sum(len(r.plan.queries) for r in runs)
         _log(f"{len(runs)} cell(s) to run, {pending} of their {total} queries pending, in one queue")
-        progress = Progress(total, total - pending, runs[0].plan.cfg.progress)
+        shown = runs[0].plan.cfg.progress
+        progress = Progress(
+            total,
+            total - pending,
+            shown,
+            command="sweep",
+            spent_before=spent_usd(cfg) if shown else 0.0,  # every cell's agents and judge, earlier invocations'
+            cap=cfg.max_cost_usd,
+        )
+        cells.progress = progress
         stop: BudgetExceeded | None = None
         try:
             run_queue(runs, progress, cells.submit, env, cap)
         except BudgetExceeded as e:  # what ran is in its files; the cells finished before are still judged
             stop = e
         finally:
-            progress.close()
-            cells.wait()
+            try:
+                cells.wait()  # the last cells' judgings: their dollars are in the progress line's last count
+            finally:
+                progress.close()
+            state.record_spend(cfg)
         if cap is not None and (stop is not None or cap.tripped()):  # --json prints the summary all the same
             raise with_result(CostLimitReached(cap_line(cfg, state, plan)), summary(cfg, plan, todo, state, t0))
     if run.plan:
@@ -303,6 +340,8 @@ def summary(cfg: SweepConfig, plan: list, todo: list, state: SweepState, t0: flo
         "incomplete": sorted(c.cell_id for c, _ in plan if state.cells.get(c.cell_id, {}).get("status") != "done"),
         "cost_usd": round(spent_usd(cfg), 6),
         "wall_seconds": round(time.monotonic() - t0, 3),
+        # all the grid's cells have paid (recorded in sweep.json once the queue ended, or now when nothing ran)
+        "spent_usd": (state.data["spent"] if todo else state.record_spend(cfg))["spent_usd"],
     }
 
 

@@ -31,7 +31,7 @@ def test_run_prints_its_summary_once_and_progress_lines(agent_world, fake_server
     assert len(lines) == 1 and lines[0].startswith("run system=rise model=") and "queries=3 ran=3" in lines[0], stdout
     assert "retries=0 429s=0" in lines[0]  # measured: this invocation sent requests
     progress = re.findall(
-        r"^rise-batch run: (\d)/3 queries \(\d+%\) [\d.]+ queries/s ETA \w+ \$\d+\.\d{4} .*$", stderr, re.M
+        r"^rise-batch run: (\d)/3 queries \(\d+%\) [\d.]+ queries/s ETA \w+ \$\d+\.\d{4}\b.*$", stderr, re.M
     )
     assert progress, stderr
     assert "running=" in stderr and "stop_reasons=" in stderr
@@ -41,3 +41,23 @@ def test_run_prints_its_summary_once_and_progress_lines(agent_world, fake_server
     assert code == 0, stderr
     assert len(stdout.splitlines()) == 1 and json.loads(stdout)["trajectories"] == 3, stdout
     assert stderr == ""  # a run shorter than the default 30 s prints no progress line
+
+
+def test_a_resumed_capped_run_tells_its_work_from_the_earlier_runs(agent_world, fake_server):
+    """The line of a resumed run under --max-cost: the queries done before it apart, the directory's total spend
+    with this run's share, the cap, and the projected total."""
+    out = run_dir("progress-resumed")
+    code, _, stderr = run_cli(out, agent_world, fake_server.base_url, "--max-cost", "5", "--progress-every", "0.05")
+    assert code == 0, stderr
+    first = [line for line in stderr.splitlines() if line.startswith("rise-batch run: ")][-1]
+    assert first.startswith("rise-batch run: 3/3 queries (100%) ") and "of $5.00 cap, projected $" in first, first
+    gone = sorted((out / "run" / "trajectories").glob("*.json"))[0]
+    earlier = sum(json.loads(p.read_text())["cost_usd"] for p in (out / "run" / "trajectories").glob("*.json"))
+    earlier -= json.loads(gone.read_text())["cost_usd"]
+    gone.unlink()
+    code, _, stderr = run_cli(out, agent_world, fake_server.base_url, "--max-cost", "5", "--progress-every", "0.05")
+    assert code == 0, stderr
+    last = [line for line in stderr.splitlines() if line.startswith("rise-batch run: ")][-1]
+    assert last.startswith("rise-batch run: 3/3 queries (100%; 2 before this run) "), last
+    now = sum(json.loads(p.read_text())["cost_usd"] for p in (out / "run" / "trajectories").glob("*.json"))
+    assert f"${now:.4f} (${now - earlier:.4f} this run) of $5.00 cap, projected ${now:.4f}" in last, last

@@ -147,6 +147,7 @@ def scenarios(url: str) -> dict[str, Scenario]:
             ["export", "bcp", "{run_dir}", "--out", "{--out}"], {"run_dir": "run", "--out": NEW, "--docs": "st"}
         ),
         "rise-batch demo": Scenario(["demo", "--out", "{--out}"], {"--out": NEW}),
+        "rise-batch status": Scenario(["status", "{dir}"], {"dir": "run"}),
     }
 
 

@@ -77,3 +77,18 @@ def test_judge_batch_mode_submits_only_what_fits_the_limit(tmp_path: Path, capsy
         assert main([*base, "--max-output-tokens", "1024", "--max-cost", "1"]) == 0
         assert len(list((run / "judgments").glob("*.json"))) == 12
         assert s.batch_api.stats()["batches_created"] == 2  # what fit, then the rest
+
+
+def test_judge_progress_line_shows_the_judgments_of_this_run_and_the_cap(tmp_path: Path, capsys) -> None:
+    run = make_run(tmp_path / "run", 8)
+    with FakeLLMServer() as s:
+        base = ["judge", str(run), "--model", MODEL, "--base-url", s.base_url, "--concurrency", "2"]
+        assert main([*base, "--max-output-tokens", "1024", "--max-cost", "0.007"]) == 3
+        capsys.readouterr()
+        before, graded = spent(run), len(list((run / "judgments").glob("*.json")))
+        assert main([*base, "--max-cost", "1", "--progress-every", "0.05"]) == 0
+        lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("rise-batch judge: ")]
+    assert lines, "no progress line"
+    last = lines[-1]  # this run's judgments only, the dollars the cap counts (the earlier run's) and this run's
+    assert last.startswith(f"rise-batch judge: {8 - graded} judgments "), last
+    assert f"${spent(run):.4f} (${spent(run) - before:.4f} this run) of $1.00 cap" in last, last

@@ -66,14 +66,18 @@ def test_report_of_two_runs_and_a_retrieval_result(tmp_path: Path, capsys) -> No
     assert main(["report", str(a), str(b), "--out", str(out), "--retrieval", str(retrieval)]) == 0
     md = (out / "report.md").read_text()
     head = "| System | Model | Accuracy % [95% CI] (judged/queries) | Unjudged | No-answers | Tool calls | $/query "
-    head += "| gold_R % |"
+    head += "| $/query with judge | gold_R % |"
     assert head + " cov_mean % |" in md
     assert "| RISE | gpt-5.4-nano | 40.0 [" in md
-    assert "| RISE | gpt-5.4-nano | 40.0 [11.8, 76.9] (5/5) | 0 | 2/5 | 5.2 | $0.0170 | 75.0 | 37.5 |" in md
-    assert "| DCI | gpt-5.4-nano | 100.0 [20.7, 100.0] (1/1) | 0 | 0/1 | 4.0 | $0.300 | – | – |" in md
+    assert "| RISE | gpt-5.4-nano | 40.0 [11.8, 76.9] (5/5) | 0 | 2/5 | 5.2 | $0.0170 | $0.0176 | 75.0 | 37.5 |" in md
+    assert "| DCI | gpt-5.4-nano | 100.0 [20.7, 100.0] (1/1) | 0 | 0/1 | 4.0 | $0.300 | $0.300 | – | – |" in md
     assert "max_calls 1, wall_clock 1" in md
     assert "| 50.0 | 75.0 |" in md  # recall@10, recall@100
-    assert md in capsys.readouterr().out
+    printed = capsys.readouterr().out.splitlines()  # a short summary, not report.md: a line per run, the files
+    assert printed[0].startswith("1. RISE / gpt-5.4-nano / K=1000: accuracy 40.0% [11.8, 76.9] (5/5 judged)")
+    assert printed[1].startswith("2. DCI / gpt-5.4-nano / K=1000: accuracy 100.0%") and "spent $0.3000" in printed[1]
+    assert printed[-1].startswith(f"report: wrote {out / 'report.md'}, {out / 'report.html'}, report.json")
+    assert printed[2:4] == ["paired comparisons: 1 (System 1)", "spent: $0.3880 (agents $0.3850, judge $0.0030)"]
     report = json.loads((out / "report.json").read_text())
     assert [r["system"] for r in report["runs"]] == ["rise", "dci"]
     assert report["runs"][0]["accuracy"] == 0.4 and report["retrieval"][0]["name"] == "bm25"

@@ -65,4 +65,5 @@ def test_report_of_runs_with_none_and_every_query_correct(tmp_path: Path, n: int
     assert [s["accuracy"] for s in summary] == [0.0, 1.0]
     assert summary[0]["accuracy_ci95"][0] == 0.0 and summary[1]["accuracy_ci95"][1] == 1.0
     assert (tmp_path / "out" / "accuracy_vs_cost.png").is_file()
-    assert f"0.0 [0.0, {100 * wilson_ci(0, n)[1]:.1f}] ({n}/{n})" in done.stdout
+    assert f"0.0 [0.0, {100 * wilson_ci(0, n)[1]:.1f}] ({n}/{n})" in (tmp_path / "out" / "report.md").read_text()
+    assert f"accuracy 0.0% [0.0, {100 * wilson_ci(0, n)[1]:.1f}] ({n}/{n} judged)" in done.stdout  # the summary

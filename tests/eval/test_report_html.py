@@ -131,17 +131,19 @@ def test_the_page_shows_every_row_and_section_of_report_md(tmp_path: Path) -> No
     dom = dump_dom(url(tmp_path / "out" / "report.html"))
     summary = dom[: dom.index('id="queries-title"')]
     tables = md_tables(md)
-    assert len(tables) == 4  # main, details, interaction space, paired
+    assert len(tables) == 6  # main, spend, details, interaction space, the comparisons' list, the paired table
     for table in tables:
         head, *rows = table
         assert "<tr>" + "".join(f"<th>{text(c)}</th>" for c in head) + "</tr>" in summary, head
         for row in rows:
             assert "<tr>" + "".join(f"<td>{text(c)}</td>" for c in row) + "</tr>" in summary, row
-    for heading in ("Details", "Interaction space", "Paired comparison", "Figures"):
+    for heading in ("Spend", "Details", "Interaction space", "Paired comparisons", "Figures"):
         assert f"## {heading}" in md and f"<h2>{heading}</h2>" in summary
     assert "**Warning:** run 2 (RISE-BM25): 1 of 5 queries have no verdict" in md
     assert "<b>Warning:</b> run 2 (RISE-BM25): 1 of 5 queries have no verdict" in summary
-    assert "A = 1. RISE / gpt-5.4-nano, B = 2. RISE-BM25 / gpt-5.4-nano: 5 queries in both." in summary
+    pair = "A = 1. RISE / gpt-5.4-nano / K=1000, B = 2. RISE-BM25 / gpt-5.4-nano / K=1000: 5 queries in both."
+    assert pair in summary
+    assert "<h3>System: RISE vs RISE-BM25 at gpt-5.4-nano / K=1000</h3>" in summary
     assert "| ≥ $0.0200 |" in md  # the cut call's lower-bound mark, in the page by the row check above
     assert "![gold_in_workspace_step](gold_in_workspace_step.png)" in md and 'alt="gold_in_workspace_step"' in summary
 
