@@ -41,7 +41,8 @@ def test_judge_max_cost_is_never_passed_and_a_higher_limit_resumes(tmp_path: Pat
         # a grade costs ~$0.0005, its worst case at 1024 output tokens ~$0.005: a few fit under the limit
         assert main([*base, "--max-output-tokens", "1024", "--max-cost", "0.007"]) == 3
         captured = capsys.readouterr()
-        line = [x for x in captured.err.splitlines() if x.startswith("rise-batch judge:")]
+        # one line says why it stopped (the progress lines, "rise-batch judge: N judgments ...", aside)
+        line = [x for x in captured.err.splitlines() if x.startswith("rise-batch judge:") and " judgments (" not in x]
         assert len(line) == 1 and "stopped at the cost limit" in line[0] and "higher --max-cost" in line[0]
         graded = len(list((run / "judgments").glob("*.json")))
         assert 0 < graded < 12
@@ -81,7 +82,8 @@ def test_judge_batch_mode_submits_only_what_fits_the_limit(tmp_path: Path, capsy
 
 def test_judge_progress_line_shows_the_judgments_of_this_run_and_the_cap(tmp_path: Path, capsys) -> None:
     run = make_run(tmp_path / "run", 8)
-    with FakeLLMServer() as s:
+    # 100 ms a reply: the judging lasts several --progress-every intervals, so a line is printed however fast it runs
+    with FakeLLMServer(latency_ms=100) as s:
         base = ["judge", str(run), "--model", MODEL, "--base-url", s.base_url, "--concurrency", "2"]
         assert main([*base, "--max-output-tokens", "1024", "--max-cost", "0.007"]) == 3
         capsys.readouterr()
