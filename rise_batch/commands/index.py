@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         parse_passages(args.passages)  # a bad rule stops here, before any build
     if args.retriever == "dense":
         return build_dense_only(args)
-    if args.retriever == "hybrid":
+    if args.retriever == "hybrid" and remote_embedding(args) is None:
         from rise_batch.index.embedders import load_embedder
 
         load_embedder(args.embedder)  # a missing extra or unknown model stops here, before the BM25 build
@@ -113,6 +113,7 @@ def dense_part(args: argparse.Namespace) -> dict:
     from rise_batch.index.dense import build_dense
 
     ray = {"address": args.ray_address, "num_gpus": args.gpus} if args.ray or args.ray_address else None
+    remote = remote_embedding(args)
     meta = build_dense(
         args.corpus,
         args.out,
@@ -124,14 +125,47 @@ def dense_part(args: argparse.Namespace) -> dict:
         ray=ray,
         log=lambda msg: print(f"index: {msg}", file=sys.stderr),
         passages=args.passages,
+        remote=remote,
     )
     b = meta["build"]
     print(
         f"index dense docs={meta['n_docs']} passages={meta['passages']['rule']} "
         f"n_passages={meta['passages']['n_passages']} embedder={meta['embedder']} dim={meta['dim']} "
         f"docs_per_second={b['docs_per_second']} seconds={b['seconds']:.1f} out={args.out}"
+        + (f" requests={b['requests']} cost_usd={b['cost_usd']:.6f}" if "cost_usd" in b else "")
     )
     return meta
+
+
+def remote_embedding(args: argparse.Namespace) -> dict | None:
+    """What a remote embedder (`openai:MODEL`) is loaded with: its endpoint (--base-url, the key's variable, the
+    limits, checked now), the --max-cost budget (what finished shards of a killed build paid counts as spent),
+    the inputs per request. None for a local embedder."""
+    from rise_batch.index.dense_checkpoint import recorded_cost
+    from rise_batch.index.embed_remote import endpoint_config
+    from rise_batch.index.embedders import EMBEDDERS, parse_embedder
+
+    spec = parse_embedder(args.embedder)
+    if not EMBEDDERS.lookup(spec.kind).remote:
+        return None
+    if args.embed_batch < 1:
+        from rise_batch.errors import ConfigError
+
+        raise ConfigError(f"--embed-batch must be >= 1, got {args.embed_batch}")
+    limits = {"rpm": args.rpm, "tpm": args.tpm, "concurrency": args.concurrency}
+    endpoint = endpoint_config(args.base_url, spec.name, args.api_key_env, **limits)
+    budget = None
+    if args.max_cost_usd is not None:
+        from rise_batch.llm.pricing import PriceTable
+        from rise_batch.llm.spend import CostBudget
+
+        if not args.max_cost_usd > 0:
+            from rise_batch.errors import ConfigError
+
+            raise ConfigError(f"--max-cost must be > 0, got {args.max_cost_usd}")
+        PriceTable.load().require(spec.name, f"--max-cost {args.max_cost_usd:g}")
+        budget = CostBudget(args.max_cost_usd, recorded_cost(args.out))
+    return {"endpoint": endpoint, "budget": budget, "batch": args.embed_batch}
 
 
 def build_dense_only(args: argparse.Namespace) -> int:
@@ -139,8 +173,10 @@ def build_dense_only(args: argparse.Namespace) -> int:
     import shutil
     from pathlib import Path
 
+    from rise_batch.index.dense_checkpoint import PARTIAL_DIR
+
     out = Path(args.out)
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and any(p.name != PARTIAL_DIR for p in out.iterdir()):  # finished shards alone: resumed
         if not args.overwrite:
             raise FileExistsError(f"{out}: exists and is not empty (pass overwrite=True / --overwrite to replace it)")
         shutil.rmtree(out)
