@@ -4,9 +4,9 @@ A vector is a hashed bag of words (each lower-cased word adds +-1 at a position 
 scaled to unit length), so a query shares dimensions with the passages that hold its words and dense retrieval over
 the fake server ranks documents much as word overlap does: an `eval-retrieval` run on it measures something real.
 The request is checked as the API checks it (`input` a string or a list of non-empty strings, `dimensions` a
-positive integer), the key, the server-side rate limit and the 429, 500 and hang faults apply as they do to chat completions
-(drawn per request from the hash of its inputs), usage counts the inputs' tokens with the model's encoding, and every
-request is logged with its path and input count, so a test can count what a client sent.
+positive integer); the key, the server-side rate limit and the 429, 500 and hang faults apply as they do to chat
+completions (drawn per request from the hash of its inputs); usage counts the inputs' tokens with the model's
+encoding; every request is logged with its path and input count, so a test can count what a client sent.
 """
 
 from __future__ import annotations

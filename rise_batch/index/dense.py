@@ -191,7 +191,7 @@ def build_dense(
     shards = list(shards) if shards is not None else plan_index_shards(corpus_path, shard_docs, columns)
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = ShardCheckpoint(out, shard_key(model.identity(), str(rule), on_bad_row, shards))
-    tmp = out / f".{DENSE_DIR}.tmp-{os.getpid()}"
+    tmp = checkpoint.dir / f"merge-{os.getpid()}"  # a kill leaves it in the checkpoint, which the end removes
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
