@@ -87,7 +87,7 @@ def whole_build(corpus: Path, scratch: Path, workers: list[int], shard_docs: int
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m bench.index_merge", description=__doc__.split("\n\n")[0])
     ap.add_argument("--files", type=int, default=2, help="wiki2015 Parquet files to index (of 8)")
     ap.add_argument("--workers", default="2", help="comma-separated worker counts compared with 1")
     ap.add_argument("--repeat", type=int, default=3)

@@ -103,6 +103,7 @@ def load_st(spec: EmbedderSpec) -> Embedder:
     digest = hashlib.sha256()
     for f in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in (".safetensors", ".bin", ".json")):
         digest.update(f.relative_to(path).as_posix().encode() + b"\0" + file_sha256(f).encode())
-    dim = int(model.get_sentence_embedding_dimension())
+    dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    dim = int(dimension())
     spec2 = EmbedderSpec(spec.kind, spec.name, dim, spec.max_tokens)
     return StEmbedder(spec2, model, digest.hexdigest(), dim, module_version(sentence_transformers))
