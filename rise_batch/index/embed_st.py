@@ -4,9 +4,10 @@
 while the CPU tokenizes (on a GPU, tokenizing 200-word passages takes longer than the model). Here a shard's texts are
 handed over whole (`chunk`): they are sorted by length, longest first, so each batch pads to about its own length
 (as `encode` sorts too); a thread tokenizes the next batches (the fast tokenizers release the GIL) while the model
-runs the current one; each batch's unit rows are copied into the result as float16-exact float32. On a CUDA device
-the model runs in half precision (the index keeps float16 rows anyway) with larger batches; on CPU in float32, as
-`encode` does, so the two paths give the same vectors there (tested).
+runs the current one; each batch's unit rows are copied into the result. On a CUDA device the model runs in half
+precision (the index keeps float16 rows anyway) with batches of 512; on CPU in float32 with batches of 32 and the
+tokenizer in turn with the model (torch's threads already take every core there: a tokenizing thread beside them
+measured slower), as `encode` does, so the two paths give the same vectors there (tested).
 
 One model per process and one process per GPU: on a cluster, `index --ray --gpus 1` asks one GPU of each embedding
 task, and Ray's CUDA_VISIBLE_DEVICES gives each task's process its own device.
@@ -26,7 +27,7 @@ from rise_batch.index.embedders import Embedder, EmbedderSpec, MissingExtraError
 if TYPE_CHECKING:
     import numpy as np
 
-CPU_BATCH = 64
+CPU_BATCH = 32  # encode's own default: on CPU a larger batch only pads more
 GPU_BATCH = 512
 PREFETCH = 3  # batches tokenized ahead of the model
 
@@ -45,6 +46,7 @@ class StEmbedder(Embedder):
         if self.cuda:
             model.half()
         self.batch = GPU_BATCH if self.cuda else CPU_BATCH
+        self.prefetch = PREFETCH if self.cuda else 0  # on CPU torch's threads take every core: tokenize in turn
         self._torch = torch
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="st-tokenize")
 
@@ -56,13 +58,17 @@ class StEmbedder(Embedder):
             return out
         order = np.argsort([-len(t) for t in texts], kind="stable")
         batches = [order[i : i + self.batch] for i in range(0, len(order), self.batch)]
+        if not self.prefetch:
+            for rows in batches:
+                out[rows] = self._forward(self._tokenize(texts, rows))
+            return out
         ahead: deque = deque()
-        for rows in batches[:PREFETCH]:
+        for rows in batches[: self.prefetch]:
             ahead.append(self._pool.submit(self._tokenize, texts, rows))
         for k, rows in enumerate(batches):
             features = ahead.popleft().result()
-            if k + PREFETCH < len(batches):
-                ahead.append(self._pool.submit(self._tokenize, texts, batches[k + PREFETCH]))
+            if k + self.prefetch < len(batches):
+                ahead.append(self._pool.submit(self._tokenize, texts, batches[k + self.prefetch]))
             out[rows] = self._forward(features)
         return out
 

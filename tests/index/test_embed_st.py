@@ -48,6 +48,8 @@ def test_our_path_equals_bare_encode_row_for_row(tiny_model):
     bare = SentenceTransformer(str(tiny_model), device="cpu", local_files_only=True)
     want = bare.encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    ours.prefetch = 3  # the GPU path's tokenizing thread, next batches ahead of the model
+    np.testing.assert_allclose(ours.embed(texts), got, rtol=0, atol=1e-6)
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
     assert ours.embed([]).shape == (0, 32)
     assert ours.identity()["embedder"] == f"st:{tiny_model}" and len(ours.identity()["weights_sha256"]) == 64
