@@ -5,12 +5,14 @@ local sentence-transformers directory (default: all-MiniLM-L6-v2 from the `gt-al
 `.[minilm]`). In one process, rounds alternate: our path (rise_batch.index.embed_st: length-sorted batches; on
 CUDA tokenization in a thread beside the model and fp16) embeds every passage, then bare `encode` (one model of its
 own, float32, `--bare-batch` passages a batch, as a user calls it) does; on CUDA also `encode` of a half-precision
-copy at the same batch, on CPU also our path with the tokenizing thread the GPU path uses. Reported: best and median
-passages/s of each, their ratio, and the largest difference between our vectors and bare `encode`'s (0 on CPU, where
-both run float32).
+copy at the same batch, on CPU also our path with the tokenizing thread the GPU path uses. On CPU the contenders take
+turns on slices of 64 passages (`--interleave`), so the load of a shared machine falls on all of them alike.
+Reported: best and median passages/s of each, their ratio, and the largest difference between our vectors and bare
+`encode`'s (0 on CPU, where both run float32). `--index-docs N` also times a whole `build_dense` of N articles with
+our path (as `index --retriever dense --embedder st:DIR --workers 1` builds it).
 
     python -m bench.embed_throughput                                 # CPU, 2,000 passages
-    python -m bench.embed_throughput --device cuda --passages 50000  # a GPU (aim: >= 15,000 passages/s, MiniLM)
+    python -m bench.embed_throughput --device cuda --passages 50000 --index-docs 3000  # a GPU (aim: >= 15,000/s)
 
 Writes bench/results/embed_throughput.json (or --out).
 """
@@ -63,6 +65,26 @@ def timed(fn, texts: list[str]) -> tuple[float, np.ndarray]:
     return len(texts) / (time.perf_counter() - t), vecs
 
 
+def measure(contenders: dict, texts: list[str], rounds: int, step: int) -> tuple[dict, dict]:
+    """Passages/s of each contender per round, and each one's vectors. Within a round the contenders take turns on
+    slices of `step` passages, so a machine whose load drifts (a shared one) slows them alike."""
+    rates: dict[str, list[float]] = {k: [] for k in contenders}
+    vecs: dict[str, np.ndarray] = {}
+    for r in range(rounds):
+        seconds = dict.fromkeys(contenders, 0.0)
+        parts: dict[str, list[np.ndarray]] = {k: [] for k in contenders}
+        for i in range(0, len(texts), step):
+            for name, fn in contenders.items():
+                rate, v = timed(fn, texts[i : i + step])
+                seconds[name] += len(v) / rate
+                parts[name].append(v)
+        for name in contenders:
+            rates[name].append(len(texts) / seconds[name])
+            vecs[name] = np.concatenate(parts[name])
+            print(f"round {r + 1}: {name:20s} {rates[name][-1]:10.1f} passages/s", flush=True)
+    return rates, vecs
+
+
 def with_prefetch(embedder, prefetch: int, texts: list[str]) -> np.ndarray:
     saved, embedder.prefetch = embedder.prefetch, prefetch
     try:
@@ -78,6 +100,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when torch sees one)")
     ap.add_argument("--bare-batch", type=int, default=None, help="bare encode's batch (default 32 on CPU, 1024 on GPU)")
+    ap.add_argument(
+        "--interleave",
+        type=int,
+        default=None,
+        help="passages each contender embeds in turn (default 64 on CPU, all on GPU)",
+    )
+    ap.add_argument("--index-docs", type=int, default=0, help="also time `build_dense` over this many articles")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import torch
@@ -103,13 +132,8 @@ def main() -> None:
         contenders["ours_tokenize_thread"] = lambda t: with_prefetch(ours, 3, t)
     for fn in contenders.values():
         fn(texts[:256])  # warm: first calls load kernels and allocate
-    rates: dict[str, list[float]] = {k: [] for k in contenders}
-    vecs: dict[str, np.ndarray] = {}
-    for r in range(args.rounds):
-        for name, fn in contenders.items():
-            rate, vecs[name] = timed(fn, texts)
-            rates[name].append(rate)
-            print(f"round {r + 1}: {name:18s} {rate:10.1f} passages/s", flush=True)
+    step = args.interleave if args.interleave is not None else (64 if device == "cpu" else 0)
+    rates, vecs = measure(contenders, texts, args.rounds, step or len(texts))
     figures = {
         "device": device if device == "cpu" else torch.cuda.get_device_name(0),
         "model": model_dir,
@@ -123,9 +147,29 @@ def main() -> None:
         "ours_over_bare_median": round(statistics.median(rates["ours"]) / statistics.median(rates["bare_encode"]), 3),
         "max_abs_diff_vs_bare": float(np.abs(vecs["ours"] - vecs["bare_encode"]).max()),
     }
+    if args.index_docs:
+        figures["index_build"] = index_build(model_dir, args.index_docs)
     for k, v in figures.items():
         print(f"{k}: {v}")
     run.write(figures, args.out)
+
+
+def index_build(model_dir: str, n_docs: int) -> dict:
+    """`build_dense` over the first `n_docs` wiki2015 articles with our path, in this process (one model, one
+    device): passages/s of the whole build (reading, cutting into passages, embedding, merging)."""
+    import tempfile
+
+    from rise_batch.index.dense import build_dense
+
+    with tempfile.TemporaryDirectory(prefix="rise-embed-bench-") as tmp:
+        corpus = Path(tmp) / "corpus.parquet"
+        pq.write_table(pq.read_table(sorted(WIKI.glob("*.parquet"))[0]).slice(0, n_docs), corpus)
+        meta = build_dense(corpus, Path(tmp) / "index", f"st:{Path(model_dir).resolve()}", workers=1)
+    n = meta["passages"]["n_passages"]
+    out = {"docs": meta["n_docs"], "passages": n, "embed_seconds": meta["build"]["embed_seconds"]}
+    out["passages_per_s"] = round(n / max(meta["build"]["embed_seconds"], 1e-9), 1)
+    print(f"index build: {n} passages of {meta['n_docs']} articles, {out['passages_per_s']} passages/s", flush=True)
+    return out
 
 
 if __name__ == "__main__":
