@@ -93,7 +93,7 @@ def with_prefetch(embedder, prefetch: int, texts: list[str]) -> np.ndarray:
         embedder.prefetch = saved
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.embed_throughput", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="sentence-transformers model directory (default: MiniLM's wheel)")
     ap.add_argument("--passages", type=int, default=2000)
@@ -108,7 +108,11 @@ def main() -> None:
     )
     ap.add_argument("--index-docs", type=int, default=0, help="also time `build_dense` over this many articles")
     ap.add_argument("--out", default=None)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     import torch
     from sentence_transformers import SentenceTransformer
 

@@ -86,14 +86,18 @@ def whole_build(corpus: Path, scratch: Path, workers: list[int], shard_docs: int
     return out
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.index_merge", description=__doc__.split("\n\n")[0])
     ap.add_argument("--files", type=int, default=2, help="wiki2015 Parquet files to index (of 8)")
     ap.add_argument("--workers", default="2", help="comma-separated worker counts compared with 1")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--shard-docs", type=int, default=500)
     ap.add_argument("--skip-build", action="store_true", help="time the merge alone")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     run = Run("index_merge", args)
     workers = [int(w) for w in args.workers.split(",")]
     scratch = Path(tempfile.mkdtemp(prefix="rise-merge-bench-"))
