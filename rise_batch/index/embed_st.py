@@ -6,8 +6,9 @@ while the CPU tokenizes (on a GPU, tokenizing 200-word passages takes longer tha
 batch pads to about its own length (as `encode` sorts too), and threads tokenize the next batches side by side (the
 fast tokenizers release the GIL) while the model runs the current one. On a CUDA device the model runs in half
 precision (the index keeps float16 rows anyway), 512 passages a batch; on CPU in float32, 32 a batch, as `encode`
-does, so the two paths give the same vectors there (tested). On 2 busy CPU cores the tokenizing threads still
-gained: MiniLM embedded 7.3 passages/s against `encode`'s 5.7 (bench/embed_throughput.py).
+does, so the two paths give the same vectors there (tested). On 2 busy CPU cores, where torch's threads take every
+core, the two run at the same speed (MiniLM: 8.5 and 8.8 passages/s, bench/embed_throughput.py); the threads are
+for a device that waits on the CPU.
 
 One model per process and one process per GPU: on a cluster, `index --ray --gpus 1` asks one GPU of each embedding
 task, and Ray's CUDA_VISIBLE_DEVICES gives each task's process its own device.
