@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 from rise_batch.commands.structure import add_columns_flag
 from rise_batch.dirlock import claim, holding
@@ -35,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
+    from rise_batch.index.dense_checkpoint import PARTIAL_DIR
     from rise_batch.index.retriever_kinds import DOCIDS_FILE, PARTS, RETRIEVERS, PartBuild
     from rise_batch.storage import is_local_path, redact
 
@@ -62,8 +62,13 @@ def run(args: argparse.Namespace) -> int:
     for part in parts:
         if part.check is not None:
             part.check(args)  # a missing extra or a bad setting stops here, before any part is built
-    stage = out.parent / f".{out.name}.building-{os.getpid()}"
-    shutil.rmtree(stage, ignore_errors=True)
+    # one stage per OUT (the lock above makes this command its only writer): a killed build leaves its finished
+    # dense shards there (index/dense_checkpoint.py), which the same command run again embeds no more
+    stage = out.parent / f".{out.name}.building"
+    if stage.is_dir():
+        for leftover in stage.iterdir():
+            if leftover.name != PARTIAL_DIR:
+                shutil.rmtree(leftover) if leftover.is_dir() and not leftover.is_symlink() else leftover.unlink()
     job = PartBuild(
         corpus=args.corpus,
         out=str(stage),
@@ -83,11 +88,14 @@ def run(args: argparse.Namespace) -> int:
                 f"retriever {kind.name}: its parts ({', '.join(kind.parts)}) wrote no {DOCIDS_FILE}; every index "
                 "holds one (row -> docid), see rise_batch/index/retriever_kinds.py"
             )
+        shutil.rmtree(stage / PARTIAL_DIR, ignore_errors=True)  # the build is whole: its shards are in it
         if out.exists():
             shutil.rmtree(out)
         stage.rename(out)  # a reader never sees half an index
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+    except BaseException:
+        if not (stage / PARTIAL_DIR).is_dir():  # nothing a re-run could take up
+            shutil.rmtree(stage, ignore_errors=True)
+        raise
     print_queries(args)
     return 0
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from rise_batch.errors import ConfigError
-from rise_batch.fake_llm import batch, responses
+from rise_batch.fake_llm import batch, embeddings, responses
 from rise_batch.fake_llm.chat import RouteHandler, chat_completions, default_responders
 from rise_batch.fake_llm.engine_asyncio import AsyncioEngine
 from rise_batch.fake_llm.engine_threads import ThreadEngine
@@ -218,5 +218,5 @@ DEFAULT_ROUTES: list[tuple[str, str, RouteHandler]] = [
     ("GET", "/props", _props),
     ("GET", "/v1/props", _props),
 ]
-# Further surfaces of the API register their own routes: files + batches, then POST /v1/responses.
-ROUTE_MODULES: tuple[Callable[[FakeLLMServer], None], ...] = (batch.install, responses.install)
+# Further surfaces of the API register their own routes: files + batches, POST /v1/responses, POST /v1/embeddings.
+ROUTE_MODULES: tuple[Callable[[FakeLLMServer], None], ...] = (batch.install, responses.install, embeddings.install)

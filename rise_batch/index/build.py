@@ -132,7 +132,7 @@ def build_index(
         say(f"tokenized {len(run.merger.docids)} docs in {len(shards)} shards in {t2 - t0:.1f}s")
         bar.set_stage(f"merging and saving {len(run.merger.docids):,} docs")
         n_chars = run.merger.n_chars
-        stats, bm25s_version = _save_bm25(run, tmp, use_numba)
+        stats, bm25s_version = _save_bm25(run, tmp, use_numba, workers)
         t3 = time.perf_counter()
         say(f"merged and saved in {t3 - t2:.1f}s")
         meta = IndexMeta(
@@ -194,14 +194,15 @@ def _tokenize_corpus(
     return run, shards, n_dups
 
 
-def _save_bm25(run: _Run, tmp: Path, use_numba: bool | None) -> tuple[GlobalStats, str]:
-    """Pass 2: merge the postings into the scores matrix and save it in bm25s's format, the docids and the
-    vocabulary beside it; returns the global statistics and the bm25s version. Frees the run's merger."""
+def _save_bm25(run: _Run, tmp: Path, use_numba: bool | None, workers: int = 1) -> tuple[GlobalStats, str]:
+    """Pass 2: merge the postings into the scores matrix (`workers` shards at a time) and save it in bm25s's
+    format, the docids and the vocabulary beside it; returns the global statistics and the bm25s version. Frees the
+    run's merger."""
     from rise_batch.index.merge import GlobalStats, assemble  # lazy: loads numpy (the merge step only)
 
     stats = GlobalStats(run.merger, K1, B)
     del run.merger
-    data, indices = assemble(stats, lambda i: run.fetchers[i](), use_numba=use_numba)
+    data, indices = assemble(stats, lambda i: run.fetchers[i](), use_numba=use_numba, workers=workers)
     import bm25s  # only now: it imports numba and scipy, which the tokenizing phase does not need
 
     model = bm25s.BM25(k1=K1, b=B, method=METHOD)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rise_batch.config import StructureConfig
+from rise_batch.config import LLMConfig, StructureConfig
+from rise_batch.index.embedders import embedders_help
 from rise_batch.index.passages import DEFAULT_PASSAGES
 from rise_batch.index.retriever_kinds import RETRIEVERS
 from rise_batch.option_paths import URI
@@ -32,8 +33,20 @@ class IndexOptions:
     )
     embedder: str | None = option(
         None,
-        help="dense/hybrid: wordllama[:config[:dim]][@max_tokens] (offline; extra .[dense]) or st:/model/dir",
+        help=lambda: "dense/hybrid, optionally @max_tokens: " + embedders_help(),
         shown="wordllama",
+    )
+    base_url: str | None = same_as(LLMConfig, "base_url", help="a remote embedder's OpenAI-compatible base URL")
+    api_key_env: str = same_as(LLMConfig, "api_key_env")
+    concurrency: int = same_as(LLMConfig, "concurrency", help="a remote embedder's requests in flight")
+    rpm: int = same_as(LLMConfig, "rpm", help="a remote embedder's requests per minute")
+    tpm: int = same_as(LLMConfig, "tpm", help="a remote embedder's tokens per minute")
+    embed_batch: int = option(32, help="a remote embedder's inputs per request (TEI takes 32 by default)")
+    max_cost_usd: float | None = same_as(
+        StructureConfig,
+        "max_cost_usd",
+        help="a remote embedder: stop cleanly (exit code 3) before the build's total cost would pass USD; "
+        "finished shards are kept, re-run with more to continue",
     )
     passages: str | None = option(
         None,
@@ -58,6 +71,7 @@ INDEX_OPTIONS = Layout(
             (
                 *(Entry("corpus", required=True), Entry("out", required=True), "workers", "shard_docs", "on_bad_row"),
                 *("ray", "ray_address", "overwrite", "retriever", "embedder", "passages", "gpus", "progress", "query"),
+                *("base_url", "api_key_env", "concurrency", "rpm", "tpm", "embed_batch", "max_cost_usd"),
             ),
         ),
     ),

@@ -27,19 +27,21 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from rise_batch.errors import ConfigError
 from rise_batch.executor.local import process_map
 from rise_batch.index.build import DOCIDS_FILE
-from rise_batch.index.embedders import EmbedderSpec, load_embedder, parse_embedder
+from rise_batch.index.dense_checkpoint import ShardCheckpoint, save_shard, shard_key, summary_json
+from rise_batch.index.embed_remote import endpoint_config
+from rise_batch.index.embedders import EMBEDDERS, EmbedderSpec, load_embedder, parse_embedder
 from rise_batch.index.passages import PassageRule, parse_passages, split_passages
 from rise_batch.index.plan import later_copy, plan_index_shards, read_shard_docs
 from rise_batch.index.search import Hits, clamp_k
 from rise_batch.index.tables import docid_table, write_docid_table
 from rise_batch.index.tokenize import doc_digest
 from rise_batch.safe_read import SOURCE_MAX_BYTES, load_npy, read_json_file
+from rise_batch.types import BadRow
 
 if TYPE_CHECKING:
     import numpy as np
 
     from rise_batch.corpus.readers import ShardSpec
-    from rise_batch.types import BadRow
 
 DENSE_DIR = "dense"
 DENSE_FORMAT = "rise_batch.dense/2"  # /1 (one row per document, no passage rule) is still read
@@ -59,13 +61,14 @@ class DenseShard(NamedTuple):
 
 
 def embed_shard(
-    spec: ShardSpec, embedder: EmbedderSpec, on_bad_row: str, passages: PassageRule
+    spec: ShardSpec, embedder: EmbedderSpec, on_bad_row: str, passages: PassageRule, model: Any = None
 ) -> tuple[DenseShard, np.ndarray]:
     """The per-shard function (local process or Ray task): read, check, cut into passages and embed one shard ->
-    (summary, float16 passage rows in document order)."""
+    (summary, float16 passage rows in document order). `model`: the loaded embedder (else `embedder`'s, loaded
+    once per process)."""
     import numpy as np
 
-    model = load_embedder(embedder)
+    model = model if model is not None else load_embedder(embedder)
     bad: list[BadRow] = []
     docids, rows, texts, counts, digests, n_chars = [], [], [], [], bytearray(), 0
     for doc in read_shard_docs(spec, on_bad_row, bad):
@@ -77,19 +80,19 @@ def embed_shard(
         n_chars += len(doc.text)
         digests += doc_digest(doc.docid, doc.text)
     vecs = np.zeros((len(texts), model.dim), dtype=np.float16)
-    for i in range(0, len(texts), EMBED_BATCH):
-        vecs[i : i + EMBED_BATCH] = model.embed(texts[i : i + EMBED_BATCH])
+    for i in range(0, len(texts), model.chunk):
+        vecs[i : i + model.chunk] = model.embed(texts[i : i + model.chunk])
     return DenseShard(docids, rows, bytes(digests), bad, n_chars, counts), vecs
 
 
 def embed_shard_to_disk(
-    spec: ShardSpec, embedder: EmbedderSpec, on_bad_row: str, passages: PassageRule, path: str
+    spec: ShardSpec, embedder: EmbedderSpec, on_bad_row: str, passages: PassageRule, path: str, model: Any = None
 ) -> tuple[DenseShard, str]:
-    """Local-process entry point: the shard's vectors go to a float16 .npy, only the summary comes back by pipe."""
-    import numpy as np
-
-    summary, vecs = embed_shard(spec, embedder, on_bad_row, passages)
-    np.save(path, vecs)
+    """Embed a shard into its checkpoint (`path`: its vectors' file; its summary beside, last): only the summary
+    comes back by pipe, and a killed build finds the shard done."""
+    cost0 = getattr(model, "cost_usd", 0.0)
+    summary, vecs = embed_shard(spec, embedder, on_bad_row, passages, model)
+    save_shard(path, vecs, summary_json(*summary, cost_usd=getattr(model, "cost_usd", 0.0) - cost0))
     return summary, path
 
 
@@ -97,27 +100,60 @@ def map_shards(
     shards: Sequence[ShardSpec],
     embedder: EmbedderSpec,
     on_bad_row: str,
-    spill: Path,
+    checkpoint: ShardCheckpoint,
     workers: int,
     ray: dict | None,
     passages: PassageRule,
+    model: Any = None,
 ) -> Iterator[tuple[DenseShard, Callable[[], Any]]]:
-    """(summary, fetch vectors) per shard in corpus order: spawned processes, or Ray tasks when `ray` is given
-    ({"address": ..., "num_gpus": ...}; num_gpus is asked of every task, so GPUs are honoured on a cluster)."""
-    import numpy as np
+    """(summary, fetch vectors) per shard in corpus order: finished shards from the checkpoint; the others embedded
+    in this process by a remote embedder (`model`: its requests share one limiter and budget), else in spawned
+    processes, or as Ray tasks when `ray` is given ({"address": ..., "num_gpus": ...}; num_gpus is asked of every
+    task, so GPUs are honoured on a cluster). Each shard is checkpointed as it finishes."""
+    done = {i: d for i in range(len(shards)) if (d := checkpoint.done(i)) is not None}
+    todo = [i for i in range(len(shards)) if i not in done]
+    fresh = _embed_pending(shards, todo, embedder, on_bad_row, checkpoint, workers, ray, passages, model)
+    for i in range(len(shards)):
+        if i in done:
+            d = done[i]
+            bad = [BadRow(*b) for b in d["bad_rows"]]
+            digests = bytes.fromhex(d["digests"])
+            summary = DenseShard(d["docids"], d["source_rows"], digests, bad, d["n_chars"], d["n_passages"])
+            yield summary, lambda i=i: checkpoint.load(i)
+        else:
+            yield next(fresh)
 
-    if ray is not None:
+
+def _embed_pending(
+    shards: Sequence[ShardSpec],
+    todo: list[int],
+    embedder: EmbedderSpec,
+    on_bad_row: str,
+    checkpoint: ShardCheckpoint,
+    workers: int,
+    ray: dict | None,
+    passages: PassageRule,
+    model: Any,
+) -> Iterator[tuple[DenseShard, Callable[[], Any]]]:
+    """The shards `todo` embedded and checkpointed, in order."""
+    if model is None and ray is not None:
         from rise_batch.executor.ray import init_ray, task_map  # lazy: loads ray (Ray runs only)
 
         init_ray(ray.get("address"), log_to_driver=False)
         opts = {"num_gpus": ray["num_gpus"]} if ray.get("num_gpus") else None
-        yield from task_map(embed_shard, shards, embedder, on_bad_row, passages, options=opts)
+        items = [shards[i] for i in todo]
+        results = task_map(embed_shard, items, embedder, on_bad_row, passages, options=opts)
+        for i, (summary, fetch) in zip(todo, results, strict=True):
+            save_shard(str(checkpoint.vectors_path(i)), fetch(), summary_json(*summary))
+            yield summary, lambda i=i: checkpoint.load(i)
         return
-
-    spill.mkdir(parents=True, exist_ok=True)
-    calls = [(s, embedder, on_bad_row, passages, str(spill / f"shard-{i:06d}.npy")) for i, s in enumerate(shards)]
-    for summary, path in process_map(embed_shard_to_disk, calls, workers):
-        yield summary, lambda p=path: np.load(p, mmap_mode="r")
+    calls = [(shards[i], embedder, on_bad_row, passages, str(checkpoint.vectors_path(i))) for i in todo]
+    if model is not None:  # a remote model: this process sends, shard after shard, each shard's requests at once
+        results: Iterator[tuple[DenseShard, str]] = (embed_shard_to_disk(*call, model) for call in calls)
+    else:
+        results = process_map(embed_shard_to_disk, calls, workers)
+    for (summary, _), i in zip(results, todo, strict=True):
+        yield summary, lambda i=i: checkpoint.load(i)
 
 
 def build_dense(
@@ -133,45 +169,41 @@ def build_dense(
     shards: Sequence[ShardSpec] | None = None,
     log: Callable[[str], None] | None = None,
     passages: str | PassageRule | None = None,
+    remote: dict[str, Any] | None = None,
 ) -> dict:
     """Embed a corpus into `index_dir/dense/` (created beside a BM25 part, or in a new directory); returns meta.
 
     `passages` is the passage rule (None: DEFAULT_PASSAGES; "doc": one vector per document). Duplicate docids and
     bad rows follow `on_bad_row` exactly as the BM25 build does (the first copy is kept), so both parts hold the
-    same rows; an existing `docids.json` (the BM25 part's) must equal the dense rows."""
-    import numpy as np
-
+    same rows; an existing `docids.json` (the BM25 part's) must equal the dense rows. `remote`: the keyword
+    arguments a remote embedder is loaded with (`endpoint`, `budget`, `batch`). Finished shards are checkpointed
+    (rise_batch.index.dense_checkpoint): a build killed midway, run again, embeds only the rest."""
     say = log or (lambda _msg: None)
     spec = embedder if isinstance(embedder, EmbedderSpec) else parse_embedder(embedder)
     rule = parse_passages(passages)
-    model = load_embedder(spec)  # fail here, before any shard, when the extra is missing
+    kind = EMBEDDERS.lookup(spec.kind)
+    # fail here, before any shard, when the extra is missing or the endpoint refuses
+    model = kind.load(spec, **(remote or {})) if kind.remote else load_embedder(spec)
     out = Path(index_dir)
     if (out / DENSE_DIR).exists():
         raise FileExistsError(f"{out / DENSE_DIR}: exists (build into a new --out, or pass --overwrite)")
     t0 = time.perf_counter()
     shards = list(shards) if shards is not None else plan_index_shards(corpus_path, shard_docs, columns)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f".{DENSE_DIR}.tmp-{os.getpid()}"
+    checkpoint = ShardCheckpoint(out, shard_key(model.identity(), str(rule), on_bad_row, shards))
+    tmp = checkpoint.dir / f"merge-{os.getpid()}"  # a kill leaves it in the checkpoint, which the end removes
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        parts, keep = _embed_all(shards, spec, on_bad_row, tmp, workers, ray, rule)
+        mapped = map_shards(shards, spec, on_bad_row, checkpoint, workers, ray, rule, model if kind.remote else None)
+        parts, keep = _embed_all(shards, on_bad_row, mapped)
         n = int(sum(int(m.sum()) for m in keep))
-        kept = [np.asarray(s.n_passages, dtype=np.int64)[m] for (s, _), m in zip(parts, keep, strict=True)]
-        counts = np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
-        n_rows = int(counts.sum())
         t1 = time.perf_counter()
-        say(
-            f"embedded {n} docs ({n_rows} passages, {rule}) in {len(shards)} shards in {t1 - t0:.1f}s "
-            f"({n / max(t1 - t0, 1e-9):.0f} docs/s)"
-        )
-        docids, content = _merge_vectors(tmp / "embeddings.npy", parts, keep, (n_rows, model.dim))
-        if rule.kind != "doc":
-            np.save(tmp / OFFSETS_FILE, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
-        shutil.rmtree(tmp / "_spill", ignore_errors=True)
-        _check_docids(out, docids)
-        build = {
-            "runner": "ray" if ray is not None else "process",
+        rate = n / max(t1 - t0, 1e-9)
+        say(f"embedded {n} docs in {len(shards)} shards ({rule}) in {t1 - t0:.1f}s ({rate:.0f} docs/s)")
+        meta = _write_part(tmp, out, model, rule, str(corpus_path), parts, keep)
+        meta["build"] = {
+            "runner": "ray" if ray is not None and not kind.remote else "process",
             "workers": workers,
             "num_gpus": (ray or {}).get("num_gpus") or 0,
             "n_shards": len(shards),
@@ -179,16 +211,55 @@ def build_dense(
             "seconds": round(time.perf_counter() - t0, 3),
             "docs_per_second": round(n / max(t1 - t0, 1e-9), 1),
             "library_version": model.version,
+            **_spend(model, checkpoint, len(shards)),
         }
-        meta = _meta(model, rule, n_rows, str(corpus_path), content, parts, keep, build)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False))
-        if not (out / DOCIDS_FILE).exists():
-            (out / DOCIDS_FILE).write_text(json.dumps(docids, ensure_ascii=False))
-            write_docid_table(out, docids)
         tmp.rename(out / DENSE_DIR)
+        checkpoint.remove()
         return meta
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if kind.remote:
+            model.close()
+
+
+def _write_part(
+    tmp: Path,
+    out: Path,
+    model: Any,
+    rule: PassageRule,
+    corpus_path: str,
+    parts: list[tuple[DenseShard, Callable[[], Any]]],
+    keep: list[np.ndarray],
+) -> dict:
+    """The merged vectors, offsets and docids of the kept rows into `tmp` (docids.json into `out` when the BM25
+    part did not write it): the part's meta, without its build figures."""
+    import numpy as np
+
+    kept = [np.asarray(s.n_passages, dtype=np.int64)[m] for (s, _), m in zip(parts, keep, strict=True)]
+    counts = np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+    n_rows = int(counts.sum())
+    docids, content = _merge_vectors(tmp / "embeddings.npy", parts, keep, (n_rows, model.dim))
+    if rule.kind != "doc":
+        np.save(tmp / OFFSETS_FILE, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+    _check_docids(out, docids)
+    if not (out / DOCIDS_FILE).exists():
+        (out / DOCIDS_FILE).write_text(json.dumps(docids, ensure_ascii=False))
+        write_docid_table(out, docids)
+    return _meta(model, rule, n_rows, corpus_path, content, parts, keep)
+
+
+def _spend(model: Any, checkpoint: ShardCheckpoint, n_shards: int) -> dict:
+    """A remote embedder's requests and dollars: this invocation's, and every finished shard's across resumes."""
+    if not hasattr(model, "cost_usd"):
+        return {}
+    spent = sum(float((checkpoint.done(i) or {}).get("cost_usd", 0.0)) for i in range(n_shards))
+    return {
+        "requests": model.requests,
+        "input_tokens": model.input_tokens,
+        "cost_usd": round(model.cost_usd, 6),
+        "shards_cost_usd": round(spent, 6),
+    }
 
 
 def _meta(
@@ -199,7 +270,6 @@ def _meta(
     content: str,
     parts: list[tuple[DenseShard, Callable[[], Any]]],
     keep: list[np.ndarray],
-    build: dict,
 ) -> dict:
     """meta.json of a dense part: the model's identity, the passage rule, the corpus' digest and bad rows."""
     bad = [b for s, _ in parts for b in s.bad_rows]
@@ -217,18 +287,11 @@ def _meta(
             "n_duplicates_skipped": int(sum(int((~m).sum()) for m in keep)),
             "bad_rows": [list(b) for b in bad[:100]],
         },
-        "build": build,
     }
 
 
 def _embed_all(
-    shards: list[ShardSpec],
-    spec: EmbedderSpec,
-    on_bad_row: str,
-    tmp: Path,
-    workers: int,
-    ray: dict | None,
-    rule: PassageRule,
+    shards: list[ShardSpec], on_bad_row: str, mapped: Iterator[tuple[DenseShard, Callable[[], Any]]]
 ) -> tuple[list[tuple[DenseShard, Callable[[], Any]]], list[np.ndarray]]:
     """Every shard embedded: (summary, fetch vectors) per shard, and per shard the mask of rows kept (False: a
     later copy of a docid, left out as the BM25 build leaves it out)."""
@@ -237,7 +300,7 @@ def _embed_all(
     parts: list[tuple[DenseShard, Callable[[], Any]]] = []
     first: dict[str, tuple[int, int]] = {}
     keep: list[np.ndarray] = []
-    for i, (summary, fetch) in enumerate(map_shards(shards, spec, on_bad_row, tmp / "_spill", workers, ray, rule)):
+    for i, (summary, fetch) in enumerate(mapped):
         mask = np.ones(len(summary.docids), dtype=bool)
         for j, (docid, row) in enumerate(zip(summary.docids, summary.source_rows, strict=True)):
             mask[j] = not later_copy(first, docid, i, row, shards, on_bad_row)
@@ -316,7 +379,7 @@ class DenseIndex:
                 f"{self.path}: embedded with {recorded}; a query embedded with {asked} would be compared in another "
                 "vector space (omit --embedder to use the recorded model, or rebuild the index with it)"
             )
-        self.embedder = load_embedder(asked)
+        self.embedder = load_embedder(asked, self._endpoint(asked))
         if self.embedder.weights_sha256 != self.meta["weights_sha256"]:
             raise ConfigError(
                 f"{self.path}: embedded with {recorded} weights {self.meta['weights_sha256'][:12]}, but the installed "
@@ -340,6 +403,14 @@ class DenseIndex:
 
     def __len__(self) -> int:
         return len(self.docids)
+
+    def _endpoint(self, spec: EmbedderSpec) -> Any:
+        """A remote embedder's endpoint for the queries: the one the index was built at, as recorded (base URL and
+        the key's variable; `rpm` and the like at their defaults)."""
+        if not EMBEDDERS.lookup(spec.kind).remote:
+            return None
+        key_env = self.meta.get("api_key_env") or "OPENAI_API_KEY"
+        return endpoint_config(self.meta.get("base_url"), spec.name, key_env)
 
     def _blocks(self) -> Iterator[tuple[int, int]]:
         """Document ranges [d0, d1) whose passages fill about block_rows rows (at least one document each)."""

@@ -45,8 +45,37 @@ def build_bm25(job: PartBuild) -> str:
 
 
 def check_dense(args: Any) -> None:
-    """A missing extra or an unknown model stops the build before any part (the BM25 part of hybrid included)."""
-    load_embedder(args.embedder)
+    """A missing extra, an unknown model or a bad endpoint stops the build before any part (the BM25 part of hybrid
+    included)."""
+    if remote_embedding(args, None) is None:
+        load_embedder(args.embedder)
+
+
+def remote_embedding(args: Any, out: str | Path | None) -> dict[str, Any] | None:
+    """What a remote embedder (`openai:MODEL`) is loaded with: its endpoint (--base-url, the key's variable, the
+    limits, checked now), the --max-cost budget (what the finished shards of a killed build at `out` paid counts as
+    spent), the inputs per request. None for a local embedder."""
+    from rise_batch.errors import ConfigError
+    from rise_batch.index.dense_checkpoint import recorded_cost
+    from rise_batch.index.embed_remote import endpoint_config
+    from rise_batch.index.embedders import EMBEDDERS, parse_embedder
+    from rise_batch.llm.pricing import PriceTable
+    from rise_batch.llm.spend import CostBudget
+
+    spec = parse_embedder(args.embedder)
+    if not EMBEDDERS.lookup(spec.kind).remote:
+        return None
+    if args.embed_batch < 1:
+        raise ConfigError(f"--embed-batch must be >= 1, got {args.embed_batch}")
+    limits = {"rpm": args.rpm, "tpm": args.tpm, "concurrency": args.concurrency}
+    endpoint = endpoint_config(args.base_url, spec.name, args.api_key_env, **limits)
+    budget = None
+    if args.max_cost_usd is not None:
+        if not args.max_cost_usd > 0:
+            raise ConfigError(f"--max-cost must be > 0, got {args.max_cost_usd}")
+        PriceTable.load().require(spec.name, f"--max-cost {args.max_cost_usd:g}")
+        budget = CostBudget(args.max_cost_usd, recorded_cost(out) if out is not None else 0.0)
+    return {"endpoint": endpoint, "budget": budget, "batch": args.embed_batch}
 
 
 def build_dense_part(job: PartBuild) -> str:
@@ -64,12 +93,14 @@ def build_dense_part(job: PartBuild) -> str:
         ray=ray,
         log=job.log,
         passages=job.args.passages,
+        remote=remote_embedding(job.args, job.out),
     )
     b = meta["build"]
     return (
         f"index dense docs={meta['n_docs']} passages={meta['passages']['rule']} "
         f"n_passages={meta['passages']['n_passages']} embedder={meta['embedder']} dim={meta['dim']} "
         f"docs_per_second={b['docs_per_second']} seconds={b['seconds']:.1f}"
+        + (f" requests={b['requests']} cost_usd={b['cost_usd']:.6f}" if "cost_usd" in b else "")
     )
 
 

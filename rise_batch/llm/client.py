@@ -54,7 +54,7 @@ from rise_batch.llm.ratelimit import RateLimits
 from rise_batch.llm.retry import Verdict, classify
 from rise_batch.llm.spend import worst_case_usd
 from rise_batch.llm.tokens import counter_for
-from rise_batch.llm.transport import CHAT_PATH, Transport, make_transport
+from rise_batch.llm.transport import CHAT_PATH, EMBEDDINGS_PATH, Transport, make_transport
 from rise_batch.types import Reply
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,15 @@ class LLMStats:
         }.get(verdict.kind)
         if field:
             setattr(self, field, getattr(self, field) + 1)
+
+
+class Embeddings(NamedTuple):
+    """One successful embeddings call: a vector per input (in input order) and what the call was billed."""
+
+    vectors: list[list[float]]
+    input_tokens: int
+    cost_usd: float
+    attempts: int
 
 
 class Completion(NamedTuple):
@@ -220,6 +229,43 @@ class LLMClient:
             worst = worst_case_usd(self.prices, self.config.model, est, max_out, batch=self.batch_pricing)
         est += int(request.get("max_completion_tokens") or 0)
         paid = [0, 0, 0, 0]  # tokens of every 2xx attempt, including unusable ones (they were billed); unpriced ones
+        completion, headers, attempts = await self._send(request, est, timeout, paid, worst, CHAT_PATH)
+        message = completion["choices"][0].get("message") or {}
+        reply = self._priced(paid, completion.get("model") or self.config.model)
+        reply = reply._replace(text=message.get("content") or "")
+        typed_completion = ChatCompletion.construct(**completion) if typed else None
+        return Completion(typed_completion, reply, attempts, headers)  # type: ignore[arg-type]
+
+    async def embed(self, inputs: list[str], *, dimensions: int | None = None) -> Embeddings:
+        """`POST /embeddings` (OpenAI's format, which vLLM, TEI and llama.cpp serve): one vector per input, in order,
+        with the same limiter lease, retries, cost cap and pricing per attempt as a chat call (raises LLMError)."""
+        if self.refused is not None:
+            raise KeyRefused(self.refused)
+        self.stats.calls += 1
+        request: dict[str, Any] = {"model": self.config.model, "input": inputs, "encoding_format": "float"}
+        if dimensions:
+            request["dimensions"] = dimensions
+        counter = counter_for(self.config.model)
+        est = sum(counter.count(t) if self.budget is not None else counter.estimate(t) for t in inputs)
+        worst = worst_case_usd(self.prices, self.config.model, est, 0) if self.budget is not None else 0.0
+        paid = [0, 0, 0, 0]
+        body, _, attempts = await self._send(request, est, None, paid, worst, EMBEDDINGS_PATH, len(inputs))
+        rows = sorted(body["data"], key=lambda d: int(d.get("index", 0)))
+        reply = self._priced(paid, body.get("model") or self.config.model)
+        return Embeddings([row["embedding"] for row in rows], reply.input_tokens, reply.cost_usd, attempts)
+
+    async def _send(
+        self,
+        request: dict[str, Any],
+        est: int,
+        timeout: float | None,
+        paid: list[int],
+        worst: float,
+        path: str,
+        n_inputs: int = 0,
+    ) -> tuple[dict[str, Any], dict[str, str], int]:
+        """One call: attempts through `_attempt` under the retry policy -> (reply body, headers, attempts); a
+        failure raised as KeyRefused or LLMError (what it was billed with it)."""
         attempts = 0
         bad: list[str] = []  # this call's bodies that were not JSON: the same one twice is not retried again
 
@@ -243,7 +289,7 @@ class LLMClient:
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
-                    completion, headers = await self._attempt(request, est, timeout, paid, worst)
+                    body, headers = await self._attempt(request, est, timeout, paid, worst, path, n_inputs)
         except Exception as exc:
             self.stats.failures += 1
             verdict = self._classify(exc)
@@ -260,15 +306,21 @@ class LLMClient:
                 paid=billed if any(paid[:3]) else None,
                 unpriced=paid[3],
             ) from exc
-        message = completion["choices"][0].get("message") or {}
-        reply = self._priced(paid, completion.get("model") or self.config.model)
-        reply = reply._replace(text=message.get("content") or "")
-        typed_completion = ChatCompletion.construct(**completion) if typed else None
-        return Completion(typed_completion, reply, attempts, headers)  # type: ignore[arg-type]
+        return body, headers, attempts
 
     async def _attempt(
-        self, request: dict[str, Any], est: int, timeout: float | None, paid: list[int], worst: float = 0.0
+        self,
+        request: dict[str, Any],
+        est: int,
+        timeout: float | None,
+        paid: list[int],
+        worst: float = 0.0,
+        path: str = CHAT_PATH,
+        n_inputs: int = 0,
     ) -> tuple[dict[str, Any], dict[str, str]]:
+        """One HTTP attempt (every request of the client, chat or embeddings, goes through here): budget
+        reservation, limiter lease, the POST to `path`, the reply's usage paid; `n_inputs`: the embeddings the
+        reply must hold (0: a chat reply, which must hold a choice)."""
         if self.budget is not None:  # BudgetExceeded (a BaseException): never retried, never an LLMError
             await self.budget.admit(worst)
         try:
@@ -283,7 +335,7 @@ class LLMClient:
         billed = worst  # a reply that never came (a timeout, a cancel) may have been billed: kept at its worst case
         replied = False
         try:
-            content, headers = await self.transport.post(CHAT_PATH, request, timeout)
+            content, headers = await self.transport.post(path, request, timeout)
             replied = True  # a 2xx body came back: it was billed, whatever it holds
             try:
                 completion = parse_body(content)
@@ -295,9 +347,7 @@ class LLMClient:
             usage = completion.get("usage")
             actual = self._pay(usage, paid)
             billed = self._attempt_cost(usage, completion.get("model") or self.config.model, worst)
-            choices = completion.get("choices")
-            if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
-                raise UnusableReplyError("the reply has no choices")
+            check_reply(completion, n_inputs) if path == EMBEDDINGS_PATH else check_choices(completion)
             return completion, headers
         except Exception as exc:
             verdict = self._classify(exc)
@@ -358,6 +408,24 @@ class LLMClient:
 
     def _count_retry(self, state: RetryCallState) -> None:
         self.stats.retries += 1
+
+
+def check_choices(completion: dict[str, Any]) -> None:
+    """A chat reply must hold a first choice (a 2xx without one is unusable: retried, as a broken body is)."""
+    choices = completion.get("choices")
+    if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+        raise UnusableReplyError("the reply has no choices")
+
+
+def check_reply(body: dict[str, Any], n_inputs: int) -> None:
+    """An embeddings reply must hold one list of numbers per input, all of one length (else it is unusable)."""
+    data = body.get("data")
+    if not isinstance(data, list) or len(data) != n_inputs:
+        got = len(data) if isinstance(data, list) else "no"
+        raise UnusableReplyError(f"the embeddings reply holds {got} vectors for {n_inputs} inputs")
+    sizes = {len(d["embedding"]) if isinstance(d, dict) and isinstance(d.get("embedding"), list) else -1 for d in data}
+    if len(sizes) != 1 or -1 in sizes or 0 in sizes:
+        raise UnusableReplyError("the embeddings reply's vectors are not lists of numbers of one length")
 
 
 def key_refused(config: LLMConfig, status: int, detail: str) -> str:

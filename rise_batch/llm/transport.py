@@ -28,6 +28,7 @@ from rise_batch.registry import TRANSPORTS as TRANSPORTS  # re-exported: the tra
 from rise_batch.registry import Lazy, one_of
 
 CHAT_PATH = "/chat/completions"
+EMBEDDINGS_PATH = "/embeddings"
 
 
 @runtime_checkable

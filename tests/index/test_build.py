@@ -159,3 +159,26 @@ def test_stock_bm25s_opens_the_index_with_its_corpus_of_docids(generated_built):
     docs, scores = stock.retrieve([ids], k=5, show_progress=False)
     top = ours.search([query], 5)[0]
     assert [d["docid"] for d, s in zip(docs[0], scores[0], strict=True) if s > 0][:1] == top.docids[:1]
+
+
+def test_the_parallel_merge_writes_the_serial_merges_bytes(tmp_path, generated_corpus):
+    """Shards scored and scattered side by side land where the one-shard-at-a-time merge puts them."""
+    from rise_batch.index.build import _tokenize_all
+    from rise_batch.index.merge import GlobalStats, assemble
+    from rise_batch.index.plan import plan_index_shards
+    from rise_batch.index.shards import ProcessShardRunner
+    from rise_batch.index.tokenize import TokenizerSettings
+
+    corpus, _ = generated_corpus
+    run = _tokenize_all(plan_index_shards(corpus, 100), ProcessShardRunner(1), TokenizerSettings(), "error", tmp_path)
+    stats = GlobalStats(run.merger, 1.5, 0.75)
+    assert len(stats.local_maps) > 20
+
+    def fetch(i):
+        return run.fetchers[i]()
+
+    serial = [a.tobytes() for a in assemble(stats, fetch, workers=1)]
+    for use_numba in (True, False):
+        for workers in (2, 5):
+            got = assemble(stats, fetch, use_numba=use_numba, workers=workers)
+            assert [a.tobytes() for a in got] == serial, (use_numba, workers)
