@@ -58,12 +58,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from rise_batch.eval.judge_runner import recorded_judge_spend
     from rise_batch.eval.judging import judge_run_sync
     from rise_batch.eval.sweep import JudgeSpec, judge_llm_config
     from rise_batch.llm.cost_cap import CostCap
     from rise_batch.llm.simulated import cost_label
     from rise_batch.llm.spend import CostLimitReached, require_cap_price
+    from rise_batch.money.spent import judged_usd
 
     llm = judge_llm_config(
         JudgeSpec(
@@ -83,8 +83,8 @@ def run(args: argparse.Namespace) -> int:
     if limit is not None and limit <= 0:
         raise ValueError(f"--max-cost must be > 0, got {limit!r}")
     require_cap_price(llm.model, llm.prices_file, limit, llm.max_output_tokens)
-    # one limit over every run directory judged together: what all their judgment files record counts
-    cap = CostCap(limit, lambda: recorded_judge_spend(args.run_dirs)) if limit is not None else None
+    # one limit over every run directory judged together: what their spend journals record for judgments counts
+    cap = CostCap(limit, lambda: judged_usd(args.run_dirs)) if limit is not None else None
     failed = unjudged = left = 0
     results = {}
     label = cost_label(llm.base_url)  # the fake server's costs are printed as simulated
