@@ -371,11 +371,14 @@ class LLMClient:
         return self.prices.cost(model, *tokens, batch=self.batch_pricing, requested=self.config.model)
 
     def _replayed(self, completion: dict[str, Any], typed: bool) -> Completion:
-        """A call answered from its kept reply: no request, no spend. Its Reply says no tokens and $0: what the
-        reply cost is already in the record of the run that bought it (a cut trajectory's `earlier_runs`)."""
+        """A call answered from its kept reply: no request, no spend (the journal has it once, from the run that
+        bought it). Its Reply says what the reply was billed then: a trajectory records what it cost to answer."""
         self.stats.replayed += 1
+        tokens = read_usage(completion.get("usage")) or Tokens(0, 0, 0)
+        model = completion.get("model") or self.config.model
+        cost = self.prices.cost(model, *tokens, batch=self.batch_pricing, requested=self.config.model)
         message = completion["choices"][0].get("message") or {}
-        reply = Reply(message.get("content") or "", model=completion.get("model") or self.config.model)
+        reply = Reply(message.get("content") or "", *tokens, cost, model)
         typed_completion = ChatCompletion.construct(**completion) if typed else None
         return Completion(typed_completion, reply, 0, {})  # type: ignore[arg-type]
 

@@ -127,7 +127,8 @@ def _close_all() -> None:
 
 @dataclass
 class Spend:
-    """What a journal says: dollars settled, dollars still reserved (counted at their worst case), per `what`."""
+    """What a journal says: dollars settled, dollars still reserved (counted at their worst case), and the settled
+    dollars of each `what` (a trajectory, a judgment, a document)."""
 
     settled_usd: float = 0.0
     unsettled_usd: float = 0.0
@@ -135,6 +136,7 @@ class Spend:
     unsettled: int = 0
     usage_estimated: int = 0
     by_what: dict[str, float] = field(default_factory=dict)
+    unsettled_by_what: dict[str, float] = field(default_factory=dict)  # worst cases of calls never settled
 
     @property
     def total_usd(self) -> float:
@@ -148,6 +150,8 @@ class Spend:
         self.usage_estimated += other.usage_estimated
         for k, v in other.by_what.items():
             self.by_what[k] = self.by_what.get(k, 0.0) + v
+        for k, v in other.unsettled_by_what.items():
+            self.unsettled_by_what[k] = self.unsettled_by_what.get(k, 0.0) + v
         return self
 
     @classmethod
@@ -195,11 +199,12 @@ def of_lines(lines: Iterable[bytes]) -> Spend:
         if paid is None:
             spend.unsettled += 1
             spend.unsettled_usd += w
-            cost = w
-        else:
-            cost = w if math.isinf(paid) else paid
-            spend.settled_usd += cost
-            spend.usage_estimated += estimated
+            if what:
+                spend.unsettled_by_what[what] = spend.unsettled_by_what.get(what, 0.0) + w
+            continue
+        cost = w if math.isinf(paid) else paid
+        spend.settled_usd += cost
+        spend.usage_estimated += estimated
         if what:
             spend.by_what[what] = spend.by_what.get(what, 0.0) + cost
     return spend

@@ -7,8 +7,9 @@ sweep's OUT adds its cells' journals (`cells/*/`), whose judging is written in e
 
 The trajectory and judgment files are reports derived from the same calls, never the source: a file whose `cost_usd`
 is negative, not a finite number, or lower than the journal's figure for it is named in ONE warning line
-(`record_problems`) and never lowers what was spent. Only a directory whose files record more than its journal (one
-written before the journal existed) is counted at its files' (sane) figures.
+(`record_problems`) and never lowers what was spent. Only a run directory without a journal (one
+written before the journal existed) is counted at its files' (sane) figures. A file is compared with the journal's
+settled calls for it (`trajectory:<stem>`, `judgment:<stem>`): a call a kill left unsettled is in no file, by design.
 """
 
 from __future__ import annotations
@@ -39,9 +40,11 @@ class Audit:
     recorded_usd: float = 0.0
     problems: list[str] = field(default_factory=list)
 
+    legacy_usd: float = 0.0  # what the files of run directories without a journal record
+
     @property
     def spent_usd(self) -> float:
-        return max(self.journal.total_usd, self.recorded_usd)
+        return self.journal.total_usd + self.legacy_usd
 
 
 def run_dirs(directory: AnyPath) -> list[AnyPath]:
@@ -57,22 +60,27 @@ def audit(directory: str | os.PathLike | AnyPath) -> Audit:
     for run in run_dirs(location(directory)):
         spend = Spend.read(run)
         result.journal.add(spend)
+        recorded = 0.0
         for folder, key, fields in RECORDS:
             if (run / folder).is_dir():
-                result.recorded_usd += _check_files(run / folder, key, fields, spend, result.problems)
+                recorded += _check_files(run / folder, key, fields, spend, result.problems)
+        result.recorded_usd += recorded
+        if not spend.calls:  # written before the journal existed: its files are all there is
+            result.legacy_usd += recorded
     return result
 
 
 def judged_usd(run_dirs: list[Any]) -> float:
-    """What judging these run directories has paid (a `judge --max-cost` is on judging alone): the journal's
-    calls made for judgments, or what the judgment files record where that is more (written before the journal)."""
+    """What judging these run directories has paid (a `judge --max-cost` is on judging alone): the journal's calls
+    made for judgments (unsettled ones at their worst case), or what the judgment files record where the journal
+    has none (judged before it existed)."""
     total = 0.0
     for run in (location(d) for d in run_dirs):
         spend = Spend.read(run)
-        journal = sum(v for k, v in spend.by_what.items() if k.startswith("judgment:"))
+        mine = [v for d in (spend.by_what, spend.unsettled_by_what) for k, v in d.items() if k.startswith("judgment:")]
         folder = run / "judgments"
         files = _check_files(folder, "judgment", RECORDS[1][2], spend, []) if folder.is_dir() else 0.0
-        total += max(journal, files)
+        total += sum(mine) if mine else files
     return round(total, 8)
 
 
