@@ -35,6 +35,7 @@ from rise_batch.io import make_output_dir, read_json, supersede, write_json_atom
 from rise_batch.llm.cost_cap import CostCap
 from rise_batch.llm.errors import KeyRefused
 from rise_batch.llm.spend import BudgetExceeded, CostLimitReached, require_cap_price
+from rise_batch.money.spent import audit as spend_audit
 from rise_batch.money.spent import record_problems, spent_usd
 from rise_batch.progress import Progress as Shown
 from rise_batch.prompts import load_prompt, prompt_hash
@@ -366,7 +367,7 @@ def run_trajectories(
     stats.wall_seconds = time.monotonic() - t0
     out = stats.to_json()
     out["spent_usd"] = spent_usd(cfg.out)  # the journal's figure: all the run directory has paid, every resume
-    money_lines(cfg.out, stats.transport)
+    money_lines(cfg.out)
     if stop is not None:
         raise CostLimitReached(budget_line(out, cfg, cap.limit if cap is not None else stop.limit))
     if pilot_only:
@@ -381,19 +382,20 @@ def run_trajectories(
     return out
 
 
-def money_lines(out: str, transport: dict[str, Any] | None) -> None:
+def money_lines(out: str) -> None:
     """The run's one line about replies billed at the engine's own count, and its one line about trajectory files
     that record less than the journal (money/spent.py), on stderr."""
-    estimated = (transport or {}).get("usage_estimated", 0)
+    audit = spend_audit(out)
+    estimated = audit.journal.usage_estimated
     if estimated:
         print(
-            f"rise-batch run: {estimated} model call(s) had a usage the server did not state or that was not "
-            "believable (missing, not numbers, negative, under half the engine's own count): billed at the "
-            "engine's own count (usage_estimated in the spend journal)",
+            f"rise-batch run: {estimated} of the run directory's {audit.journal.calls} model calls had a usage the "
+            "server did not state or that was not believable (missing, not numbers, negative, under half the "
+            "engine's own count): billed at the engine's own count (usage_estimated in the spend journal)",
             file=sys.stderr,
             flush=True,
         )
-    problem = record_problems(out)
+    problem = record_problems(audit)
     if problem:
         print(f"rise-batch run: warning: {problem}", file=sys.stderr, flush=True)
 

@@ -89,9 +89,9 @@ def spent_usd(directory: str | os.PathLike | AnyPath) -> float:
     return round(audit(directory).spent_usd, 8)
 
 
-def record_problems(directory: str | os.PathLike | AnyPath) -> str | None:
-    """The one warning line naming the files of `directory` that record less than was paid, or None."""
-    bad = audit(directory).problems
+def record_problems(checked: Audit) -> str | None:
+    """The one warning line naming the files of an audited directory that record less than was paid, or None."""
+    bad = checked.problems
     if not bad:
         return None
     named = "; ".join(bad[:3]) + (f"; and {len(bad) - 3} more" if len(bad) > 3 else "")

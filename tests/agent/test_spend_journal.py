@@ -93,3 +93,41 @@ def test_kill_9_mid_run_then_resume_pays_only_the_calls_in_flight_again_and_reco
     assert Spend.read(out).calls == calls + 4
     assert stats["spent_usd"] == pytest.approx(spent_usd(out)) and spent_usd(out) >= paid - 1e-9
     assert paid <= spent_usd(out) <= cap
+
+
+@pytest.mark.parametrize("usage", ["missing", "string", "nan", "x", "zeros", "tenth", "negative"])
+def test_a_server_whose_usage_lies_is_billed_at_the_engine_count_and_the_cap_holds(
+    agent_world, fake_server, capsys, usage
+):
+    q = queries(f"usage-{usage}", 3)
+    fake_server.configure(usage=usage)
+    out, cap = run_dir(f"usage-{usage}"), 0.02  # under what the 3 queries cost: the cap must stop the run
+    code = main(argv(out, q, fake_server.base_url, "--max-cost", str(cap)))
+    err = capsys.readouterr().err
+    assert code == 3, err
+    paid = bill(fake_server)
+    journal = Spend.read(out)
+    assert 0 < paid <= spent_usd(out) <= cap  # the record never below the bill, the cap never passed
+    assert journal.usage_estimated == journal.calls - journal.unsettled > 0
+    assert sum("billed at the engine's own count" in line for line in err.splitlines()) == 1, err
+
+
+def test_a_trajectory_file_recording_minus_100_is_named_once_and_never_lowers_what_was_spent(
+    agent_world, fake_server, capsys
+):
+    q = queries("edited", 2)
+    out = run_dir("edited")
+    assert main(argv(out, q, fake_server.base_url)) == 0
+    capsys.readouterr()
+    spent = spent_usd(out)
+    assert spent == pytest.approx(bill(fake_server))
+    path = next((out / "trajectories").glob("*.json"))
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps(record | {"cost_usd": -100}))
+
+    assert main([*argv(out, q, fake_server.base_url, "--max-cost", str(spent * 1.01)), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out.strip().splitlines()[-1])["spent_usd"] == pytest.approx(spent)
+    warnings = [line for line in captured.err.splitlines() if "record less than the spend journal" in line]
+    assert len(warnings) == 1 and path.name in warnings[0] and "cost_usd=-100" in warnings[0], captured.err
+    assert spent_usd(out) == pytest.approx(spent) and bill(fake_server) == pytest.approx(spent)
