@@ -7,9 +7,10 @@ sweep's OUT adds its cells' journals (`cells/*/`), whose judging is written in e
 
 The trajectory and judgment files are reports derived from the same calls, never the source: a file whose `cost_usd`
 is negative, not a finite number, or lower than the journal's figure for it is named in ONE warning line
-(`record_problems`) and never lowers what was spent. Only a run directory without a journal (one
-written before the journal existed) is counted at its files' (sane) figures. A file is compared with the journal's
-settled calls for it (`trajectory:<stem>`, `judgment:<stem>`): a call a kill left unsettled is in no file, by design.
+(`record_problems`) and never lowers what was spent. Only a file the journal has no call for (one written before
+the journal existed, a judgment of the Batch API) is counted at its own (sane) figure. A file is compared with the
+journal's settled calls for it (`trajectory:<stem>`, `judgment:<stem>`): a call a kill left unsettled is in no file,
+by design.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class Audit:
     recorded_usd: float = 0.0
     problems: list[str] = field(default_factory=list)
 
-    legacy_usd: float = 0.0  # what the files of run directories without a journal record
+    legacy_usd: float = 0.0  # what files the journal has no call for record (written before it; Batch API results)
 
     @property
     def spent_usd(self) -> float:
@@ -60,13 +61,11 @@ def audit(directory: str | os.PathLike | AnyPath) -> Audit:
     for run in run_dirs(location(directory)):
         spend = Spend.read(run)
         result.journal.add(spend)
-        recorded = 0.0
         for folder, key, fields in RECORDS:
             if (run / folder).is_dir():
-                recorded += _check_files(run / folder, key, fields, spend, result.problems)
-        result.recorded_usd += recorded
-        if not spend.calls:  # written before the journal existed: its files are all there is
-            result.legacy_usd += recorded
+                recorded, uncovered = _check_files(run / folder, key, fields, spend, result.problems)
+                result.recorded_usd += recorded
+                result.legacy_usd += uncovered
     return result
 
 
@@ -79,8 +78,7 @@ def judged_usd(run_dirs: list[Any]) -> float:
         spend = Spend.read(run)
         mine = [v for d in (spend.by_what, spend.unsettled_by_what) for k, v in d.items() if k.startswith("judgment:")]
         folder = run / "judgments"
-        files = _check_files(folder, "judgment", RECORDS[1][2], spend, []) if folder.is_dir() else 0.0
-        total += sum(mine) if mine else files
+        total += sum(mine) + (_check_files(folder, "judgment", RECORDS[1][2], spend, [])[1] if folder.is_dir() else 0)
     return round(total, 8)
 
 
@@ -101,9 +99,12 @@ def record_problems(checked: Audit) -> str | None:
     )
 
 
-def _check_files(folder: AnyPath, key: str, fields: tuple[str, ...], spend: Spend, problems: list[str]) -> float:
-    """The sane total the files of `folder` record; each file that records less than paid goes in `problems`."""
-    total = 0.0
+def _check_files(
+    folder: AnyPath, key: str, fields: tuple[str, ...], spend: Spend, problems: list[str]
+) -> tuple[float, float]:
+    """(the sane total the files of `folder` record, that of those the journal has no call for); each file that
+    records less than the journal's settled calls for it goes in `problems`."""
+    total = uncovered = 0.0
     for path in sorted(folder.glob("*.json")):
         try:
             record = read_json(path)
@@ -115,13 +116,16 @@ def _check_files(folder: AnyPath, key: str, fields: tuple[str, ...], spend: Spen
         said = [v for v in figures if v is not None]
         insane = [f"{f}={v!r}" for f, v in zip(fields, figures, strict=True) if v is not None and not _sane(v)]
         own = sum(v for v in said if _sane(v))
-        paid = spend.by_what.get(f"{key}:{path.stem}", 0.0)
+        what = f"{key}:{path.stem}"
+        paid = spend.by_what.get(what, 0.0)
+        if what not in spend.by_what and what not in spend.unsettled_by_what:
+            uncovered += own
         if insane:
             problems.append(f"{path.name}: {', '.join(insane)}")
         elif own + TOLERANCE_USD < paid:
             problems.append(f"{path.name}: cost ${own:.6f}, the journal ${paid:.6f}")
         total += own
-    return total
+    return total, uncovered
 
 
 def _field(record: dict[str, Any], dotted: str) -> Any:
