@@ -210,6 +210,7 @@ class _Cells:
             judge_cost = judged.cost_usd
             complete = complete and judged.failed == 0 and judged.unjudged_total == 0  # unjudged: graded again
         entry["status"] = "done" if complete else "incomplete"
+        out["spent_usd"] = directory_spent_usd(plan.cfg.out)  # the cell's journal: its agents and its judging
         self.state.record(cid, entry)
         acc = (entry.get("judge") or {}).get("accuracy")
         _log(
@@ -285,6 +286,7 @@ def run_sweep(cfg: SweepConfig, run: SweepRun | None = None) -> dict[str, Any]:
         "incomplete": sorted(c.cell_id for c, _ in plan if state.cells.get(c.cell_id, {}).get("status") != "done"),
         "cost_usd": round(spent_usd(cfg), 6),
     }
+    result["spent_usd"] = result["cost_usd"]  # the one name every command's summary uses for it
     if cfg.report and (report := report_sweep(cfg)) is not None:
         result["report"] = str(location(child(cfg.out, "report", "report.md")))
         result["plots"] = report["plots"]

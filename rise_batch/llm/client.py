@@ -186,6 +186,8 @@ class LLMClient:
 
     async def aclose(self) -> None:
         await self.transport.aclose()
+        if self.journal is not None:
+            self.journal.flush()  # object storage: the settlements waiting for the next reservation's PUT
 
     async def chat(self, messages: list[dict[str, Any]]) -> Reply:
         """The structuring transport: messages in, text and priced usage out (raises LLMError)."""

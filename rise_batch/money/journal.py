@@ -95,6 +95,12 @@ class JournalWriter:
         (self.dir / self.name / f"{self._seq:09d}.jsonl").write_bytes(b"".join(self._pending))
         self._pending = []
 
+    def flush(self) -> None:
+        """Put the settlements still waiting (object storage; a local journal is flushed line by line)."""
+        with self.lock:
+            if isinstance(self.dir, ObjectPath):
+                self._put()
+
     def close(self) -> None:
         with self.lock:
             if isinstance(self.dir, ObjectPath):
