@@ -113,8 +113,8 @@ class Bench:
         ]  # fmt: skip
 
     def start(self, out: Path, server: Server, cap: float | None) -> subprocess.Popen:
-        env = os.environ | {"PYTHONPATH": str(self.engine)}
-        return subprocess.Popen(self.argv(out, server, cap), env=env, stdout=subprocess.PIPE,
+        env = os.environ | {"PYTHONPATH": str(self.engine)}  # run from elsewhere: `-m` puts the cwd first on the path
+        return subprocess.Popen(self.argv(out, server, cap), env=env, cwd=self.root, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)  # fmt: skip
 
     def run(self, out: Path, server: Server, cap: float | None) -> int:
