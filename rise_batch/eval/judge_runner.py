@@ -251,6 +251,11 @@ async def grade_reply(
     plan.summary.cost_usd += judgment["cost_usd"]
     if judgment.get("unjudged"):
         plan.summary.unjudged += 1
+        forget = getattr(getattr(ask, "__self__", None), "forget", None)  # `ask`: an LLMClient's chat
+        if forget is not None:  # graded again by the next run, which buys fresh replies (money/replies.py)
+            forget(task.messages)
+            if len(replies) > 1:
+                forget(reask_messages(task.messages, reply.text, first.parse_error))
         plan.summary.errors.append(f"{task.trajectory.get('query_id')}: unjudged: {judgment['unjudged_reason']}")
         log.warning("judge: %s unjudged: %s", task.trajectory.get("query_id"), judgment["unjudged_reason"])
     _store(plan.run_dir, task.stem, judgment, task.trajectory, on_judged)

@@ -203,6 +203,13 @@ class LLMClient:
             return (await self._complete(messages, None, {}, typed=False)).reply
         return reply._replace(constrained=True)
 
+    def forget(self, messages: list[dict[str, Any]]) -> None:
+        """Drop the kept reply `chat(messages)` would be answered from (money/replies.py): the caller could not use
+        it, and the next call should buy a fresh one."""
+        if self.replies is not None:
+            fmt = {"response_format": self.response_format} if self.response_format is not None else {}
+            self.replies.forget(request_sha256(chat_request(self.config, messages, **fmt)))
+
     def _format_refused(self, exc: LLMError) -> None:
         """The server does not take response_format: the call goes on without it (so it is neither a failed call
         nor a second call), and no later request of this client sends it."""

@@ -6,7 +6,8 @@ body's hash up here first and, when a kept reply exists, answers from it without
 The rule is plain: **a request whose kept reply exists is answered from it**, within a run as across resumes. Two
 identical requests are one request (the same query sent twice on purpose gets the same answer; sampling several
 answers needs requests that differ, e.g. a seed in the prompt). A reply that was unusable (not JSON, no choices) is
-never kept, so the retry after it goes to the server.
+never kept, so the retry after it goes to the server; one its caller could not use (a judgment left `unjudged`) is
+forgotten by the caller (`LLMClient.forget`), so the next run buys a fresh one, as it did before replies were kept.
 
 Layout: `OUT/spend/replies/<sha[:2]>/<sha>.json` holding `{"completion": the API's reply object}`, whose `usage` is
 what was billed for it (the engine's own count when the server's was not believable). Written whole (atomically, or
@@ -53,6 +54,10 @@ class ReplyStore:
             return None
         completion = data.get("completion") if isinstance(data, dict) else None
         return completion if isinstance(completion, dict) and completion.get("choices") else None
+
+    def forget(self, sha256: str) -> None:
+        """Drop a kept reply, so that the request is bought again (a grader reply that could not be used)."""
+        self._path(sha256).unlink(missing_ok=True)
 
     def put(self, sha256: str, completion: dict[str, Any]) -> None:
         path = self._path(sha256)
