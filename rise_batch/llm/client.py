@@ -242,9 +242,9 @@ class LLMClient:
         sha = request_sha256(request) if self.replies is not None else ""
         if self.replies is not None and (kept := self.replies.get(sha)) is not None:
             return self._replayed(kept, typed)
-        # the model's own tokenizer, exactly: the worst case reserved must not be an undercount, and the reply's
-        # usage is checked against it (money/usage.py)
-        est = counter_for(self.config.model).request(request, exact=True)
+        # the model's own tokenizer, long texts sampled (trued up from the reply's usage), exactly when a dollar
+        # limit reserves from it (the worst case must not be an undercount); the reply's usage is checked against it
+        est = counter_for(self.config.model).request(request, exact=self.budget is not None)
         max_out = int(request.get("max_completion_tokens") or 0)
         worst = worst_case_usd(
             self.prices, self.config.model, est, max_out or UNCAPPED_WORST_OUTPUT, batch=self.batch_pricing
@@ -335,14 +335,16 @@ class LLMClient:
             try:
                 completion = parse_body(content)
             except UnusableReplyError:  # a 2xx is billed: what its body says of usage, checked against its size
-                tokens, estimated = checked_usage(usage_in_text(content), engine_input, -(-len(content) // 4))
+                tokens, estimated = checked_usage(
+                    usage_in_text(content), engine_input, -(-len(content) // 4), floor=self.budget is not None
+                )
                 billed = self._pay(tokens, estimated, paid, self.config.model)
                 raise
             choices = completion.get("choices")
             first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
             message = (first or {}).get("message")
             out = reply_output_tokens(self.config.model, message if isinstance(message, dict) else {})
-            tokens, estimated = checked_usage(completion.get("usage"), engine_input, out)
+            tokens, estimated = checked_usage(completion.get("usage"), engine_input, out, floor=self.budget is not None)
             billed = self._pay(tokens, estimated, paid, completion.get("model") or self.config.model)
             if first is None:
                 raise UnusableReplyError("the reply has no choices")

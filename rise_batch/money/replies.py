@@ -39,12 +39,17 @@ class ReplyStore:
 
     def __init__(self, out: str | os.PathLike | AnyPath) -> None:
         self.dir = journal_dir(out) / REPLIES
+        # a directory with no kept reply when this store was made (a first run) is not asked for each request:
+        # what this run keeps answers a later run
+        self.any = isinstance(self.dir, ObjectPath) or self.dir.is_dir()
 
     def _path(self, sha256: str) -> AnyPath:
         return self.dir / sha256[:2] / f"{sha256}.json"
 
     def get(self, sha256: str) -> dict[str, Any] | None:
         """The kept reply of this request, or None (none kept, or one that cannot be read: then it is bought)."""
+        if not self.any:
+            return None
         path = self._path(sha256)
         try:
             if not isinstance(path, ObjectPath) and not path.is_file():

@@ -7,7 +7,9 @@ engine counts every request body it sends and every reply it receives (llm/token
 - a usage that is missing, not numbers, negative, or whose prompt or total is less than half the engine's own count
   is replaced by the engine's count (nothing cached; a readable count above the engine's is kept), and the call is
   marked `usage_estimated`;
-- otherwise it is kept, but never below the engine's count (prompt and output each at least the engine's figure).
+- otherwise it is kept, but never below the engine's count (prompt and output each at least the engine's figure)
+  where that count is exact: under a dollar limit, whose reservations count every request exactly (without one,
+  long texts are counted from a sample, good enough to judge a usage but not to raise it).
 The engine cannot see tokens a reply does not show (a reasoning model's hidden reasoning): where usage is missing
 those are not in the estimate; where usage is given they are in it.
 """
@@ -56,11 +58,15 @@ def read_usage(usage: Any) -> Tokens | None:
     return Tokens(prompt, min(cached or 0, prompt), output)
 
 
-def checked_usage(usage: Any, engine_input: int, engine_output: int) -> tuple[Tokens, bool]:
-    """(what a reply is billed for, whether that is the engine's own count): see the module docstring."""
+def checked_usage(usage: Any, engine_input: int, engine_output: int, *, floor: bool = True) -> tuple[Tokens, bool]:
+    """(what a reply is billed for, whether that is the engine's own count): see the module docstring. `floor`: the
+    engine's count is exact (a capped run), so a believable usage is still never taken below it; a sampled count
+    (long texts scaled from their first 2 kB, +-10%) only judges whether the usage is believable."""
     told = read_usage(usage)
     if told is None or told.input * 2 < engine_input or (told.input + told.output) * 2 < engine_input + engine_output:
         if told is None:
             return Tokens(engine_input, 0, engine_output), True
         return Tokens(max(told.input, engine_input), 0, max(told.output, engine_output)), True
+    if not floor:
+        return told, False
     return Tokens(max(told.input, engine_input), told.cached, max(told.output, engine_output)), False
