@@ -16,9 +16,8 @@ from rise_batch.cli import main
 from rise_batch.money.journal import Spend
 from rise_batch.money.spent import spent_usd
 from tests.agent.helpers import run_dir, title_query, world, write_queries
+from tests.agent.test_cost_cap import argv as cost_cap_argv
 from tests.cli import cli, cli_argv, cli_env
-
-MODEL = "gpt-5.4-mini"
 
 
 def queries(name: str, n: int, marker: str = "") -> Path:
@@ -28,12 +27,7 @@ def queries(name: str, n: int, marker: str = "") -> Path:
 
 
 def argv(out: Path, q: Path, base_url: str, *more: str) -> list[str]:
-    w = world()
-    return [
-        "run", "--queries", str(q), "--out", str(out), "--docs", str(w.docs), "--index", str(w.index),
-        "--index-backend", "numpy", "--no-progress", "--base-url", base_url, "--model", MODEL, "--rpm", "1000000",
-        "--tpm", "10000000000", "--max-output-tokens", "2000", "--workers", "0", "--concurrency", "4", *more,
-    ]  # fmt: skip
+    return cost_cap_argv(out, q, base_url, "--workers", "0", "--concurrency", "4", *more)
 
 
 def bill(server) -> float:
