@@ -366,7 +366,7 @@ def run_trajectories(
     stats.ran, stats.skipped = len(plan.pending), len(plan.queries) - len(plan.pending)
     stats.wall_seconds = time.monotonic() - t0
     out = stats.to_json()
-    out["spent_usd"] = spent_usd(cfg.out)  # the journal's figure: all the run directory has paid, every resume
+    out["spent_usd"] = round(spent_usd(cfg.out), 6)  # the journal: all the run directory has paid, every resume
     money_lines(cfg.out)
     if stop is not None:
         raise CostLimitReached(budget_line(out, cfg, cap.limit if cap is not None else stop.limit))

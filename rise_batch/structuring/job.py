@@ -295,7 +295,7 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
 
 def with_spent(stats: StructureStats, cfg: StructureConfig) -> dict:
     """stats.json's figures and `spent_usd`: all OUT has paid, every resume (its spend journal, money/spent.py)."""
-    return stats.to_json() | {"spent_usd": spent_so_far(cfg.out)}
+    return stats.to_json() | {"spent_usd": round(spent_so_far(cfg.out), 6)}
 
 
 def verify_shards(
