@@ -81,6 +81,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ),
     ("rise_batch.corpus",),
     ("rise_batch.config",),
+    ("rise_batch.money",),  # the spend journal, kept replies, usage checks: what every paid call is written in
     ("rise_batch.llm",),
     ("rise_batch.structure",),
     ("rise_batch.executor",),

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from rise_batch.agent.inputs import check_sources
-from rise_batch.agent.ledger import recorded_spend
 from rise_batch.agent.pilot import pilot_sample, require_plan_price, run_plan
 from rise_batch.agent.run_config import RunConfig, config_hash
 from rise_batch.agent.run_stats import TRANSPORT_KEYS, RunStats, WorkerReport, cache_by_node, cache_line
@@ -39,7 +38,8 @@ from rise_batch.io import make_output_dir, read_json, supersede, write_json_atom
 from rise_batch.llm.cost_cap import CostCap
 from rise_batch.llm.errors import KeyRefused
 from rise_batch.llm.spend import BudgetExceeded, CostLimitReached, require_cap_price
-from rise_batch.money.spent import spent_usd
+from rise_batch.money.spent import audit as spend_audit
+from rise_batch.money.spent import record_problems, spent_usd
 from rise_batch.progress import Progress as Shown
 from rise_batch.prompts import load_prompt, prompt_hash
 from rise_batch.queries import Query, gold_label, read_queries, select_gold
@@ -313,10 +313,13 @@ def run_queries(
         outcomes.close()
 
 
-def verify_trajectories(plan: RunPlan, progress: Progress, nodes: dict[str, str]) -> list[WorkerReport]:
+def verify_trajectories(
+    plan: RunPlan, progress: Progress, nodes: dict[str, str], cap: CostCap | None = None
+) -> list[WorkerReport]:
     """The driver's check of what the workers reported: one trajectory file per query, under this config hash, on
-    its own view of the run directory. A query whose file it does not find runs once more; still missing, the job
-    fails naming the file and the node that wrote it. Returns the second pass's worker reports."""
+    its own view of the run directory. A query whose file it does not find runs once more (under the run's `cap`,
+    as the first pass); still missing, the job fails naming the file and the node that wrote it. Returns the second
+    pass's worker reports."""
 
     def missing() -> list[Query]:  # a retryable trajectory was written: the resume redoes it (RunIncomplete)
         return [q for q in plan.pending if not finished(plan.cfg.out, q.query_id, plan.config_hash, True)]
@@ -332,7 +335,7 @@ def verify_trajectories(plan: RunPlan, progress: Progress, nodes: dict[str, str]
         file=sys.stderr,
         flush=True,
     )
-    transport = run_queries(plan._replace(pending=gone), progress, nodes)
+    transport = run_queries(plan._replace(pending=gone), progress, nodes, cap)
     gone = missing()
     if gone:
         node = nodes.get(gone[0].query_id)
@@ -348,11 +351,12 @@ def verify_trajectories(plan: RunPlan, progress: Progress, nodes: dict[str, str]
 
 
 def run_cap(cfg: RunConfig) -> CostCap | None:
-    """--max-cost over the run's total: what RUN_DIR's trajectory files record (cut runs' spend included), asked
-    again whenever a stage starts, plus what the stage spends."""
+    """--max-cost over the run's total: what RUN_DIR's spend journal says was paid (money/spent.py: every call of
+    every resume, those a kill left unsettled at their worst case), asked again whenever a stage starts, plus what
+    the stage spends."""
     if cfg.max_cost_usd is None:
         return None
-    return CostCap(cfg.max_cost_usd, lambda: recorded_spend(location(cfg.out) / TRAJECTORIES))
+    return CostCap(cfg.max_cost_usd, lambda: spent_usd(cfg.out))
 
 
 @holding("rise-batch run")
@@ -385,7 +389,7 @@ def run_trajectories(
     try:
         if plan.pending:
             reports = run_queries(plan, progress, nodes, cap)
-            reports += verify_trajectories(plan, progress, nodes)
+            reports += verify_trajectories(plan, progress, nodes, cap)
     except BudgetExceeded as e:  # what ran is in its files; the driver's check is the resume's
         stop = e
     finally:
@@ -408,6 +412,8 @@ def run_trajectories(
     stats.ran, stats.skipped = len(plan.pending), len(plan.queries) - len(plan.pending)
     stats.wall_seconds = time.monotonic() - t0
     out = stats.to_json()
+    out["spent_usd"] = round(spent_usd(cfg.out), 6)  # the journal: all the run directory has paid, every resume
+    money_lines(cfg.out)
     if stop is not None:
         raise with_result(CostLimitReached(budget_line(out, cfg, cap.limit if cap is not None else stop.limit)), out)
     if pilot_only:
@@ -423,6 +429,24 @@ def run_trajectories(
     return out
 
 
+def money_lines(out: str) -> None:
+    """The run's one line about replies billed at the engine's own count, and its one line about trajectory files
+    that record less than the journal (money/spent.py), on stderr."""
+    audit = spend_audit(out)
+    estimated = audit.journal.usage_estimated
+    if estimated:
+        print(
+            f"rise-batch run: {estimated} of the run directory's {audit.journal.calls} model calls had a usage the "
+            "server did not state or that was not believable (missing, not numbers, negative, under half the "
+            "engine's own count): billed at the engine's own count (usage_estimated in the spend journal)",
+            file=sys.stderr,
+            flush=True,
+        )
+    problem = record_problems(audit)
+    if problem:
+        print(f"rise-batch run: warning: {problem}", file=sys.stderr, flush=True)
+
+
 def budget_line(stats: dict[str, Any], cfg: RunConfig, limit: float) -> str:
     """The one line a run stopped at --max-cost ends with: what its files record as spent, what was cut, how to go
     on."""
@@ -432,8 +456,8 @@ def budget_line(stats: dict[str, Any], cfg: RunConfig, limit: float) -> str:
     )
     left = stats["missing"] + stats["retryable"]
     return (
-        f"stopped at the cost limit: the run has spent ${stats['spent_usd']:.4f} of --max-cost ${limit:.4f} (the "
-        f"sum of what its trajectory files record{earlier}); {stats['trajectories'] - stats['retryable']} of "
+        f"stopped at the cost limit: the run has spent ${stats['spent_usd']:.4f} of --max-cost ${limit:.4f} (what "
+        f"its spend journal records{earlier}); {stats['trajectories'] - stats['retryable']} of "
         f"{stats['queries']} queries are done, {cut} trajectories were cut by the limit (stop reason budget, marked "
         f"retryable, their spend recorded) and {left} queries are left. Re-run the same command with a higher "
         f"--max-cost to continue: the cut trajectories run again, and what they spent so far is reported as "
@@ -447,7 +471,7 @@ def summary_line(stats: dict[str, Any], out: str) -> str:
     keys = ("queries", "ran", "skipped", "model_calls_mean", "input_tokens", "output_tokens")
     sent = stats.get("transport")  # only when this invocation sent requests: never a 0 that was not measured
     transport = f" retries={sent.get('retries', 0)} 429s={sent.get('rate_limited', 0)}" if sent else ""
-    cost = f"cost_usd={stats['cost_usd']}"
+    cost = f"cost_usd={stats['cost_usd']} spent_usd={stats['spent_usd']}"
     if stats.get("earlier_cost_usd"):  # cut runs of re-run trajectories: paid, and not in cost_usd
         cost += f" earlier_cost_usd={stats['earlier_cost_usd']}"
     if stats.get("cost_lower_bound"):

@@ -40,19 +40,3 @@ def earlier_spend(path: AnyPath) -> dict[str, Any] | None:
 def spent_usd(record: dict[str, Any]) -> float:
     """What one trajectory file records as paid: its own cost and its cut runs'."""
     return float(record.get("cost_usd") or 0.0) + float((record.get(EARLIER) or {}).get("cost_usd") or 0.0)
-
-
-def recorded_spend(trajectories_dir: AnyPath) -> float:
-    """Dollars every trajectory file of a run directory records (unreadable files count nothing: they are
-    refused, named, where the run reads them)."""
-    if not trajectories_dir.is_dir():
-        return 0.0
-    total = 0.0
-    for path in trajectories_dir.glob("*.json"):
-        try:
-            record = read_json(path)
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict):
-            total += spent_usd(record)
-    return total

@@ -130,8 +130,8 @@ class RunConfig:
         None,
         flag="--max-cost",
         metavar="USD",
-        help="stop cleanly (exit code 3) before the run's total cost, what RUN_DIR records included, would pass USD; "
-        "re-run with more to continue",
+        help="stop cleanly (exit code 3) before the run's total cost, what RUN_DIR's spend journal records included, "
+        "would pass USD; re-run with more to continue",
     )
     pilot: int = option(DEFAULT_PILOT, help="--plan: queries run for real first (a seeded sample; finished ones count)")
     api: str = option("chat", choices=lambda: list(APIS), help="chat completions or the Responses API")

@@ -16,7 +16,10 @@ from rise_batch.io import read_json
 from rise_batch.queries import Query
 
 # the client counters a run's stats show (per-worker sums); the others are for the structure job's
-TRANSPORT_KEYS = ("calls", "attempts", "retries", "rate_limited", "server_errors", "timeouts", "failures")
+TRANSPORT_KEYS = (
+    *("calls", "attempts", "retries", "rate_limited", "server_errors", "timeouts", "failures"),
+    *("usage_estimated", "replayed"),  # replies billed at the engine's own count; calls answered from kept replies
+)
 
 
 class WorkerReport(NamedTuple):

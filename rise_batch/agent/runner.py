@@ -35,6 +35,7 @@ from rise_batch.executor.local import node_cpus
 from rise_batch.index.retriever import open_retriever, parse_retriever
 from rise_batch.io import read_json, write_json_atomic
 from rise_batch.llm.errors import KeyRefused
+from rise_batch.money.journal import spend_what
 from rise_batch.names import safe_stem as safe_name  # a query id's file stem
 from rise_batch.prompts import load_prompt
 from rise_batch.queries import Query
@@ -140,7 +141,8 @@ class WorkerContext:
         # the files the view's entries point at (RISE-TOC: the structured files), which its `read` opens
         self.lines = DocStore(system_docs(cfg, view.lines_of)) if view.lines_of else None
         self.cost_budget = budget  # --max-cost: what every model call reserves from (llm/cost_cap.worker_budget)
-        self.client = client_from_config(cfg.llm, limiter=limiter, api=cfg.api, budget=budget)  # api: a wrapper
+        # api: a wrapper; out: every call is written in the run directory's spend journal (money/journal.py)
+        self.client = client_from_config(cfg.llm, limiter=limiter, api=cfg.api, budget=budget, out=self.run_dir)
         self.params: dict[str, Any] = {}
         if cfg.api == "responses":
             self.params["prompt_cache_key"] = f"rise-batch:{self.system.name}:{config_hash}"
@@ -278,6 +280,7 @@ async def run_query(ctx: WorkerContext, query: Query, attempt: int = 1) -> dict[
         ctx.first_trajectory_s = round(time.monotonic() - ctx.started, 3)
     earlier = earlier_spend(trajectory_path(ctx.run_dir, query.query_id))
     name = safe_name(query.query_id)
+    spend_what.set(f"trajectory:{name}")  # the journal's entries of this trajectory's calls (money/spent.py)
     ws_path = ctx.ws_root / name
     if ws_path.exists():  # left by a worker that died running this query
         shutil.rmtree(ws_path, ignore_errors=True)

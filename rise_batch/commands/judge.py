@@ -59,12 +59,12 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from rise_batch.commands.json_exit import json_on_every_exit
-    from rise_batch.eval.judge_runner import recorded_judge_spend
     from rise_batch.eval.judging import judge_run_sync
     from rise_batch.eval.sweep import JudgeSpec, judge_llm_config
     from rise_batch.llm.cost_cap import CostCap
     from rise_batch.llm.simulated import cost_label
     from rise_batch.llm.spend import CostLimitReached, require_cap_price
+    from rise_batch.money.spent import judged_usd
     from rise_batch.progress import Progress
 
     llm = judge_llm_config(
@@ -85,8 +85,8 @@ def run(args: argparse.Namespace) -> int:
     if limit is not None and limit <= 0:
         raise ValueError(f"--max-cost must be > 0, got {limit!r}")
     require_cap_price(llm.model, llm.prices_file, limit, llm.max_output_tokens)
-    # one limit over every run directory judged together: what all their judgment files record counts
-    cap = CostCap(limit, lambda: recorded_judge_spend(args.run_dirs)) if limit is not None else None
+    # one limit over every run directory judged together: what their spend journals record for judgments counts
+    cap = CostCap(limit, lambda: judged_usd(args.run_dirs)) if limit is not None else None
     failed = unjudged = left = 0
     results = {}
     label = cost_label(llm.base_url)  # the fake server's costs are printed as simulated
@@ -111,17 +111,7 @@ def run(args: argparse.Namespace) -> int:
         results[run_dir] = s.as_dict() | {"cost_simulated": bool(label)}
         failed += s.failed
         unjudged += s.unjudged_total
-        print(
-            f"judge {run_dir}: {s.total} trajectories, {s.skipped_existing} already judged, exact {s.exact}, "
-            f"llm {s.llm}, empty {s.empty}, no gold {s.no_gold}, failed {s.failed}, unjudged {s.unjudged}, "
-            f"re-asks {s.reasks}, judge cost ${s.cost_usd:.4f}{label}"
-            + (f", {s.left_by_budget} left by --max-cost" if s.left_by_budget else "")
-        )
-        if s.structured_output_disabled:
-            print(f"judge {run_dir}: the server refused structured outputs; graded without the grader schema")
-        for e in s.errors[:5]:
-            print(f"  error: {e}")
-        print(f"judge {run_dir}: {accuracy_line(s)}")
+        print_summary(run_dir, s, label)
     shown.close()
     if args.json:
         print(json.dumps(results, indent=2))
@@ -138,11 +128,26 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed or unjudged else 0
 
 
+def print_summary(run_dir: str, s: JudgeSummary, label: str) -> None:
+    """What one run directory's judging did: counts, its cost, errors and accuracy."""
+    print(
+        f"judge {run_dir}: {s.total} trajectories, {s.skipped_existing} already judged, exact {s.exact}, "
+        f"llm {s.llm}, empty {s.empty}, no gold {s.no_gold}, failed {s.failed}, unjudged {s.unjudged}, "
+        f"re-asks {s.reasks}, judge cost ${s.cost_usd:.4f}{label}"
+        + (f", {s.left_by_budget} left by --max-cost" if s.left_by_budget else "")
+    )
+    if s.structured_output_disabled:
+        print(f"judge {run_dir}: the server refused structured outputs; graded without the grader schema")
+    for e in s.errors[:5]:
+        print(f"  error: {e}")
+    print(f"judge {run_dir}: {accuracy_line(s)}")
+
+
 def budget_line(cap, left: int, run_dirs: list[str]) -> str:
-    """The one line a judging stopped at --max-cost ends with: what the judgment files record, what is left."""
+    """The one line a judging stopped at --max-cost ends with: what the spend journals record, what is left."""
     return (
-        f"stopped at the cost limit: the judging has spent ${cap.recorded():.4f} of --max-cost ${cap.limit:.4f} (the "
-        f"sum of what the judgment files of {', '.join(run_dirs)} record); {left} queries were not graded (no "
+        f"stopped at the cost limit: the judging has spent ${cap.recorded():.4f} of --max-cost ${cap.limit:.4f} "
+        f"(what the spend journals of {', '.join(run_dirs)} record for judging); {left} queries were not graded (no "
         "judgment written) and run directories after the one that reached the limit were not started. Re-run the "
         "same command with a higher --max-cost to continue: judged queries are skipped, and what a replaced "
         "judgment paid is kept as its earlier_cost_usd"

@@ -87,7 +87,9 @@ async def judge_run_batch(
     finally:
         await client.close()
     # re-asks (and refusals) online, reserving from the same budget
-    async with client_from_config(llm, response_format=GRADER_RESPONSE_FORMAT, budget=budget) as online:
+    async with client_from_config(
+        llm, response_format=GRADER_RESPONSE_FORMAT, budget=budget, out=plan.run_dir
+    ) as online:
         for stem, task in tasks.items():
             result = results.get(stem)
             if result is not None and refuses_response_format(result.status_code, result.error_message):

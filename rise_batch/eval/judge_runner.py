@@ -49,6 +49,7 @@ from rise_batch.llm.cost_cap import CostCap, worker_budget
 from rise_batch.llm.errors import LLMError
 from rise_batch.llm.limiter import Limiter
 from rise_batch.llm.spend import BudgetExceeded, CostBudget
+from rise_batch.money.journal import spend_what
 from rise_batch.prompts import load_prompt, prompt_hash
 from rise_batch.queries import answers_by_id
 
@@ -176,17 +177,6 @@ def judgment_spend(judgment: dict[str, Any] | None) -> float:
     return float(judgment.get("cost_usd") or 0.0) + float(judgment.get("earlier_cost_usd") or 0.0)
 
 
-def recorded_judge_spend(run_dirs: Sequence[str | Path]) -> float:
-    """Dollars the judgment files of these run directories record: what a judging's --max-cost counts first."""
-    total = 0.0
-    for run_dir in run_dirs:
-        try:
-            total += sum(judgment_spend(j) for j in load_run(run_dir).judgments.values())
-        except FileNotFoundError:
-            continue
-    return total
-
-
 class JudgePlan(NamedTuple):
     run_dir: Path
     prompt_id: str
@@ -261,6 +251,11 @@ async def grade_reply(
     plan.summary.cost_usd += judgment["cost_usd"]
     if judgment.get("unjudged"):
         plan.summary.unjudged += 1
+        forget = getattr(getattr(ask, "__self__", None), "forget", None)  # `ask`: an LLMClient's chat
+        if forget is not None:  # graded again by the next run, which buys fresh replies (money/replies.py)
+            forget(task.messages)
+            if len(replies) > 1:
+                forget(reask_messages(task.messages, reply.text, first.parse_error))
         plan.summary.errors.append(f"{task.trajectory.get('query_id')}: unjudged: {judgment['unjudged_reason']}")
         log.warning("judge: %s unjudged: %s", task.trajectory.get("query_id"), judgment["unjudged_reason"])
     _store(plan.run_dir, task.stem, judgment, task.trajectory, on_judged)
@@ -274,6 +269,7 @@ async def grade_online(
     on_judged: Callable[[dict[str, Any]], None] | None = None,
 ) -> None:
     """Ask the grader online and record the judgment, or the failure (no file: the next run retries it)."""
+    spend_what.set(f"judgment:{task.stem}")  # the journal's entries of this judgment's calls (money/spent.py)
     try:
         reply = await ask(task.messages)
     except LLMError as e:
@@ -315,7 +311,9 @@ async def judge_run(
     if getattr(budget, "tripped", None) is not None:  # the records already reach the limit: nothing is sent
         plan.summary.left_by_budget = len(plan.todo)
         return plan.summary
-    client = client_from_config(llm, limiter=limiter, response_format=GRADER_RESPONSE_FORMAT, budget=budget)
+    client = client_from_config(
+        llm, limiter=limiter, response_format=GRADER_RESPONSE_FORMAT, budget=budget, out=plan.run_dir
+    )
     async with client:
 
         async def worker() -> None:

@@ -66,7 +66,7 @@ class JudgeSpec:
         None,
         flag="--max-cost",
         metavar="USD",
-        help="stop cleanly (exit code 3) before the judging's total cost, what the judgment files record included, "
+        help="stop cleanly (exit code 3) before the judging's total cost, what its spend journals record included, "
         "would pass USD; re-run with more to continue",
     )
 
@@ -111,7 +111,7 @@ class SweepRun:
         None,
         flag="--max-cost",
         metavar="USD",
-        help="one cap on the whole sweep's spend (agents and judge, what OUT already records included); exit 3",
+        help="one cap on the whole sweep's spend (agents and judge, what OUT's spend journals record included); exit 3",
         shown="the config's `max_cost_usd`, else none",
     )
     force_judge: bool = option(False, help="re-grade every cell's answers")

@@ -31,13 +31,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from rise_batch.agent.job import Progress, prepare_run
-from rise_batch.agent.ledger import recorded_spend
 from rise_batch.agent.pilot import pilot_sample, require_plan_price
 from rise_batch.agent.run_stats import RunStats
-from rise_batch.agent.runner import TRAJECTORIES
 from rise_batch.dirlock import claim, holding
 from rise_batch.errors import with_result
-from rise_batch.eval.judge_runner import recorded_judge_spend
 from rise_batch.eval.judging import judge_run_sync
 from rise_batch.eval.report import write_report
 from rise_batch.eval.report_spend import directory_spend, total_spend
@@ -47,6 +44,7 @@ from rise_batch.eval.sweep_queue import CellRun, prepare_cells, run_queue
 from rise_batch.io import make_output_dir, read_json, write_json_atomic
 from rise_batch.llm.cost_cap import HeldCap
 from rise_batch.llm.spend import BudgetExceeded, CostLimitReached, require_cap_price
+from rise_batch.money.spent import spent_usd as directory_spent_usd
 from rise_batch.storage import AnyPath, child, location, redact
 
 STATE = "sweep.json"
@@ -141,11 +139,9 @@ def plan_sweep(cfg: SweepConfig, only: list[str] | None = None) -> list[tuple[An
 
 
 def spent_usd(cfg: SweepConfig) -> float:
-    """What the sweep's OUT records it has spent, agents and judge, every cell: the sum over its trajectory files
-    (cut runs' spend included) and judgment files (replaced judgments' too), a killed driver's as well. The ledger
-    the sweep's cap is on, asked afresh on every invocation."""
-    dirs = [d for d in (cell_dir(cfg, c) for c in expand(cfg)) if (d / TRAJECTORIES).is_dir()]
-    return sum(recorded_spend(d / TRAJECTORIES) for d in dirs) + recorded_judge_spend(dirs)
+    """All the sweep's OUT has paid, agents and judge, every cell (money/spent.py: the cells' spend journals, a
+    killed driver's calls at their worst case). What the sweep's cap is on, asked afresh on every invocation."""
+    return directory_spent_usd(cfg.out)
 
 
 def sweep_cap(
@@ -181,7 +177,7 @@ def cap_line(cfg: SweepConfig, state: SweepState, plan: list[tuple[Any, Any]]) -
     done = sum(1 for c, _ in plan if (state.cells.get(c.cell_id) or {}).get("status") == "done")
     return (
         f"sweep {cfg.name}: stopped at the cost limit: the sweep has spent ${spent_usd(cfg):.4f} of --max-cost "
-        f"${cfg.max_cost_usd:.4f} (the sum of what its cells' trajectory and judgment files record); {done} of "
+        f"${cfg.max_cost_usd:.4f} (what its cells' spend journals record); {done} of "
         f"{len(plan)} cells are done, trajectories cut by the limit end with stop reason budget (marked retryable, "
         f"their spend recorded){f', {cut} in cells already recorded' if cut else ''}. Re-run the same command with a "
         f"higher --max-cost to continue: finished work is not paid again. (out={redact(cfg.out)})"
@@ -240,6 +236,7 @@ class _Cells:
             complete = complete and judged.failed == 0 and judged.unjudged_total == 0  # unjudged: graded again
         entry["status"] = "done" if complete else "incomplete"
         entry["spent"] = directory_spend(plan.cfg.out)  # agents, judge, total: what the cell has paid so far
+        out["spent_usd"] = entry["spent"]["spent_usd"]  # the cell's journal: its agents and its judging
         self.state.record(cid, entry)
         acc = (entry.get("judge") or {}).get("accuracy")
         _log(

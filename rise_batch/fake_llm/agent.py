@@ -13,6 +13,8 @@ Behaviours that exercise budgets and failures are chosen per query by markers in
     answer            the scripted trajectory (default)
     never-answer      keeps calling tools forever (for max_calls)
     hang[=S]          the model call does not return for S seconds (default 600)
+    hang-at=N         the model call of turn N (0: the first) does not return for 600 s (a process killed with
+                      calls in flight: the calls before it are answered and paid)
     sleep=S           every model call takes S seconds longer
     tool-sleep=S      first runs `sleep S` in bash (a slow tool)
     calls=N           pads the trajectory with grep calls until N tool turns were made
@@ -266,6 +268,10 @@ class AgentResponder:
             return 0.0
         behaviour = {**self.default, **markers(_question(request))}
         hang = float(behaviour["hang"] or 600) if "hang" in behaviour else 0.0
+        if "hang-at" in behaviour and sum(m.get("role") == "assistant" for m in request.messages) == int(
+            behaviour["hang-at"] or 0
+        ):
+            hang = 600.0
         return hang + (float(behaviour["sleep"]) if behaviour.get("sleep") else 0.0)
 
     def respond(self, request: ChatRequest) -> dict[str, Any]:

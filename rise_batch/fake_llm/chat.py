@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from rise_batch.fake_llm.agent import AgentResponder
-from rise_batch.fake_llm.faults import choose_fault, latency_s
+from rise_batch.fake_llm.faults import choose_fault, latency_s, reported_usage
 from rise_batch.fake_llm.http import BadRequest, HttpRequest, HttpResponse, Steps, error_body, json_response
 from rise_batch.fake_llm.judge import JudgeResponder
 from rise_batch.fake_llm.request import ChatRequest, Responder
@@ -156,9 +156,11 @@ def complete(
             "created": int(time.time()),
             "model": request.model,
             "choices": choices,
-            "usage": counts,
+            "usage": reported_usage(cfg.usage, counts),
             "system_fingerprint": "fake-llm",
         }
+        if body["usage"] is None:
+            del body["usage"]
         return 200, body, state.ratelimit_headers(), log
     finally:
         state.end()

@@ -27,8 +27,11 @@ _PROBABILITY_FIELD = {
     "surrogate": "p_surrogate",
 }
 RETRY_AFTER_STYLES = ("both", "ms", "seconds", "none")
+# what a 2xx reply's `usage` says (the server's bill, its log, always holds the true counts): a server that bills
+# one thing and reports another, for the spend journal's usage checks (money/usage.py)
+USAGE_FAULTS = ("honest", "missing", "string", "nan", "x", "zeros", "tenth", "negative")
 _INTS = ("seed", "max_faults_per_key", "rpm_limit", "tpm_limit", "n_ctx")
-_STRINGS = ("retry_after_style", "require_key", "response_format")
+_STRINGS = ("retry_after_style", "require_key", "response_format", "usage")
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,13 @@ class FaultConfig:
         "'response_format not supported', as a provider without structured outputs)",
     )
 
+    usage: str = option(
+        "honest",
+        parse=str,
+        help='what every 2xx reply\'s usage says: honest, missing, string ("12"), nan, x, zeros, tenth (a tenth of '
+        "the tokens) or negative; the server's own bill (GET /v1/_stats bill_usd) counts the true tokens",
+    )
+
     def __post_init__(self) -> None:
         self._check_types()
         named = {f: getattr(self, f) for f in _PROBABILITY_FIELD.values()}
@@ -93,6 +103,8 @@ class FaultConfig:
                 raise ValueError(f"{name} must be > 0 or None, got {getattr(self, name)!r}")
         if self.limit_window_s <= 0:
             raise ValueError(f"limit_window_s must be > 0, got {self.limit_window_s!r}")
+        if self.usage not in USAGE_FAULTS:
+            raise ValueError(f"usage must be one of {', '.join(USAGE_FAULTS)}, got {self.usage!r}")
         if self.response_format not in ("obey", "refuse"):  # fake_llm/schema.py RESPONSE_FORMAT_MODES
             raise ValueError(f"response_format must be 'obey' or 'refuse', got {self.response_format!r}")
 
@@ -144,6 +156,24 @@ def choose_fault(config: FaultConfig, key: str, attempt: int) -> str | None:
     return None
 
 
+def reported_usage(mode: str, counts: dict[str, Any]) -> Any:
+    """The `usage` a reply states under usage fault `mode` (`counts`: the true ones, which the server bills)."""
+    if mode == "honest":
+        return counts
+    if mode == "missing":
+        return None
+    scale = {"zeros": 0.0, "tenth": 0.1, "negative": -1.0}.get(mode)
+    value = {"string": lambda n: str(n), "nan": lambda n: math.nan, "x": lambda n: "x"}.get(mode)
+    if value is None:
+        value = lambda n: int(n * scale)  # noqa: E731
+    return {
+        **counts,
+        "prompt_tokens": value(counts["prompt_tokens"]),
+        "completion_tokens": value(counts["completion_tokens"]),
+        "total_tokens": value(counts["total_tokens"]),
+    }
+
+
 def latency_s(config: FaultConfig, key: str, attempt: int) -> float:
     jitter = config.latency_jitter_ms * draw(config.seed, key, attempt, "latency") if config.latency_jitter_ms else 0
     return (config.latency_ms + jitter) / 1000.0
@@ -159,7 +189,7 @@ FAULT_OPTIONS = Layout(
                 *("latency_ms", "latency_jitter_ms", "p429", "p500", "p_hang", "p_malformed", "p_empty", "p400"),
                 "p_surrogate",
                 *("seed", "max_faults_per_key", "retry_after_ms", "hang_s", "rpm_limit", "tpm_limit"),
-                *("limit_window_s", "require_key", "response_format", "n_ctx"),
+                *("limit_window_s", "require_key", "response_format", "n_ctx", "usage"),
             ),
         ),
     ),

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rise_batch.fake_llm.faults import FaultConfig
+from rise_batch.llm.pricing import PriceTable
 from rise_batch.llm.ratelimit import SlidingWindow
 
 
@@ -23,6 +24,7 @@ class ServerState:
         self.stop = threading.Event()  # set on shutdown: ends hangs and latency sleeps at once
         self.config = config
         self._log_limit = log_limit
+        self._prices = PriceTable.load()
         self.reset()
 
     def reset(self) -> None:
@@ -33,6 +35,7 @@ class ServerState:
             self._log: deque[dict[str, Any]] = deque(maxlen=self._log_limit)
             self._logged = 0
             self._counts: Counter[str] = Counter()
+            self._bill = 0.0
             self.in_flight = 0
             self.max_in_flight = 0
             self._new_windows()
@@ -122,6 +125,11 @@ class ServerState:
                 c[f"fault:{entry['fault']}"] += 1
             for field in ("prompt_tokens", "cached_tokens", "completion_tokens"):
                 c[field] += entry.get(field, 0)
+            if "prompt_tokens" in entry:  # a reply was generated: billed, whatever it said of its usage
+                prompt, cached, output = (
+                    entry.get(f, 0) for f in ("prompt_tokens", "cached_tokens", "completion_tokens")
+                )
+                self._bill += self._prices.cost(str(entry.get("model") or ""), prompt, cached, output)
 
     def stats(self) -> dict[str, Any]:
         with self.lock:
@@ -138,6 +146,7 @@ class ServerState:
                 "prompt_tokens": c["prompt_tokens"],
                 "cached_tokens": c["cached_tokens"],
                 "completion_tokens": c["completion_tokens"],
+                "bill_usd": round(self._bill, 10),  # what a provider would bill, at rise_batch/data/prices.yaml
                 "distinct_keys": len(self._attempts),
                 "in_flight": self.in_flight,
                 "max_in_flight": self.max_in_flight,

@@ -11,13 +11,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rise_batch.errors import ConfigError
 from rise_batch.index.build import build_index
 from rise_batch.index.dense import DenseIndex, build_dense
-from rise_batch.index.embedders import load_embedder
+from rise_batch.index.dense_checkpoint import recorded_cost
+from rise_batch.index.embed_remote import endpoint_config
+from rise_batch.index.embedders import EMBEDDERS, load_embedder, parse_embedder
 from rise_batch.index.hybrid import HybridIndex
 from rise_batch.index.retriever_kinds import PartBuild
 from rise_batch.index.search import load_index
 from rise_batch.index.shards import RayShardRunner
+from rise_batch.llm.pricing import PriceTable
+from rise_batch.llm.spend import CostBudget
 
 
 def build_bm25(job: PartBuild) -> str:
@@ -55,13 +60,6 @@ def remote_embedding(args: Any, out: str | Path | None) -> dict[str, Any] | None
     """What a remote embedder (`openai:MODEL`) is loaded with: its endpoint (--base-url, the key's variable, the
     limits, checked now), the --max-cost budget (what the finished shards of a killed build at `out` paid counts as
     spent), the inputs per request. None for a local embedder."""
-    from rise_batch.errors import ConfigError
-    from rise_batch.index.dense_checkpoint import recorded_cost
-    from rise_batch.index.embed_remote import endpoint_config
-    from rise_batch.index.embedders import EMBEDDERS, parse_embedder
-    from rise_batch.llm.pricing import PriceTable
-    from rise_batch.llm.spend import CostBudget
-
     spec = parse_embedder(args.embedder)
     if not EMBEDDERS.lookup(spec.kind).remote:
         return None

@@ -55,6 +55,9 @@ from rise_batch.llm.retry import Verdict, classify
 from rise_batch.llm.spend import worst_case_usd
 from rise_batch.llm.tokens import counter_for
 from rise_batch.llm.transport import CHAT_PATH, EMBEDDINGS_PATH, Transport, make_transport
+from rise_batch.money.journal import spend_what, writer_for
+from rise_batch.money.replies import ReplyStore, request_sha256
+from rise_batch.money.usage import Tokens, checked_usage, read_usage
 from rise_batch.types import Reply
 
 log = logging.getLogger(__name__)
@@ -80,6 +83,8 @@ class LLMStats:
     cost_usd: float = 0.0
     structured_output_refused: int = 0  # requests a server refused for their response_format (sent again without)
     structured_output_disabled: int = 0  # 1 once this client stopped sending response_format (summed: workers)
+    usage_estimated: int = 0  # replies billed at the engine's own count: their usage was missing or not believable
+    replayed: int = 0  # calls answered from a kept reply (money/replies.py): no request, no spend
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,12 +125,22 @@ class Completion(NamedTuple):
 
 def usage_tokens(usage: Any) -> tuple[int, int, int] | None:
     """A reply's `usage` as (input, cached input, output) tokens; None when it says nothing readable."""
-    if not isinstance(usage, dict):
-        return None
-    prompt, output = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-    details = usage.get("prompt_tokens_details")
-    cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
-    return prompt, cached, output
+    tokens = read_usage(usage)
+    return None if tokens is None else tuple(tokens)  # type: ignore[return-value]
+
+
+# the output side of a reservation when the request sets no reply cap (no --max-output-tokens): a worst case is
+# needed for a call a kill leaves unsettled, and no reply of the models priced here is longer
+UNCAPPED_WORST_OUTPUT = 128_000
+
+
+def reply_output_tokens(model: str, message: dict[str, Any]) -> int:
+    """The engine's own count of what a reply shows: its text and its tool calls' JSON."""
+    text = message.get("content") or ""
+    calls = message.get("tool_calls")
+    if calls:
+        text = (text if isinstance(text, str) else json.dumps(text)) + json.dumps(calls)
+    return counter_for(model).count(text if isinstance(text, str) else json.dumps(text))
 
 
 class LLMClient:
@@ -147,12 +162,14 @@ class LLMClient:
         api: str = "chat",
         response_format: dict[str, Any] | None = None,
         budget: Any = None,
+        out: Any = None,
     ) -> None:
         """`http_backend` overrides `config.http_backend`; `api`: "chat" or "responses" (transport.APIS);
         `response_format`: what chat() sends while `config.structured_output` is on (see the module docstring);
         `budget`: a dollar limit (llm.spend.CostBudget, or a Ray job's RemoteBudget) every HTTP attempt reserves its
         worst case from before it is sent (`admit`), and settles with what it cost (BudgetExceeded when it would
-        not fit)."""
+        not fit); `out`: the output directory whose spend journal every HTTP attempt is written in before it is
+        sent (money/journal.py), and whose kept replies answer a request sent again (money/replies.py)."""
         self.config = config
         self.response_format = response_format if config.structured_output else None
         self.limiter: Limiter = limiter or AsyncLimiter(
@@ -165,6 +182,8 @@ class LLMClient:
         self._sleep = sleep
         self.stats = LLMStats()
         self.budget = budget
+        self.journal = writer_for(out) if out is not None else None
+        self.replies = ReplyStore(out) if out is not None else None
         self.refused: str | None = None  # why the endpoint refused the key, once it has
         self.transport: Transport = make_transport(config, http_backend=http_backend, api=api)
 
@@ -176,6 +195,8 @@ class LLMClient:
 
     async def aclose(self) -> None:
         await self.transport.aclose()
+        if self.journal is not None:
+            self.journal.flush()  # object storage: the settlements waiting for the next reservation's PUT
 
     async def chat(self, messages: list[dict[str, Any]]) -> Reply:
         """The structuring transport: messages in, text and priced usage out (raises LLMError)."""
@@ -190,6 +211,13 @@ class LLMClient:
             self._format_refused(e)
             return (await self._complete(messages, None, {}, typed=False)).reply
         return reply._replace(constrained=True)
+
+    def forget(self, messages: list[dict[str, Any]]) -> None:
+        """Drop the kept reply `chat(messages)` would be answered from (money/replies.py): the caller could not use
+        it, and the next call should buy a fresh one."""
+        if self.replies is not None:
+            fmt = {"response_format": self.response_format} if self.response_format is not None else {}
+            self.replies.forget(request_sha256(chat_request(self.config, messages, **fmt)))
 
     def _format_refused(self, exc: LLMError) -> None:
         """The server does not take response_format: the call goes on without it (so it is neither a failed call
@@ -220,16 +248,24 @@ class LLMClient:
             raise KeyRefused(self.refused)
         self.stats.calls += 1
         request = chat_request(self.config, messages, **params)
-        # the reservation: the model's own tokenizer, long texts sampled (trued up from the reply's usage)
-        # (exactly when a dollar limit reserves from it: the worst case must not be an undercount)
+        sha = request_sha256(request) if self.replies is not None else ""
+        if self.replies is not None and (kept := self.replies.get(sha)) is not None:
+            return self._replayed(kept, typed)
+        # the model's own tokenizer, long texts sampled (trued up from the reply's usage), exactly when a dollar
+        # limit reserves from it (the worst case must not be an undercount); the reply's usage is checked against it
         est = counter_for(self.config.model).request(request, exact=self.budget is not None)
-        worst = 0.0
-        if self.budget is not None:
-            max_out = int(request.get("max_completion_tokens") or 0)
-            worst = worst_case_usd(self.prices, self.config.model, est, max_out, batch=self.batch_pricing)
-        est += int(request.get("max_completion_tokens") or 0)
+        max_out = int(request.get("max_completion_tokens") or 0)
+        worst = worst_case_usd(
+            self.prices, self.config.model, est, max_out or UNCAPPED_WORST_OUTPUT, batch=self.batch_pricing
+        )
+        engine_input = est
+        est += max_out
         paid = [0, 0, 0, 0]  # tokens of every 2xx attempt, including unusable ones (they were billed); unpriced ones
-        completion, headers, attempts = await self._send(request, est, timeout, paid, worst, CHAT_PATH)
+        completion, headers, attempts, billed_for = await self._send(
+            request, (est, engine_input), timeout, paid, worst, CHAT_PATH, sha=sha
+        )
+        if self.replies is not None:  # kept before it is used: a resume that sends this request again gets it
+            self.replies.put(sha, completion | {"usage": billed_for.as_usage()})
         message = completion["choices"][0].get("message") or {}
         reply = self._priced(paid, completion.get("model") or self.config.model)
         reply = reply._replace(text=message.get("content") or "")
@@ -247,9 +283,9 @@ class LLMClient:
             request["dimensions"] = dimensions
         counter = counter_for(self.config.model)
         est = sum(counter.count(t) if self.budget is not None else counter.estimate(t) for t in inputs)
-        worst = worst_case_usd(self.prices, self.config.model, est, 0) if self.budget is not None else 0.0
+        worst = worst_case_usd(self.prices, self.config.model, est, 0)  # reserved in the budget and the journal
         paid = [0, 0, 0, 0]
-        body, _, attempts = await self._send(request, est, None, paid, worst, EMBEDDINGS_PATH, len(inputs))
+        body, _, attempts, _ = await self._send(request, (est, est), None, paid, worst, EMBEDDINGS_PATH, len(inputs))
         rows = sorted(body["data"], key=lambda d: int(d.get("index", 0)))
         reply = self._priced(paid, body.get("model") or self.config.model)
         return Embeddings([row["embedding"] for row in rows], reply.input_tokens, reply.cost_usd, attempts)
@@ -257,15 +293,16 @@ class LLMClient:
     async def _send(
         self,
         request: dict[str, Any],
-        est: int,
+        counts: tuple[int, int],
         timeout: float | None,
         paid: list[int],
         worst: float,
         path: str,
         n_inputs: int = 0,
-    ) -> tuple[dict[str, Any], dict[str, str], int]:
-        """One call: attempts through `_attempt` under the retry policy -> (reply body, headers, attempts); a
-        failure raised as KeyRefused or LLMError (what it was billed with it)."""
+        sha: str = "",
+    ) -> tuple[dict[str, Any], dict[str, str], int, Tokens]:
+        """One call: attempts through `_attempt` under the retry policy -> (reply body, headers, attempts, the tokens
+        its reply was billed for); a failure raised as KeyRefused or LLMError (what it was billed with it)."""
         attempts = 0
         bad: list[str] = []  # this call's bodies that were not JSON: the same one twice is not retried again
 
@@ -289,7 +326,9 @@ class LLMClient:
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
-                    body, headers = await self._attempt(request, est, timeout, paid, worst, path, n_inputs)
+                    body, headers, billed_for = await self._attempt(
+                        request, counts, timeout, paid, worst, sha, path, n_inputs
+                    )
         except Exception as exc:
             self.stats.failures += 1
             verdict = self._classify(exc)
@@ -306,31 +345,36 @@ class LLMClient:
                 paid=billed if any(paid[:3]) else None,
                 unpriced=paid[3],
             ) from exc
-        return body, headers, attempts
+        return body, headers, attempts, billed_for
 
     async def _attempt(
         self,
         request: dict[str, Any],
-        est: int,
+        counts: tuple[int, int],
         timeout: float | None,
         paid: list[int],
-        worst: float = 0.0,
+        worst: float,
+        sha: str = "",
         path: str = CHAT_PATH,
         n_inputs: int = 0,
-    ) -> tuple[dict[str, Any], dict[str, str]]:
-        """One HTTP attempt (every request of the client, chat or embeddings, goes through here): budget
-        reservation, limiter lease, the POST to `path`, the reply's usage paid; `n_inputs`: the embeddings the
-        reply must hold (0: a chat reply, which must hold a choice)."""
+    ) -> tuple[dict[str, Any], dict[str, str], Tokens]:
+        """One HTTP request (every request of the client, chat or embeddings, goes through here). `counts`: (tokens
+        the limiter reserves, the engine's count of the prompt). Written in the spend journal at its worst case
+        before it is sent, settled with what it was billed after; `n_inputs`: the embeddings the reply must hold (0:
+        a chat reply, which must hold a choice)."""
+        est, engine_input = counts
         if self.budget is not None:  # BudgetExceeded (a BaseException): never retried, never an LLMError
             await self.budget.admit(worst)
+        rid = self.journal.reserve(sha, worst, spend_what.get()) if self.journal is not None else None
+        billed = 0.0  # a request the limiter never let out was not sent
+        tokens: Tokens | None = None
+        estimated = False
         try:
             lease = await self.limiter.acquire(est)
         except BaseException:
-            if self.budget is not None:
-                self.budget.settle(worst, 0.0)
+            self._settle(rid, worst, billed, tokens, estimated)
             raise
         self.stats.attempts += 1
-        actual: int | None = None
         headers: dict[str, str] | None = None
         billed = worst  # a reply that never came (a timeout, a cancel) may have been billed: kept at its worst case
         replied = False
@@ -339,16 +383,28 @@ class LLMClient:
             replied = True  # a 2xx body came back: it was billed, whatever it holds
             try:
                 completion = parse_body(content)
-            except UnusableReplyError:  # a 2xx is billed: what its body says of usage, if we can find it
-                usage = usage_in_text(content)
-                actual = self._pay(usage, paid)
-                billed = self._attempt_cost(usage, self.config.model, worst)
+            except UnusableReplyError:  # a 2xx is billed: what its body says of usage, checked against its size
+                tokens, estimated = checked_usage(
+                    usage_in_text(content), engine_input, -(-len(content) // 4), floor=self.budget is not None
+                )
+                billed = self._pay(tokens, estimated, paid, self.config.model)
                 raise
-            usage = completion.get("usage")
-            actual = self._pay(usage, paid)
-            billed = self._attempt_cost(usage, completion.get("model") or self.config.model, worst)
-            check_reply(completion, n_inputs) if path == EMBEDDINGS_PATH else check_choices(completion)
-            return completion, headers
+            if path == EMBEDDINGS_PATH:  # input tokens only: an embeddings usage states no completion tokens
+                usage = completion.get("usage")
+                usage = {"completion_tokens": 0, **usage} if isinstance(usage, dict) else usage
+                tokens, estimated = checked_usage(usage, engine_input, 0, floor=self.budget is not None)
+                billed = self._pay(tokens, estimated, paid, completion.get("model") or self.config.model)
+                check_reply(completion, n_inputs)
+                return completion, headers, tokens
+            choices = completion.get("choices")
+            first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+            message = (first or {}).get("message")
+            out = reply_output_tokens(self.config.model, message if isinstance(message, dict) else {})
+            tokens, estimated = checked_usage(completion.get("usage"), engine_input, out, floor=self.budget is not None)
+            billed = self._pay(tokens, estimated, paid, completion.get("model") or self.config.model)
+            if first is None:
+                raise UnusableReplyError("the reply has no choices")
+            return completion, headers, tokens
         except Exception as exc:
             verdict = self._classify(exc)
             if not replied and verdict.kind not in ("timeout", "request-timeout"):
@@ -360,33 +416,38 @@ class LLMClient:
                 await self.limiter.penalize(verdict.retry_after if verdict.retry_after is not None else self.cooldown_s)
             raise
         finally:
-            if self.budget is not None:
-                self.budget.settle(worst, billed)
-            await self.limiter.release(lease, actual, headers)
+            self._settle(rid, worst, billed, tokens, estimated)
+            await self.limiter.release(lease, tokens.input + tokens.output if tokens else None, headers)
 
-    def _pay(self, usage: Any, paid: list[int]) -> int | None:
-        """Count a 2xx reply's usage into this call's `paid` and the client's stats; its tokens, or None (then the
-        reply counts as unpriced)."""
-        tokens = usage_tokens(usage)
-        if tokens is None:
-            paid[3] += 1
-            return None
-        prompt, cached, output = tokens
-        paid[0] += prompt
-        paid[1] += cached
-        paid[2] += output
-        self.stats.input_tokens += prompt
-        self.stats.cached_input_tokens += cached
-        self.stats.output_tokens += output
-        return prompt + output
+    def _settle(self, rid: str | None, worst: float, billed: float, tokens: Tokens | None, estimated: bool) -> None:
+        """An attempt is over: its journal entry and its reservation in the budget become what it was billed."""
+        if self.journal is not None and rid is not None:
+            self.journal.settle(rid, billed, tokens.as_usage() if tokens else None, estimated)
+        if self.budget is not None:
+            self.budget.settle(worst, billed)
 
-    def _attempt_cost(self, usage: Any, model: str, worst: float) -> float:
-        """What one attempt's reply was billed, for the cost cap to settle; its worst case when the usage is unread."""
-        tokens = usage_tokens(usage)
-        if tokens is None:
-            return worst
-        prompt, cached, output = tokens
-        return self.prices.cost(model, prompt, cached, output, batch=self.batch_pricing, requested=self.config.model)
+    def _pay(self, tokens: Tokens, estimated: bool, paid: list[int], model: str) -> float:
+        """Count a 2xx reply's checked usage into this call's `paid` and the client's stats; what it was billed."""
+        paid[0] += tokens.input
+        paid[1] += tokens.cached
+        paid[2] += tokens.output
+        self.stats.input_tokens += tokens.input
+        self.stats.cached_input_tokens += tokens.cached
+        self.stats.output_tokens += tokens.output
+        self.stats.usage_estimated += estimated
+        return self.prices.cost(model, *tokens, batch=self.batch_pricing, requested=self.config.model)
+
+    def _replayed(self, completion: dict[str, Any], typed: bool) -> Completion:
+        """A call answered from its kept reply: no request, no spend (the journal has it once, from the run that
+        bought it). Its Reply says what the reply was billed then: a trajectory records what it cost to answer."""
+        self.stats.replayed += 1
+        tokens = read_usage(completion.get("usage")) or Tokens(0, 0, 0)
+        model = completion.get("model") or self.config.model
+        cost = self.prices.cost(model, *tokens, batch=self.batch_pricing, requested=self.config.model)
+        message = completion["choices"][0].get("message") or {}
+        reply = Reply(message.get("content") or "", *tokens, cost, model)
+        typed_completion = ChatCompletion.construct(**completion) if typed else None
+        return Completion(typed_completion, reply, 0, {})  # type: ignore[arg-type]
 
     def _priced(self, paid: list[int], model: str) -> Reply:
         """What this call's replies were billed, as a Reply (no text), its cost counted in the stats."""
@@ -408,13 +469,6 @@ class LLMClient:
 
     def _count_retry(self, state: RetryCallState) -> None:
         self.stats.retries += 1
-
-
-def check_choices(completion: dict[str, Any]) -> None:
-    """A chat reply must hold a first choice (a 2xx without one is unusable: retried, as a broken body is)."""
-    choices = completion.get("choices")
-    if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
-        raise UnusableReplyError("the reply has no choices")
 
 
 def check_reply(body: dict[str, Any], n_inputs: int) -> None:

@@ -96,8 +96,17 @@ class TokenCounter:
         return math.ceil(self.count(text[:ESTIMATE_CHARS]) * n / ESTIMATE_CHARS)
 
     def messages(self, messages: Iterable[Mapping[str, Any]], *, exact: bool = True) -> int:
+        """Prompt tokens of `messages`: their text, and an assistant message's `tool_calls` by their JSON (their
+        names and arguments are in the prompt of every later turn: a worst case without them undercounts agents)."""
         each = self.count if exact else self.estimate
-        return sum(each(message_text(m)) + MESSAGE_OVERHEAD_TOKENS for m in messages) + REPLY_PRIMING_TOKENS
+        return (
+            sum(each(message_text(m)) + self._calls(m) + MESSAGE_OVERHEAD_TOKENS for m in messages)
+            + REPLY_PRIMING_TOKENS
+        )
+
+    def _calls(self, message: Mapping[str, Any]) -> int:
+        calls = message.get("tool_calls")
+        return self.count(json.dumps(calls, ensure_ascii=False, separators=(",", ":"))) if calls else 0
 
     def request(self, body: Mapping[str, Any], *, exact: bool = True) -> int:
         """Prompt tokens of a chat request body: its messages plus what else the provider puts in the prompt

@@ -171,7 +171,7 @@ class BatchDriver:
             from rise_batch.llm.client import client_from_config  # lazy: loads openai, aiohttp, tenacity (~4 s)
 
             fmt = TOC_RESPONSE_FORMAT if self.structured else None
-            self._online = client_from_config(self.cfg.llm, response_format=fmt)
+            self._online = client_from_config(self.cfg.llm, response_format=fmt, out=self.out)
             self._online_chat = self._online.chat
             if self.cfg.max_cost_usd is not None:
                 budget = CostBudget(self.cfg.max_cost_usd, checkpoint_cost(self.out) + self._committed())

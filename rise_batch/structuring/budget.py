@@ -24,11 +24,20 @@ from typing import Any
 from rise_batch.errors import EXIT_BUDGET
 from rise_batch.llm.pricing import PriceTable
 from rise_batch.llm.spend import BudgetExceeded, CostBudget
+from rise_batch.money.spent import spent_usd
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.structuring.plan import request_cost
 
 # the cap's arithmetic lives in rise_batch.llm.spend (shared by run and judge); named here for the structuring code
-__all__ = ["EXIT_BUDGET", "BudgetExceeded", "CostBudget", "checkpoint_cost", "require_price", "structuring_estimator"]
+__all__ = [
+    "EXIT_BUDGET",
+    "BudgetExceeded",
+    "CostBudget",
+    "checkpoint_cost",
+    "require_price",
+    "spent_so_far",
+    "structuring_estimator",
+]
 
 
 def require_price(cfg: Any) -> None:
@@ -45,6 +54,13 @@ def checkpoint_cost(out_dir: str | Path) -> float:
     """Dollars already recorded in a run's checkpoint (all shards)."""
     store = CheckpointStore(out_dir)  # a damaged part is a CheckpointError naming it and the remedy
     return float(sum(sum(store.read_part(p, ["cost_usd"]).column("cost_usd").to_pylist()) for p in store.parts()))
+
+
+def spent_so_far(out_dir: str | Path) -> float:
+    """What the online cap starts from: all OUT has paid, as its spend journal says (money/spent.py: every call of
+    every resume, those a kill left unsettled at their worst case, replies re-bought included), or what the
+    checkpoint records where that is more (an OUT structured before the journal existed)."""
+    return max(spent_usd(out_dir), checkpoint_cost(out_dir))
 
 
 def structuring_estimator(

@@ -33,7 +33,7 @@ from rise_batch.progress import Progress
 from rise_batch.prompts import load_prompt
 from rise_batch.storage import ObjectPath, location, redact
 from rise_batch.structuring.batch import refuse_if_batches_open, run_batch
-from rise_batch.structuring.budget import require_price
+from rise_batch.structuring.budget import require_price, spent_so_far
 from rise_batch.structuring.checkpoint import CheckpointStore
 from rise_batch.structuring.shard import STOPS
 from rise_batch.structuring.stats import ShardReport, ShardStats, StructureStats, docs_this_run
@@ -289,14 +289,20 @@ def run_structure(cfg: StructureConfig, verify: bool = False) -> dict:
         stats.transport = add_counts(transport)  # this run's HTTP traffic (not that of killed earlier runs)
         stats.structured_output, stats.structured_output_switched_off = structured_output_state(cfg, stats.transport)
     if shards.docs_left:
-        dump_json(stats.to_json(), location(cfg.out) / "stats.json")
-        raise with_result(RunIncomplete(left_message(shards)), stats.to_json())
+        dump_json(with_spent(stats, cfg), location(cfg.out) / "stats.json")
+        raise with_result(RunIncomplete(left_message(shards)), with_spent(stats, cfg))
     if not isinstance(location(cfg.out), ObjectPath):  # the docs dir's table, so that no run's actor derives it
         mapped_docmap(cfg.out)
     if cfg.index:
         stats.index = build_job_index(cfg, plan)
-    dump_json(stats.to_json(), location(cfg.out) / "stats.json")
-    return stats.to_json()
+    out = with_spent(stats, cfg)
+    dump_json(out, location(cfg.out) / "stats.json")
+    return out
+
+
+def with_spent(stats: StructureStats, cfg: StructureConfig) -> dict:
+    """stats.json's figures and `spent_usd`: all OUT has paid, every resume (its spend journal, money/spent.py)."""
+    return stats.to_json() | {"spent_usd": round(spent_so_far(cfg.out), 6)}
 
 
 def verify_shards(

@@ -20,7 +20,7 @@ from rise_batch.storage import location
 from rise_batch.structure.backends import HeuristicBackend, LLMBackend
 from rise_batch.structure.propose import TOC_RESPONSE_FORMAT
 from rise_batch.structure.tier import TieredBackend
-from rise_batch.structuring.budget import CostBudget, checkpoint_cost, structuring_estimator
+from rise_batch.structuring.budget import CostBudget, spent_so_far, structuring_estimator
 from rise_batch.structuring.shard import structure_shard
 from rise_batch.structuring.stats import OnDoc, ShardCount, ShardReport, WorkerProgress
 from rise_batch.tier_rule import tier_rule
@@ -42,10 +42,10 @@ def llm_backend(cfg: StructureConfig, prompt_text: str, limiter=None):
     """The LLM backend on its client, behind the cost guard when --max-cost is set, tiered when a rule is set."""
     from rise_batch.llm.client import client_from_config  # lazy: loads openai, aiohttp, tenacity (~4 s)
 
-    client = client_from_config(cfg.llm, limiter=limiter, response_format=TOC_RESPONSE_FORMAT)
+    client = client_from_config(cfg.llm, limiter=limiter, response_format=TOC_RESPONSE_FORMAT, out=cfg.out)
     chat = client.chat
     if cfg.max_cost_usd is not None:  # each Ray actor guards an equal share of what is left
-        spent = checkpoint_cost(cfg.out)
+        spent = spent_so_far(cfg.out)
         share = spent + (cfg.max_cost_usd - spent) / cfg.n_workers if cfg.n_workers > 1 else None
         budget = CostBudget(cfg.max_cost_usd, spent, share)
         estimate = structuring_estimator(cfg.llm.model, client.prices, max_output_tokens=cfg.llm.max_output_tokens)

@@ -214,4 +214,6 @@ def test_unusable_replies_are_paid_and_named_in_the_trajectory(agent_world):
         httpd.server_close()
     assert script.seen == ["cut-after-usage"] * 2
     assert run.stop_reason == "api_error" and "the response body is not JSON" in (run.error or "")
-    assert (run.input_tokens, run.output_tokens) == (20, 4) and run.cost_usd > 0 and not run.retryable
+    # each body says 10 + 2 tokens, under half the engine's own count of the request it answers: billed at that
+    # count (money/usage.py), never at what the body claims
+    assert run.input_tokens > 20 and run.output_tokens >= 4 and run.cost_usd > 0 and not run.retryable

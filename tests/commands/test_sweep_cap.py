@@ -12,6 +12,7 @@ import yaml
 
 from rise_batch.cli import main
 from rise_batch.fake_llm import FakeLLMServer
+from rise_batch.money.spent import spent_usd
 from tests.agent.conftest import agent_world  # noqa: F401 - the shared docs + index world
 from tests.agent.helpers import run_dir, title_query, write_queries
 from tests.agent.test_cost_cap import billed  # the server's bill at the table's prices
@@ -23,13 +24,8 @@ def files(out: Path, kind: str) -> dict[Path, dict]:
 
 
 def recorded(out: Path) -> float:
-    """The sweep's total from its files: every trajectory (its cut runs too) and every judgment."""
-    agents = sum(
-        t["cost_usd"] + t.get("earlier_runs", {}).get("cost_usd", 0.0) for t in files(out, "trajectories").values()
-    )
-    return agents + sum(
-        j.get("cost_usd", 0.0) + j.get("earlier_cost_usd", 0.0) for j in files(out, "judgments").values()
-    )
+    """The sweep's total: its cells' spend journals (money/spent.py), the Batch API's judgments from their files."""
+    return spent_usd(out)
 
 
 @pytest.mark.parametrize(

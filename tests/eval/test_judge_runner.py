@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,12 +86,18 @@ def test_judge_end_to_end_resume_and_force(tmp_path: Path, server: FakeLLMServer
     assert read_judgments(run) == before
     assert "6 already judged" in capsys.readouterr().out
 
-    (run / "judgments" / "wrong.json").unlink()  # an interrupted run: only the missing one is graded
-    assert main(argv) == 0
-    assert len(judge_requests(server)) == 4 and read_judgments(run) == before
+    (run / "judgments" / "wrong.json").unlink()  # an interrupted run: only the missing one is graded, its paid
+    assert main(argv) == 0  # reply answered from the run directory's kept replies (money/replies.py): not bought again
+    assert len(judge_requests(server)) == 3 and read_judgments(run) == before
 
+    assert main([*argv, "--force"]) == 0  # the same grader and prompt: the same requests, answered from kept replies
+    regraded = read_judgments(run)
+    assert len(judge_requests(server)) == 3 and {k: v["correct"] for k, v in regraded.items()} == {
+        k: v["correct"] for k, v in before.items()
+    }
+    shutil.rmtree(run / "spend" / "replies")  # what buys fresh answers
     assert main([*argv, "--force"]) == 0
-    assert len(judge_requests(server)) == 7
+    assert len(judge_requests(server)) == 6
 
 
 def test_judge_retries_through_server_faults(tmp_path: Path) -> None:

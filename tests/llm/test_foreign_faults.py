@@ -240,4 +240,7 @@ def test_an_unusable_reply_twice_the_same_is_not_retried_again_and_is_paid(
         seen[backend] = (outcome, stats)
     assert seen["direct"] == seen["httpx"]
     billed = seen["direct"][1]["input_tokens"], seen["direct"][1]["output_tokens"]
-    assert billed == ((20, 4) if fault == "cut-after-usage" else (0, 0))  # what the bodies said of usage
+    # what the bodies said of usage, never below the engine's own count of the request and the body; a body that
+    # says none is billed at that count, marked estimated (money/usage.py)
+    assert billed[0] >= 20 and billed[1] >= 4 if fault == "cut-after-usage" else billed[0] > 0 and billed[1] > 0
+    assert fault == "cut-after-usage" or seen["direct"][1]["usage_estimated"] == 2

@@ -70,6 +70,16 @@ def test_request_counts_messages_framing_and_schema() -> None:
     assert nano.request(body) > nano.request({"model": "gpt-5.4-nano", "messages": messages})
 
 
+def test_an_assistant_turns_tool_call_arguments_are_counted_in_later_prompts() -> None:
+    """They are in the prompt of every later turn: a worst case without them undercounts an agent's requests."""
+    args = '{"command": "rg -i -F \'political philosophy of self-governed societies\' | head -40"}'
+    call = {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": args}}
+    for counter in (counter_for("gpt-5.4-mini"), TokenCounter("chars/4")):
+        bare = counter.messages([{"role": "assistant", "content": None}])
+        with_call = counter.messages([{"role": "assistant", "content": None, "tool_calls": [call]}])
+        assert with_call - bare >= counter.count(args)
+
+
 def test_the_limiter_estimate_is_close_and_cheaper_on_a_40kB_document(monkeypatch) -> None:
     nano = counter_for("gpt-5.4-nano")
     doc = "\n".join(r["text"] for r in sample_rows(40))[:40_000]
