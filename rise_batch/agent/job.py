@@ -244,7 +244,8 @@ class Progress:
         usage = summary.get("usage") or {}
         self.input_tokens += usage.get("input_tokens", 0)
         self.output_tokens += usage.get("output_tokens", 0)
-        self.shown.update(1, cost=summary.get("cost_usd") or 0.0)
+        # what this run paid: replies kept from an earlier run are already in the directory's spend before it
+        self.shown.update(1, cost=(summary.get("cost_usd") or 0.0) - (summary.get("replayed_usd") or 0.0))
 
     def judged(self, cost: float) -> None:
         """A judging's dollars (a sweep judges each cell as it finishes): in the line's spend, not in its count."""

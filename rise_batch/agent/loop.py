@@ -72,6 +72,7 @@ class AgentRun:
     cached_input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+    replayed_usd: float = 0.0  # of cost_usd, what replies kept from an earlier run cost it (paid then, not now)
     elapsed_s: float = 0.0
     retrieved: dict[str, None] = field(default_factory=dict)  # ordered sets
     surfaced: dict[str, None] = field(default_factory=dict)
@@ -370,6 +371,8 @@ async def _turns(client, tools, budget, run, ctx, params, executor, emit, clock,
         run.cached_input_tokens += reply.cached_input_tokens
         run.output_tokens += reply.output_tokens
         run.cost_usd += reply.cost_usd
+        if done.attempts == 0:  # answered from a kept reply (money/replies.py): no request, nothing paid now
+            run.replayed_usd += reply.cost_usd
         message = done.completion.choices[0].message
         calls = message.tool_calls or []
         run.calls.append(call_record(run.model_calls, message, len(calls)))

@@ -240,6 +240,7 @@ def trajectory_record(
             "tool_calls": dict(run.tool_calls),
             "usage": run.usage(),
             "cost_usd": round(run.cost_usd, 8),
+            "replayed_usd": round(run.replayed_usd, 8),  # of cost_usd: kept replies an earlier run paid for
             "cancelled_calls": run.cancelled_calls,  # not in usage nor cost_usd: then those are a lower bound
             "elapsed_s": round(run.elapsed_s, 3),
             "workspace_docs": ws_docs,
@@ -267,7 +268,17 @@ def gold_paths(store: DocStore, gold: Sequence[str]) -> dict[str, str]:
 
 def summary_of(record: dict[str, Any]) -> dict[str, Any]:
     """The few numbers a driver's progress line needs."""
-    keys = ("query_id", "stop_reason", "model_calls", "cost_usd", "elapsed_s", "error", "usage", "timing")
+    keys = (
+        "query_id",
+        "stop_reason",
+        "model_calls",
+        "cost_usd",
+        "replayed_usd",
+        "elapsed_s",
+        "error",
+        "usage",
+        "timing",
+    )
     return {k: record.get(k) for k in keys} | {"tool_calls": sum((record.get("tool_calls") or {}).values())}
 
 

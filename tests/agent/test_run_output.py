@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.agent.helpers import run_dir, title_query, write_queries
 
 
@@ -59,5 +61,8 @@ def test_a_resumed_capped_run_tells_its_work_from_the_earlier_runs(agent_world, 
     assert code == 0, stderr
     last = [line for line in stderr.splitlines() if line.startswith("rise-batch run: ")][-1]
     assert last.startswith("rise-batch run: 3/3 queries (100%; 2 before this run) "), last
-    now = sum(json.loads(p.read_text())["cost_usd"] for p in (out / "run" / "trajectories").glob("*.json"))
-    assert f"${now:.4f} (${now - earlier:.4f} this run) of $5.00 cap, projected ${now:.4f}" in last, last
+    files = [json.loads(p.read_text()) for p in (out / "run" / "trajectories").glob("*.json")]
+    now = sum(t["cost_usd"] for t in files)
+    # the query run again is answered from the replies the first run kept: paid once, so nothing more this run
+    assert now - earlier > 0 and sum(t["replayed_usd"] for t in files) == pytest.approx(now - earlier)
+    assert f"${now:.4f} ($0.0000 this run) of $5.00 cap, projected ${now:.4f}" in last, last
