@@ -83,6 +83,7 @@ class Reply(NamedTuple):
     cost_usd: float = 0.0
     model: str = ""
     constrained: bool = False  # the request carried a JSON schema (response_format) the server accepted
+    replayed: bool = False  # answered from a reply kept from an earlier run (money/replies.py): paid then, not now
 
 
 class DocResult(NamedTuple):

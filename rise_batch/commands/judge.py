@@ -105,7 +105,10 @@ def run(args: argparse.Namespace) -> int:
                 prompt=args.prompt,
                 queries_path=args.queries,
                 cap=cap,
-                on_judged=lambda j: shown.update(1, cost=float(j.get("cost_usd") or 0.0)),
+                # what this pass paid: replies kept from an earlier run are in the spend before it
+                on_judged=lambda j: shown.update(
+                    1, cost=float(j.get("cost_usd") or 0.0) - float(j.get("replayed_usd") or 0.0)
+                ),
             )
         left += s.left_by_budget
         results[run_dir] = s.as_dict() | {"cost_simulated": bool(label)}

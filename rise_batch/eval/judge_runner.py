@@ -72,6 +72,7 @@ class JudgeSummary:
     structured_output_disabled: int = 0  # 1 when the server refused the grader schema and grading went on without
     left_by_budget: int = 0  # --max-cost: queries not graded (no file) because the next call would pass the limit
     cost_usd: float = 0.0
+    replayed_usd: float = 0.0  # of cost_usd: replies kept from an earlier run (paid then, not by this pass)
     errors: list[str] = field(default_factory=list)
     # over every judgment of the run after this pass (set by eval.judging): unjudged ones are left out
     n_judged: int = 0
@@ -136,6 +137,7 @@ def llm_judgment(
         "reasks": len(replies) - 1 + bool(reask_error),
         "usage": {k: sum(getattr(r, k) for r in replies) for k in _NO_USAGE},
         "cost_usd": sum(r.cost_usd for r in replies),
+        "replayed_usd": sum(r.cost_usd for r in replies if getattr(r, "replayed", False)),  # of cost_usd: paid before
         "gold_answers": list(golds),
         "prompt_hash": prompt_id,
         "grader_reply": last.text if last is not None else None,
@@ -249,6 +251,7 @@ async def grade_reply(
         judgment["earlier_cost_usd"] = round(task.earlier_usd, 8)
     plan.summary.llm += 1
     plan.summary.cost_usd += judgment["cost_usd"]
+    plan.summary.replayed_usd += judgment["replayed_usd"]
     if judgment.get("unjudged"):
         plan.summary.unjudged += 1
         forget = getattr(getattr(ask, "__self__", None), "forget", None)  # `ask`: an LLMClient's chat

@@ -230,7 +230,7 @@ class _Cells:
                 cap=self.cap,  # the sweep's one budget, shared with the trajectories still running
             )
             entry["judge"] = judged.as_dict()
-            judge_cost = judged.cost_usd
+            judge_cost = judged.cost_usd - judged.replayed_usd  # what this pass paid: kept replies were paid before
             if self.progress is not None:
                 self.progress.judged(judge_cost)
             complete = complete and judged.failed == 0 and judged.unjudged_total == 0  # unjudged: graded again

@@ -445,7 +445,7 @@ class LLMClient:
         model = completion.get("model") or self.config.model
         cost = self.prices.cost(model, *tokens, batch=self.batch_pricing, requested=self.config.model)
         message = completion["choices"][0].get("message") or {}
-        reply = Reply(message.get("content") or "", *tokens, cost, model)
+        reply = Reply(message.get("content") or "", *tokens, cost, model, replayed=True)
         typed_completion = ChatCompletion.construct(**completion) if typed else None
         return Completion(typed_completion, reply, 0, {})  # type: ignore[arg-type]
 

@@ -46,10 +46,12 @@ def test_node_b_lost_mid_structuring_loses_nothing(two_nodes, tmp_path) -> None:
     assert stats["docs_total"] == N and "error" not in stats["outcomes"], stats["outcomes"]
     rows = CheckpointStore(out).read_rows()
     assert sorted(r.docid for r in rows) == sorted({r.docid for r in rows}) and len(rows) == N
-    # the shards lost with B had received replies they never wrote: bought again, and counted (replies on the
-    # wire at the kill were never received, so they are not: at most answered - N)
-    assert 0 < stats["rebought_replies"] <= answered - N
+    # the shards lost with B had received replies they never wrote (counted): kept when received (money/replies.py),
+    # so answered again from OUT, not bought again; only requests on the wire at the kill (at most the two workers'
+    # --concurrency 4 each) were sent twice
+    assert stats["rebought_replies"] > 0
     assert f"rebought_replies={stats['rebought_replies']}" in stdout
+    assert answered - N <= 2 * 4, (answered, N)
 
 
 def test_node_b_lost_mid_trajectories_records_no_api_error(two_nodes, agent_world) -> None:
