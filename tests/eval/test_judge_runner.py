@@ -88,7 +88,9 @@ def test_judge_end_to_end_resume_and_force(tmp_path: Path, server: FakeLLMServer
 
     (run / "judgments" / "wrong.json").unlink()  # an interrupted run: only the missing one is graded, its paid
     assert main(argv) == 0  # reply answered from the run directory's kept replies (money/replies.py): not bought again
-    assert len(judge_requests(server)) == 3 and read_judgments(run) == before
+    again = read_judgments(run)
+    assert len(judge_requests(server)) == 3 and again["wrong"]["replayed_usd"] == again["wrong"]["cost_usd"] > 0
+    assert again == before | {"wrong": before["wrong"] | {"replayed_usd": again["wrong"]["cost_usd"]}}
 
     assert main([*argv, "--force"]) == 0  # the same grader and prompt: the same requests, answered from kept replies
     regraded = read_judgments(run)
