@@ -136,8 +136,7 @@ class Bench:
 def recorded(out: Path) -> float:
     """What the engine says the directory spent: the journal's figure when there is one, else the old ledger."""
     if (out / "spend").is_dir():
-        sys.path.insert(0, str(REPO))
-        from rise_batch.money.spent import spent_usd
+        from rise_batch.money.spent import spent_usd  # the checkout this bench runs from (python -m at its root)
 
         return spent_usd(out)
     total = 0.0
@@ -168,7 +167,7 @@ def row(b: Bench, name: str, flags: tuple[str, ...], cap: float, steps) -> dict[
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.spend_rows", description=__doc__.split("\n\n")[0])
     p.add_argument("--docs", type=Path, required=True)
     p.add_argument("--engine", type=Path, default=REPO)
     p.add_argument("--queries", type=int, default=8)

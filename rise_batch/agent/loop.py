@@ -94,6 +94,14 @@ class AgentRun:
             "output_tokens": self.output_tokens,
         }
 
+    def pay(self, reply: Any) -> None:
+        """A reply's usage and cost, counted (a kept reply's, money/replies.py, also as replayed: paid before)."""
+        self.input_tokens += reply.input_tokens
+        self.cached_input_tokens += reply.cached_input_tokens
+        self.output_tokens += reply.output_tokens
+        self.cost_usd += reply.cost_usd
+        self.replayed_usd += reply.cost_usd if reply.replayed else 0.0
+
     def pay_failed(self, e: LLMError) -> None:
         """A call that failed for good after 2xx replies it could not use: those were billed, so they count (the
         error says what was lost)."""
@@ -367,12 +375,7 @@ async def _turns(client, tools, budget, run, ctx, params, executor, emit, clock,
             return run.end("api_error", str(e))
         run.model_s += clock() - t0
         reply = done.reply
-        run.input_tokens += reply.input_tokens
-        run.cached_input_tokens += reply.cached_input_tokens
-        run.output_tokens += reply.output_tokens
-        run.cost_usd += reply.cost_usd
-        if done.attempts == 0:  # answered from a kept reply (money/replies.py): no request, nothing paid now
-            run.replayed_usd += reply.cost_usd
+        run.pay(reply)
         message = done.completion.choices[0].message
         calls = message.tool_calls or []
         run.calls.append(call_record(run.model_calls, message, len(calls)))
