@@ -123,12 +123,6 @@ class Completion(NamedTuple):
     headers: dict[str, str]
 
 
-def usage_tokens(usage: Any) -> tuple[int, int, int] | None:
-    """A reply's `usage` as (input, cached input, output) tokens; None when it says nothing readable."""
-    tokens = read_usage(usage)
-    return None if tokens is None else tuple(tokens)  # type: ignore[return-value]
-
-
 # the output side of a reservation when the request sets no reply cap (no --max-output-tokens): a worst case is
 # needed for a call a kill leaves unsettled, and no reply of the models priced here is longer
 UNCAPPED_WORST_OUTPUT = 128_000
